@@ -1,0 +1,74 @@
+//! memcached's expiry rules and the time classes that group segments by expiry.
+//!
+//! Stored expiry is absolute server time in Unix seconds; 0 means never. An item is expired
+//! once the server clock (published in the header) reaches its expiry.
+
+/// Expiry times up to this many seconds are relative; larger ones are absolute Unix times.
+pub const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
+
+/// Converts a protocol `exptime` to a stored expiry at server time `now`, as memcached does:
+/// 0 never expires, negative is already expired, up to 30 days is relative, larger is an
+/// absolute Unix time. `None` means the item is expired on arrival.
+pub fn absolute_expiry(exptime: i64, now: u32) -> Option<u32> {
+    let at = match exptime {
+        0 => return Some(0),
+        e if e < 0 => return None,
+        e if e <= RELATIVE_LIMIT => now as i64 + e,
+        e => e,
+    };
+    // u32::MAX would read as "never" in segment bookkeeping; one second earlier is far enough.
+    (at > now as i64).then(|| at.min(u32::MAX as i64 - 1) as u32)
+}
+
+/// True if an item with stored expiry `expiry` is expired at server time `now`.
+#[inline]
+pub fn is_expired(expiry: u32, now: u32) -> bool {
+    expiry != 0 && expiry <= now
+}
+
+/// Number of time classes: "never" plus four per power of two of the remaining lifetime.
+pub(crate) const CLASSES: usize = 1 + 4 * 32;
+
+/// The time class of an item: items of one class share segments, so a segment's items expire
+/// at about the same time and the segment is reclaimed whole, without looking at its items.
+#[inline]
+pub(crate) fn time_class(expiry: u32, now: u32) -> usize {
+    if expiry == 0 {
+        return 0;
+    }
+    let ttl = expiry.saturating_sub(now).max(1);
+    let log = 31 - ttl.leading_zeros();
+    let quarter = if log >= 2 { (ttl >> (log - 2)) & 3 } else { ttl & 3 };
+    1 + (log * 4 + quarter) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcached_expiry_rules() {
+        let now = 1_700_000_000;
+        assert_eq!(absolute_expiry(0, now), Some(0));
+        assert_eq!(absolute_expiry(-1, now), None);
+        assert_eq!(absolute_expiry(10, now), Some(now + 10));
+        assert_eq!(absolute_expiry(RELATIVE_LIMIT, now), Some(now + RELATIVE_LIMIT as u32));
+        assert_eq!(absolute_expiry(RELATIVE_LIMIT + 1, now), None, "absolute time in 1970");
+        assert_eq!(absolute_expiry(now as i64 + 5, now), Some(now + 5));
+        assert_eq!(absolute_expiry(i64::MAX, now), Some(u32::MAX - 1));
+        assert!(is_expired(now, now) && !is_expired(now + 1, now) && !is_expired(0, now));
+    }
+
+    #[test]
+    fn time_classes_are_ordered_and_bounded() {
+        let now = 1000;
+        let mut last = 0;
+        for ttl in 1..100_000u32 {
+            let c = time_class(now + ttl, now);
+            assert!(c >= last && c < CLASSES, "ttl {ttl} class {c}");
+            last = c;
+        }
+        assert_eq!(time_class(0, now), 0);
+        assert!(time_class(u32::MAX - 1, 0) < CLASSES);
+    }
+}

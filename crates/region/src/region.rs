@@ -1,0 +1,254 @@
+//! What both faces share: the mapping with its validated layout, the key hash, and the
+//! optimistic lookup (copy, then validate the bucket version) that readers in other processes
+//! and the writer's own `get` both use.
+
+use crate::error::{OpError, RegionError};
+use crate::expiry::is_expired;
+use crate::layout::{
+    derived_cas, Bucket, ItemHeader, Layout, RawHeader, SegmentMeta, Slot, ITEM_CAS_BYTES,
+    ITEM_HEADER_BYTES, MAX_KEY_LEN,
+};
+use crate::mapping::Mapping;
+use crate::seqlock::{backoff, read_begin, read_validate, READ_ATTEMPTS};
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+/// What a lookup tells about an item that is there and alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemInfo {
+    /// The client's 32-bit flags.
+    pub flags: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Absolute expiry in server Unix seconds; 0 = never.
+    pub expiry: u32,
+    /// Length of the value.
+    pub value_len: usize,
+}
+
+/// The result of a lookup: a hit, or the reason for a miss (servers count them separately).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The item, whose value was copied into the caller's buffer.
+    Hit(ItemInfo),
+    /// No item under this key.
+    Missing,
+    /// The item's expiry has passed (by the server's clock).
+    Expired,
+    /// The item was written before a `flush_all` took effect.
+    Flushed,
+}
+
+impl Lookup {
+    /// The item, if the lookup found a live one.
+    pub fn hit(self) -> Option<ItemInfo> {
+        match self {
+            Lookup::Hit(info) => Some(info),
+            _ => None,
+        }
+    }
+}
+
+/// The hash of a key: its two candidate buckets and its 16-bit tag.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyHash {
+    pub buckets: [usize; 2],
+    pub tag: u16,
+}
+
+impl KeyHash {
+    /// The distinct candidate buckets (one if both choices coincide).
+    #[inline]
+    pub fn candidates(&self) -> &[usize] {
+        if self.buckets[0] == self.buckets[1] {
+            &self.buckets[..1]
+        } else {
+            &self.buckets
+        }
+    }
+}
+
+/// Where a lookup found a key, and what was there.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub bucket: usize,
+    pub slot_index: usize,
+    /// The slot word as read (including the accessed bit).
+    pub word: u64,
+    pub slot: Slot,
+    pub segment_gen: u64,
+    pub header: ItemHeader,
+    pub cas: u64,
+}
+
+/// A mapped region with its validated layout.
+pub(crate) struct Region {
+    pub map: Mapping,
+    pub layout: Layout,
+}
+
+impl Region {
+    /// Maps `file` (of `len` bytes) and validates its header. `exact`: the region must fill
+    /// the file (regular files); otherwise it may be smaller (devices).
+    pub fn attach(file: File, len: usize, writable: bool, path: &Path, exact: bool) -> Result<Region, RegionError> {
+        if len < crate::layout::HEADER_BYTES {
+            return Err(RegionError::BadMagic);
+        }
+        let map = Mapping::map(file, len, writable).map_err(|source| RegionError::Io {
+            path: path.to_owned(),
+            action: "map",
+            source,
+        })?;
+        // SAFETY: offset 0 holds the header (len ≥ HEADER_BYTES checked); RawHeader is
+        // repr(C) and made only of atomics.
+        let layout = Layout::load(unsafe { map.atomics_at::<RawHeader>(0) }, len, exact)?;
+        Ok(Region { map, layout })
+    }
+
+    /// The header.
+    #[inline]
+    pub fn header(&self) -> &RawHeader {
+        // SAFETY: as in `attach`: the header is at offset 0 and is all atomics.
+        unsafe { self.map.atomics_at(0) }
+    }
+
+    /// Bucket `b` (< bucket_count).
+    #[inline]
+    pub fn bucket(&self, b: usize) -> &Bucket {
+        debug_assert!(b < self.layout.bucket_count);
+        // SAFETY: the validated layout puts bucket_count 64-byte buckets at index_offset;
+        // Bucket is repr(C) and made only of atomics.
+        unsafe { self.map.atomics_at(self.layout.bucket_offset(b)) }
+    }
+
+    /// Segment `s`'s table entry (< segment_count).
+    #[inline]
+    pub fn meta(&self, s: usize) -> &SegmentMeta {
+        debug_assert!(s < self.layout.segment_count);
+        // SAFETY: the validated layout puts segment_count 64-byte entries at table_offset;
+        // SegmentMeta is repr(C) and made only of atomics.
+        unsafe { self.map.atomics_at(self.layout.meta_offset(s)) }
+    }
+
+    /// Hashes a key with the region's seed.
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> KeyHash {
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, self.layout.hash_seed);
+        let n = self.layout.bucket_count as u128;
+        let first = ((h as u128 * n) >> 64) as usize;
+        let mixed = h.rotate_left(32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let second = ((mixed as u128 * n) >> 64) as usize;
+        KeyHash { buckets: [first, second], tag: h as u16 }
+    }
+
+    /// Reads the item a slot points to, if it is a well-formed item under `key`; copies its
+    /// value into `value` if given. Every offset is bounds-checked against the layout, so a
+    /// stale slot or a corrupt region yields `None`, never an out-of-bounds read.
+    pub fn read_item(&self, slot: Slot, key: &[u8], value: Option<&mut Vec<u8>>) -> Option<(ItemHeader, u64, u64)> {
+        let l = &self.layout;
+        if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
+            return None;
+        }
+        let item = l.segment_offset(slot.segment) + slot.offset;
+        let mut raw = [0u8; ITEM_HEADER_BYTES];
+        self.map.read(item, &mut raw);
+        let header = ItemHeader::decode(&raw);
+        if header.key_len != key.len() || slot.offset + header.size() > l.segment_bytes
+        {
+            return None;
+        }
+        let key_at = item + header.key_offset();
+        let mut stored_key = [0u8; MAX_KEY_LEN];
+        self.map.read(key_at, &mut stored_key[..key.len()]);
+        if &stored_key[..key.len()] != key {
+            return None;
+        }
+        let segment_gen = self.meta(slot.segment).generation.load(Ordering::Relaxed);
+        let cas = if header.explicit_cas {
+            let mut b = [0u8; ITEM_CAS_BYTES];
+            self.map.read(item + ITEM_HEADER_BYTES, &mut b);
+            u64::from_le_bytes(b)
+        } else {
+            derived_cas(segment_gen, slot.offset)
+        };
+        if let Some(out) = value {
+            out.clear();
+            out.resize(header.value_len, 0);
+            self.map.read(key_at + key.len(), out);
+        }
+        Some((header, segment_gen, cas))
+    }
+
+    /// Scans one bucket for `key` without validating; the caller validates or holds the lock.
+    pub fn scan_bucket(&self, b: usize, key: &[u8], tag: u16, mut value: Option<&mut Vec<u8>>) -> Option<Found> {
+        let bucket = self.bucket(b);
+        for (slot_index, cell) in bucket.slots.iter().enumerate() {
+            let word = cell.load(Ordering::Relaxed);
+            let Some(slot) = Slot::decode(word) else { continue };
+            if slot.tag != tag {
+                continue;
+            }
+            if let Some((header, segment_gen, cas)) = self.read_item(slot, key, value.as_deref_mut()) {
+                return Some(Found { bucket: b, slot_index, word, slot, segment_gen, header, cas });
+            }
+        }
+        None
+    }
+
+    /// Finds `key` optimistically: each candidate bucket is copied and then validated against
+    /// its version, retrying while writers race. Copies the value into `value` if given.
+    pub fn find(&self, key: &[u8], hash: &KeyHash, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>, OpError> {
+        for &b in hash.candidates() {
+            let version = &self.bucket(b).version;
+            let mut spins = 0;
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                if attempts > READ_ATTEMPTS {
+                    return Err(OpError::Busy);
+                }
+                let Some(begun) = read_begin(version) else {
+                    backoff(&mut spins);
+                    continue;
+                };
+                let found = self.scan_bucket(b, key, hash.tag, value.as_deref_mut());
+                if read_validate(version, begun) {
+                    if found.is_some() {
+                        return Ok(found);
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Judges a found item by the server clock and flush generation in the header.
+    #[inline]
+    pub fn judge(&self, found: &Found) -> Lookup {
+        let h = self.header();
+        if found.segment_gen < h.flush_gen.load(Ordering::Acquire) {
+            Lookup::Flushed
+        } else if is_expired(found.header.expiry, h.clock.load(Ordering::Acquire)) {
+            Lookup::Expired
+        } else {
+            Lookup::Hit(ItemInfo {
+                flags: found.header.flags,
+                cas: found.cas,
+                expiry: found.header.expiry,
+                value_len: found.header.value_len,
+            })
+        }
+    }
+
+    /// Looks `key` up and judges it; the value lands in `value` on a hit.
+    pub fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<(Lookup, Option<Found>), OpError> {
+        crate::key::check_key(key)?;
+        let hash = self.hash(key);
+        Ok(match self.find(key, &hash, Some(value))? {
+            Some(found) => (self.judge(&found), Some(found)),
+            None => (Lookup::Missing, None),
+        })
+    }
+}

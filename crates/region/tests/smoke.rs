@@ -1,0 +1,20 @@
+use shoal_region::{Config, Lookup, Reader, Store, Writer};
+
+#[test]
+fn smoke() {
+    let path = format!("/dev/shm/shoal-smoke-{}", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let w = Writer::create(&path, &Config::default(), true).unwrap();
+    let mut v = Vec::new();
+    assert_eq!(w.set(b"k", b"hello", 5, 0).unwrap(), Store::Stored);
+    let info = w.get(b"k", &mut v).unwrap().hit().unwrap();
+    assert_eq!((v.as_slice(), info.flags), (&b"hello"[..], 5));
+    let r = Reader::open(&path).unwrap();
+    assert!(r.get(b"k", &mut v).unwrap().hit().is_some());
+    assert_eq!(w.append(b"k", b"!").unwrap(), Store::Stored);
+    assert!(w.get(b"k", &mut v).unwrap().hit().is_some());
+    assert_eq!(v, b"hello!");
+    assert!(w.delete(b"k").unwrap());
+    assert_eq!(r.get(b"k", &mut v).unwrap(), Lookup::Missing);
+    std::fs::remove_file(&path).unwrap();
+}
