@@ -65,7 +65,9 @@ impl fmt::Display for RegionError {
                 "region header says {header} bytes but the file has {file}: the file was \
                  truncated or resized; remove it to start afresh"
             ),
-            RegionError::Corrupt(what) => write!(f, "corrupt region header: {what}; remove the file to start afresh"),
+            RegionError::Corrupt(what) => {
+                write!(f, "corrupt region header: {what}; remove the file to start afresh")
+            }
             RegionError::InUse { pid } => write!(
                 f,
                 "region is already attached by a running writer (pid {pid}); stop it first or \

@@ -86,6 +86,7 @@ pub(crate) struct RawHeader {
     pub total_items: AtomicU64,
     pub segments_evicted: AtomicU64,
     pub segments_expired: AtomicU64,
+    pub index_evictions: AtomicU64,
 }
 
 /// Byte offset of the cookie, for locality discovery (`shm` answers with it).
@@ -96,7 +97,7 @@ const _: () = {
     assert!(std::mem::size_of::<RawHeader>() <= HEADER_BYTES);
     assert!(std::mem::offset_of!(RawHeader, magic) == 0);
     assert!(std::mem::offset_of!(RawHeader, layout_version) == 8);
-    assert!(COOKIE_OFFSET % 8 == 0);
+    assert!(COOKIE_OFFSET.is_multiple_of(8));
     assert!(std::mem::size_of::<Bucket>() == BUCKET_BYTES);
     assert!(std::mem::size_of::<SegmentMeta>() == SEGMENT_META_BYTES);
 };
@@ -243,29 +244,40 @@ impl Layout {
     /// Checks that the geometry is self-consistent and fits `region_bytes`.
     fn check(&self) -> Result<(), String> {
         let bad = |what: &str| Err(format!("inconsistent geometry: {what}"));
-        if self.segment_bytes == 0 || self.segment_bytes % 8 != 0 || self.segment_bytes > MAX_SEGMENT_BYTES {
+        if self.segment_bytes == 0
+            || !self.segment_bytes.is_multiple_of(8)
+            || self.segment_bytes > MAX_SEGMENT_BYTES
+        {
             return bad("segment size");
         }
         if self.segment_count == 0 || self.segment_count > MAX_SEGMENTS || self.bucket_count == 0 {
             return bad("counts");
         }
         if !(MIN_ITEM_LIMIT..=MAX_ITEM_LIMIT).contains(&self.max_item_bytes)
-            || self.max_item_bytes % 8 != 0
+            || !self.max_item_bytes.is_multiple_of(8)
             || self.max_item_bytes > self.segment_bytes
         {
             return bad("maximum item size");
         }
-        let index_end = self.bucket_count.checked_mul(BUCKET_BYTES).and_then(|n| n.checked_add(self.index_offset));
-        let table_end = self.segment_count.checked_mul(SEGMENT_META_BYTES).and_then(|n| n.checked_add(self.table_offset));
-        let segs_end = self.segment_count.checked_mul(self.segment_bytes).and_then(|n| n.checked_add(self.segments_offset));
+        let index_end =
+            self.bucket_count.checked_mul(BUCKET_BYTES).and_then(|n| n.checked_add(self.index_offset));
+        let table_end =
+            self.segment_count.checked_mul(SEGMENT_META_BYTES).and_then(|n| n.checked_add(self.table_offset));
+        let segs_end = self
+            .segment_count
+            .checked_mul(self.segment_bytes)
+            .and_then(|n| n.checked_add(self.segments_offset));
         match (index_end, table_end, segs_end) {
             (Some(i), Some(t), Some(s))
                 if self.index_offset == HEADER_BYTES
                     && i <= self.table_offset
-                    && self.table_offset % 64 == 0
+                    && self.table_offset.is_multiple_of(64)
                     && t <= self.segments_offset
-                    && self.segments_offset % 8 == 0
-                    && s <= self.region_bytes => Ok(()),
+                    && self.segments_offset.is_multiple_of(8)
+                    && s <= self.region_bytes =>
+            {
+                Ok(())
+            }
             _ => bad("offsets"),
         }
     }
@@ -378,7 +390,9 @@ pub(crate) struct Slot {
 impl Slot {
     #[inline]
     pub fn encode(self) -> u64 {
-        debug_assert!(self.segment < MAX_SEGMENTS && self.offset % 8 == 0 && self.offset < MAX_SEGMENT_BYTES);
+        debug_assert!(
+            self.segment < MAX_SEGMENTS && self.offset.is_multiple_of(8) && self.offset < MAX_SEGMENT_BYTES
+        );
         SLOT_PRESENT
             | (self.tag as u64) << TAG_SHIFT
             | (self.segment as u64) << SEG_SHIFT
@@ -388,7 +402,7 @@ impl Slot {
     /// The slot stored in `word`, if one is present.
     #[inline]
     pub fn decode(word: u64) -> Option<Slot> {
-        (word & SLOT_PRESENT != 0).then(|| Slot {
+        (word & SLOT_PRESENT != 0).then_some(Slot {
             tag: (word >> TAG_SHIFT) as u16,
             segment: ((word >> SEG_SHIFT) & ((1 << SEG_BITS) - 1)) as usize,
             offset: ((word & ((1 << OFF_BITS) - 1)) << 3) as usize,
@@ -467,7 +481,7 @@ impl ItemHeader {
 
 /// The length word of a filler of `bytes` (a multiple of 8).
 pub(crate) fn filler_word(bytes: usize) -> u32 {
-    debug_assert!(bytes % 8 == 0 && bytes >= 8);
+    debug_assert!(bytes.is_multiple_of(8) && bytes >= 8);
     ((bytes / 8) as u32) << 8
 }
 
@@ -490,7 +504,13 @@ mod tests {
 
     #[test]
     fn item_header_round_trips() {
-        let h = ItemHeader { key_len: 250, value_len: (1 << 23) - 1, explicit_cas: true, expiry: 7, flags: u32::MAX };
+        let h = ItemHeader {
+            key_len: 250,
+            value_len: (1 << 23) - 1,
+            explicit_cas: true,
+            expiry: 7,
+            flags: u32::MAX,
+        };
         assert_eq!(ItemHeader::decode(&h.encode()), h);
         assert_eq!(filler_size(filler_word(4096)), Some(4096));
         assert_eq!(filler_size(u32::from_le_bytes(h.encode()[0..4].try_into().unwrap())), None);

@@ -36,39 +36,22 @@ impl Mapping {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
         }
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: we ask the kernel for a fresh mapping (null hint, no MAP_FIXED), so no
         // existing memory of this process is replaced; the result is checked below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
+        let base =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping {
-            base: base.cast(),
-            len,
-            writable,
-            _file: file,
-        })
+        Ok(Mapping { base: base.cast(), len, writable, _file: file })
     }
 
     /// Panics unless `[off, off + n)` lies inside the mapping and `off` is `align`-aligned.
     #[inline]
     fn check(&self, off: usize, n: usize, align: usize) {
         assert!(
-            off % align == 0 && off.checked_add(n).is_some_and(|end| end <= self.len),
+            off.is_multiple_of(align) && off.checked_add(n).is_some_and(|end| end <= self.len),
             "region access out of bounds: {off}+{n} of {}",
             self.len
         );
@@ -148,11 +131,7 @@ impl Mapping {
             let word = unsafe { &*self.base.add(word_off).cast::<AtomicU64>() };
             let from = pos - word_off;
             let n = (8 - from).min(end - pos);
-            let mut bytes = if n == 8 {
-                [0; 8]
-            } else {
-                word.load(Ordering::Relaxed).to_le_bytes()
-            };
+            let mut bytes = if n == 8 { [0; 8] } else { word.load(Ordering::Relaxed).to_le_bytes() };
             bytes[from..from + n].copy_from_slice(&src[inp..inp + n]);
             word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
             pos += n;

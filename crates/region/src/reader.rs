@@ -19,16 +19,27 @@ impl Reader {
     /// Maps the region at `path` read-only, refusing unknown layouts, bad magic or sizes.
     pub fn open(path: impl AsRef<Path>) -> Result<Reader, RegionError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| RegionError::Io { path: path.to_owned(), action: "open", source })?;
-        let meta = file.metadata().map_err(|source| RegionError::Io { path: path.to_owned(), action: "stat", source })?;
+        let file = File::open(path).map_err(|source| RegionError::Io {
+            path: path.to_owned(),
+            action: "open",
+            source,
+        })?;
+        let meta = file.metadata().map_err(|source| RegionError::Io {
+            path: path.to_owned(),
+            action: "stat",
+            source,
+        })?;
         let exact = meta.file_type().is_file();
         let len = if exact {
             meta.len() as usize
         } else {
             use std::io::Seek;
             let mut f = &file;
-            f.seek(std::io::SeekFrom::End(0))
-                .map_err(|source| RegionError::Io { path: path.to_owned(), action: "size", source })? as usize
+            f.seek(std::io::SeekFrom::End(0)).map_err(|source| RegionError::Io {
+                path: path.to_owned(),
+                action: "size",
+                source,
+            })? as usize
         };
         Ok(Reader { region: Region::attach(file, len, false, path, exact)? })
     }

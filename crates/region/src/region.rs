@@ -5,8 +5,8 @@
 use crate::error::{OpError, RegionError};
 use crate::expiry::is_expired;
 use crate::layout::{
-    derived_cas, Bucket, ItemHeader, Layout, RawHeader, SegmentMeta, Slot, ITEM_CAS_BYTES,
-    ITEM_HEADER_BYTES, MAX_KEY_LEN,
+    derived_cas, Bucket, ItemHeader, Layout, RawHeader, SegmentMeta, Slot, ITEM_CAS_BYTES, ITEM_HEADER_BYTES,
+    MAX_KEY_LEN,
 };
 use crate::mapping::Mapping;
 use crate::seqlock::{backoff, read_begin, read_validate, READ_ATTEMPTS};
@@ -91,7 +91,13 @@ pub(crate) struct Region {
 impl Region {
     /// Maps `file` (of `len` bytes) and validates its header. `exact`: the region must fill
     /// the file (regular files); otherwise it may be smaller (devices).
-    pub fn attach(file: File, len: usize, writable: bool, path: &Path, exact: bool) -> Result<Region, RegionError> {
+    pub fn attach(
+        file: File,
+        len: usize,
+        writable: bool,
+        path: &Path,
+        exact: bool,
+    ) -> Result<Region, RegionError> {
         if len < crate::layout::HEADER_BYTES {
             return Err(RegionError::BadMagic);
         }
@@ -145,7 +151,12 @@ impl Region {
     /// Reads the item a slot points to, if it is a well-formed item under `key`; copies its
     /// value into `value` if given. Every offset is bounds-checked against the layout, so a
     /// stale slot or a corrupt region yields `None`, never an out-of-bounds read.
-    pub fn read_item(&self, slot: Slot, key: &[u8], value: Option<&mut Vec<u8>>) -> Option<(ItemHeader, u64, u64)> {
+    pub fn read_item(
+        &self,
+        slot: Slot,
+        key: &[u8],
+        value: Option<&mut Vec<u8>>,
+    ) -> Option<(ItemHeader, u64, u64)> {
         let l = &self.layout;
         if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
             return None;
@@ -154,8 +165,7 @@ impl Region {
         let mut raw = [0u8; ITEM_HEADER_BYTES];
         self.map.read(item, &mut raw);
         let header = ItemHeader::decode(&raw);
-        if header.key_len != key.len() || slot.offset + header.size() > l.segment_bytes
-        {
+        if header.key_len != key.len() || slot.offset + header.size() > l.segment_bytes {
             return None;
         }
         let key_at = item + header.key_offset();
@@ -181,7 +191,13 @@ impl Region {
     }
 
     /// Scans one bucket for `key` without validating; the caller validates or holds the lock.
-    pub fn scan_bucket(&self, b: usize, key: &[u8], tag: u16, mut value: Option<&mut Vec<u8>>) -> Option<Found> {
+    pub fn scan_bucket(
+        &self,
+        b: usize,
+        key: &[u8],
+        tag: u16,
+        mut value: Option<&mut Vec<u8>>,
+    ) -> Option<Found> {
         let bucket = self.bucket(b);
         for (slot_index, cell) in bucket.slots.iter().enumerate() {
             let word = cell.load(Ordering::Relaxed);
@@ -198,30 +214,48 @@ impl Region {
 
     /// Finds `key` optimistically: each candidate bucket is copied and then validated against
     /// its version, retrying while writers race. Copies the value into `value` if given.
-    pub fn find(&self, key: &[u8], hash: &KeyHash, mut value: Option<&mut Vec<u8>>) -> Result<Option<Found>, OpError> {
-        for &b in hash.candidates() {
-            let version = &self.bucket(b).version;
-            let mut spins = 0;
-            let mut attempts = 0;
-            loop {
-                attempts += 1;
-                if attempts > READ_ATTEMPTS {
-                    return Err(OpError::Busy);
-                }
-                let Some(begun) = read_begin(version) else {
-                    backoff(&mut spins);
-                    continue;
-                };
-                let found = self.scan_bucket(b, key, hash.tag, value.as_deref_mut());
-                if read_validate(version, begun) {
-                    if found.is_some() {
-                        return Ok(found);
+    ///
+    /// A writer may move an item from its second bucket to its first (to make room). A miss
+    /// therefore re-checks that the first bucket did not change while the second was scanned;
+    /// otherwise an item moving between the two scans could be missed.
+    pub fn find(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        mut value: Option<&mut Vec<u8>>,
+    ) -> Result<Option<Found>, OpError> {
+        let mut attempts = 0;
+        'retry: loop {
+            let mut first = None;
+            for &b in hash.candidates() {
+                let version = &self.bucket(b).version;
+                let mut spins = 0;
+                let begun = loop {
+                    attempts += 1;
+                    if attempts > READ_ATTEMPTS {
+                        return Err(OpError::Busy);
                     }
-                    break;
+                    let Some(begun) = read_begin(version) else {
+                        backoff(&mut spins);
+                        continue;
+                    };
+                    let found = self.scan_bucket(b, key, hash.tag, value.as_deref_mut());
+                    if read_validate(version, begun) {
+                        if found.is_some() {
+                            return Ok(found);
+                        }
+                        break begun;
+                    }
+                };
+                first.get_or_insert((version, begun));
+            }
+            if let Some((version, begun)) = first {
+                if !read_validate(version, begun) {
+                    continue 'retry;
                 }
             }
+            return Ok(None);
         }
-        Ok(None)
     }
 
     /// Judges a found item by the server clock and flush generation in the header.

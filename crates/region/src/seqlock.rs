@@ -40,19 +40,27 @@ pub(crate) fn read_validate(version: &AtomicU32, begun: u32) -> bool {
 pub(crate) fn write_lock(version: &AtomicU32) -> u32 {
     let mut spins = 0u32;
     loop {
-        let v = version.load(Ordering::Relaxed);
-        if v & 1 == 0
-            && version
-                .compare_exchange_weak(v, v.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            // Orders the odd version before every store made while holding the lock, so a
-            // reader that sees any of those stores also sees the version change.
-            fence(Ordering::Release);
-            return v.wrapping_add(1);
+        if let Some(locked) = write_try_lock(version) {
+            return locked;
         }
         backoff(&mut spins);
     }
+}
+
+/// Takes the bucket for writing if no other writer holds it. Used where waiting could
+/// deadlock (a third bucket taken out of lock order).
+#[inline]
+pub(crate) fn write_try_lock(version: &AtomicU32) -> Option<u32> {
+    let v = version.load(Ordering::Relaxed);
+    if v & 1 == 0
+        && version.compare_exchange_weak(v, v.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed).is_ok()
+    {
+        // Orders the odd version before every store made while holding the lock, so a
+        // reader that sees any of those stores also sees the version change.
+        fence(Ordering::Release);
+        return Some(v.wrapping_add(1));
+    }
+    None
 }
 
 /// Releases the bucket, publishing every store made while it was held.
@@ -102,7 +110,7 @@ mod loom_tests {
             });
             let w = b.clone();
             let writer = loom::thread::spawn(move || {
-                for gen in 2..4u64 {
+                for gen in 2..3u64 {
                     let v = write_lock(&w.version);
                     w.words[0].store(gen, Ordering::Relaxed);
                     w.words[1].store(gen, Ordering::Relaxed);
@@ -154,6 +162,52 @@ mod loom_tests {
             }
             assert_eq!(b.slot.load(Ordering::Relaxed), 2, "lost update");
             assert_eq!(b.version.load(Ordering::Relaxed), 4);
+        });
+    }
+
+    /// An item moves from bucket 1 to bucket 0 (the writer stores it in its new place, then
+    /// clears the old one, holding both locks) while a reader scans bucket 0, then bucket 1,
+    /// then re-checks bucket 0 on a miss, as `Region::find` does. The reader must never
+    /// report the item missing.
+    #[test]
+    fn moving_item_is_never_missed() {
+        loom::model(|| {
+            let buckets =
+                Arc::new([(AtomicU32::new(0), AtomicU64::new(0)), (AtomicU32::new(0), AtomicU64::new(7))]);
+            let w = buckets.clone();
+            let writer = loom::thread::spawn(move || {
+                let v0 = write_lock(&w[0].0);
+                let v1 = write_lock(&w[1].0);
+                w[0].1.store(7, Ordering::Relaxed);
+                w[1].1.store(0, Ordering::Relaxed);
+                write_unlock(&w[1].0, v1);
+                write_unlock(&w[0].0, v0);
+            });
+            let found = 'retry: loop {
+                let mut first = None;
+                for (version, slot) in buckets.iter() {
+                    let begun = loop {
+                        let Some(begun) = read_begin(version) else {
+                            loom::thread::yield_now();
+                            continue;
+                        };
+                        let seen = slot.load(Ordering::Relaxed);
+                        if read_validate(version, begun) {
+                            if seen == 7 {
+                                break 'retry true;
+                            }
+                            break begun;
+                        }
+                    };
+                    first.get_or_insert((version, begun));
+                }
+                let (version, begun) = first.unwrap();
+                if read_validate(version, begun) {
+                    break false;
+                }
+            };
+            writer.join().unwrap();
+            assert!(found, "item missed while it moved between buckets");
         });
     }
 }

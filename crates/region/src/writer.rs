@@ -20,12 +20,12 @@ use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, time_class, CLASSES};
 use crate::key::check_key;
 use crate::layout::{
-    filler_size, filler_word, item_bytes, state, ItemHeader, Layout, SegmentMeta, Slot,
-    BUCKET_SLOTS, ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN,
-    NEVER, SEALED_OFFSET, SLOT_ACCESSED,
+    filler_size, filler_word, item_bytes, state, ItemHeader, Layout, SegmentMeta, Slot, BUCKET_SLOTS,
+    ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER, SEALED_OFFSET,
+    SLOT_ACCESSED,
 };
 use crate::region::{Found, ItemInfo, KeyHash, Lookup, Region};
-use crate::seqlock::{backoff, write_lock, write_unlock};
+use crate::seqlock::{backoff, write_lock, write_try_lock, write_unlock};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -101,6 +101,9 @@ pub struct Stats {
     pub expired_unfetched: u64,
     /// Dead (expired or flushed) items whose memory was reclaimed.
     pub reclaimed: u64,
+    /// Live items dropped because both of a new key's buckets were full (included in
+    /// `evictions`): the index, not memory, was the limit.
+    pub index_evictions: u64,
     /// Segments emptied by eviction.
     pub segments_evicted: u64,
     /// Segments reclaimed whole because everything in them expired, was flushed or deleted.
@@ -284,7 +287,8 @@ impl Writer {
         let [seed, cookie] = random_u64s().map_err(io_err(Path::new("/dev/urandom"), "read"))?;
         layout.hash_seed = seed;
         layout.cookie = cookie;
-        let map = crate::mapping::Mapping::map(file, layout.region_bytes, true).map_err(io_err(path, "map"))?;
+        let map =
+            crate::mapping::Mapping::map(file, layout.region_bytes, true).map_err(io_err(path, "map"))?;
         if !regular {
             // A device keeps old bytes: clear the header, index and segment table.
             map.write(0, &vec![0u8; layout.segments_offset]);
@@ -316,7 +320,11 @@ impl Writer {
 
     /// Attaches to the region at `path` if there is one (it must match `config`), else
     /// creates it: what `shoal server -e <file>` does.
-    pub fn open_or_create(path: impl AsRef<Path>, config: &Config, evict: bool) -> Result<Writer, RegionError> {
+    pub fn open_or_create(
+        path: impl AsRef<Path>,
+        config: &Config,
+        evict: bool,
+    ) -> Result<Writer, RegionError> {
         let path = path.as_ref();
         if !path.exists() {
             return Self::create(path, config, evict);
@@ -396,7 +404,9 @@ impl Writer {
             for cell in &self.region.bucket(b).slots {
                 let Some(slot) = Slot::decode(cell.load(Ordering::Relaxed)) else { continue };
                 match self.item_header(slot) {
-                    Some(h) if self.region.meta(slot.segment).state.load(Ordering::Relaxed) != state::FREE => {
+                    Some(h)
+                        if self.region.meta(slot.segment).state.load(Ordering::Relaxed) != state::FREE =>
+                    {
                         self.account(slot.segment, h.size());
                     }
                     _ => cell.store(0, Ordering::Release),
@@ -563,7 +573,14 @@ impl Writer {
     }
 
     /// memcached `cas`: store only if the live item's CAS unique is still `cas`.
-    pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64, cas: u64) -> Result<Store, OpError> {
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+    ) -> Result<Store, OpError> {
         let expiry = absolute_expiry(exptime, self.clock());
         self.apply(key, value, false, |current| match current {
             None => Plan::Keep(Store::NotFound),
@@ -593,7 +610,12 @@ impl Writer {
             if text.len() < value.len() {
                 text.resize(value.len(), b' ');
             }
-            Plan::Write { value: NewValue::Owned(text), flags: info.flags, expiry: Some(info.expiry), result: Delta::Value(n) }
+            Plan::Write {
+                value: NewValue::Owned(text),
+                flags: info.flags,
+                expiry: Some(info.expiry),
+                result: Delta::Value(n),
+            }
         })
     }
 
@@ -634,6 +656,7 @@ impl Writer {
             evicted_unfetched: h.evicted_unfetched.load(r),
             expired_unfetched: h.expired_unfetched.load(r),
             reclaimed: h.reclaimed.load(r),
+            index_evictions: h.index_evictions.load(r),
             segments_evicted: h.segments_evicted.load(r),
             segments_reclaimed: h.segments_expired.load(r),
             segments: l.segment_count,
@@ -695,7 +718,10 @@ impl Writer {
                     if let Some(f) = at {
                         let item = self.region.layout.segment_offset(f.slot.segment) + f.slot.offset;
                         self.region.map.u32_at(item + ITEM_EXPIRY_OFFSET).store(expiry, Ordering::Relaxed);
-                        self.region.meta(f.slot.segment).max_expiry.fetch_max(never_if_zero(expiry), Ordering::AcqRel);
+                        self.region
+                            .meta(f.slot.segment)
+                            .max_expiry
+                            .fetch_max(never_if_zero(expiry), Ordering::AcqRel);
                     }
                 });
                 Ok(done.then_some(result))
@@ -712,7 +738,8 @@ impl Writer {
                 if item_bytes(key.len(), len, false) > limit {
                     return Err(OpError::ValueTooLarge { len, max: limit - ITEM_HEADER_BYTES - key.len() });
                 }
-                let header = ItemHeader { key_len: key.len(), value_len: len, explicit_cas: false, expiry, flags };
+                let header =
+                    ItemHeader { key_len: key.len(), value_len: len, explicit_cas: false, expiry, flags };
                 let class = time_class(expiry, self.clock());
                 let r = self.reserve(class, header.size())?;
                 self.write_item(r, &header, None, key, parts);
@@ -773,10 +800,15 @@ impl Writer {
     fn free_slot(&self, hash: &KeyHash) -> (usize, usize) {
         let mut best: Option<(usize, usize, usize)> = None; // (occupied, bucket, free slot)
         for &b in hash.candidates() {
-            let slots = &self.region.bucket(b).slots;
-            let words: Vec<u64> = slots.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-            let occupied = words.iter().filter(|&&w| Slot::decode(w).is_some()).count();
-            if let Some(i) = words.iter().position(|&w| Slot::decode(w).is_none()) {
+            let mut occupied = 0;
+            let mut free = None;
+            for (i, cell) in self.region.bucket(b).slots.iter().enumerate() {
+                match Slot::decode(cell.load(Ordering::Relaxed)) {
+                    Some(_) => occupied += 1,
+                    None => free = free.or(Some(i)),
+                }
+            }
+            if let Some(i) = free {
                 if best.is_none_or(|(o, _, _)| occupied < o) {
                     best = Some((occupied, b, i));
                 }
@@ -785,18 +817,65 @@ impl Writer {
         if let Some((_, b, i)) = best {
             return (b, i);
         }
-        // Both buckets full: the index is the limit. Evict an item not read since written,
-        // preferring the first bucket.
+        // Both buckets full: move a resident to its other bucket, else evict the oldest item
+        // not read since written (the index, not memory, is the limit).
+        if let Some(freed) = self.relocate_one(hash) {
+            return freed;
+        }
+        let age = |&(b, i): &(usize, usize)| {
+            let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
+            let generation = Slot::decode(word)
+                .map_or(0, |s| self.region.meta(s.segment).generation.load(Ordering::Relaxed));
+            (word & SLOT_ACCESSED != 0, generation)
+        };
         let victim = hash
             .candidates()
             .iter()
             .flat_map(|&b| (0..BUCKET_SLOTS).map(move |i| (b, i)))
-            .find(|&(b, i)| self.region.bucket(b).slots[i].load(Ordering::Relaxed) & SLOT_ACCESSED == 0)
-            .unwrap_or((hash.buckets[0], 0));
+            .min_by_key(age)
+            .expect("a key has at least one bucket");
         let word = self.region.bucket(victim.0).slots[victim.1].load(Ordering::Relaxed);
         self.count_drop(word, true);
+        self.region.header().index_evictions.fetch_add(1, Ordering::Relaxed);
         self.unlink(victim.0, victim.1);
         victim
+    }
+
+    /// Frees a slot in one of `hash`'s (full, locked) buckets by moving a resident item to its
+    /// alternative bucket, if that bucket has room and is not held by another writer (waiting
+    /// for it could deadlock: it is outside our lock order). The item is stored in its new
+    /// place before it leaves the old one, and readers re-check on a miss (see `Region::find`).
+    fn relocate_one(&self, hash: &KeyHash) -> Option<(usize, usize)> {
+        let mut key = [0u8; MAX_KEY_LEN];
+        for &b in hash.candidates() {
+            for i in 0..BUCKET_SLOTS {
+                let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
+                let Some(slot) = Slot::decode(word) else { continue };
+                let Some(header) = self.item_header(slot) else { continue };
+                let key = &mut key[..header.key_len];
+                let item = self.region.layout.segment_offset(slot.segment) + slot.offset;
+                self.region.map.read(item + header.key_offset(), key);
+                let theirs = self.region.hash(key);
+                let Some(&other) = theirs.candidates().iter().find(|&&c| c != b) else { continue };
+                if hash.buckets.contains(&other) {
+                    continue; // also full, and already ours
+                }
+                let version = &self.region.bucket(other).version;
+                let Some(locked) = write_try_lock(version) else { continue };
+                let target = self.region.bucket(other);
+                let free =
+                    target.slots.iter().position(|c| Slot::decode(c.load(Ordering::Relaxed)).is_none());
+                if let Some(j) = free {
+                    target.slots[j].store(word, Ordering::Release);
+                    self.region.bucket(b).slots[i].store(0, Ordering::Release);
+                }
+                write_unlock(version, locked);
+                if free.is_some() {
+                    return Some((b, i));
+                }
+            }
+        }
+        None
     }
 
     /// Clears a slot and takes its item off its segment's live counts. Lock held.
@@ -851,7 +930,14 @@ impl Writer {
     // Segments
 
     /// Writes an item into reserved space, and raises its segment's latest expiry.
-    fn write_item(&self, r: Reservation, header: &ItemHeader, cas: Option<u64>, key: &[u8], value: [&[u8]; 2]) {
+    fn write_item(
+        &self,
+        r: Reservation,
+        header: &ItemHeader,
+        cas: Option<u64>,
+        key: &[u8],
+        value: [&[u8]; 2],
+    ) {
         let map = &self.region.map;
         let mut at = self.region.layout.segment_offset(r.segment) + r.offset;
         map.write(at, &header.encode());
@@ -976,7 +1062,8 @@ impl Writer {
         let oldest_active = (0..CLASSES)
             .filter_map(|c| {
                 let s = self.active[c].load(Ordering::Acquire);
-                (s != NO_SEGMENT).then(|| (self.region.meta(s as usize).generation.load(Ordering::Relaxed), c))
+                (s != NO_SEGMENT)
+                    .then(|| (self.region.meta(s as usize).generation.load(Ordering::Relaxed), c))
             })
             .min();
         let s = match oldest_active {
@@ -1097,10 +1184,13 @@ impl Writer {
         let slot = Slot::decode(word).expect("caller checked");
         let h = self.region.header();
         let live = self.item_header(slot).filter(|header| {
-            self.region.meta(slot.segment).generation.load(Ordering::Relaxed) >= h.flush_gen.load(Ordering::Acquire)
+            self.region.meta(slot.segment).generation.load(Ordering::Relaxed)
+                >= h.flush_gen.load(Ordering::Acquire)
                 && !is_expired(header.expiry, h.clock.load(Ordering::Acquire))
         });
-        if let Some(header) = live.filter(|hd| word & SLOT_ACCESSED != 0 && hd.size() + ITEM_CAS_BYTES <= *budget) {
+        if let Some(header) =
+            live.filter(|hd| word & SLOT_ACCESSED != 0 && hd.size() + ITEM_CAS_BYTES <= *budget)
+        {
             if let Some(new_word) = self.copy_forward(pool, slot, header) {
                 *budget -= header.size() + ITEM_CAS_BYTES;
                 self.unlink(b, i);
@@ -1132,7 +1222,10 @@ impl Writer {
             self.region.map.read(src + ITEM_HEADER_BYTES, &mut b);
             u64::from_le_bytes(b)
         } else {
-            crate::layout::derived_cas(self.region.meta(slot.segment).generation.load(Ordering::Relaxed), slot.offset)
+            crate::layout::derived_cas(
+                self.region.meta(slot.segment).generation.load(Ordering::Relaxed),
+                slot.offset,
+            )
         };
         let (key, value) = body.split_at(header.key_len);
         self.write_item(r, &moved, Some(cas), key, [value, &[]]);

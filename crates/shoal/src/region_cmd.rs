@@ -179,7 +179,8 @@ fn print_layout(path: &Path, l: &Layout, generation: u64, clock: u32, as_json: b
 fn set(a: SetArgs) -> Result<(), String> {
     check_text_key(a.key.as_bytes()).map_err(|e| e.to_string())?;
     let writer = Writer::open(&a.path, true).map_err(at(&a.path))?;
-    let outcome = writer.set(a.key.as_bytes(), a.value.as_bytes(), a.flags, a.exptime).map_err(|e| e.to_string())?;
+    let outcome =
+        writer.set(a.key.as_bytes(), a.value.as_bytes(), a.flags, a.exptime).map_err(|e| e.to_string())?;
     println!("{outcome:?}");
     Ok(())
 }
