@@ -26,13 +26,13 @@ pub fn is_expired(expiry: u32, now: u32) -> bool {
     expiry != 0 && expiry <= now
 }
 
-/// Number of time classes: "never" plus four per power of two of the remaining lifetime.
-pub(crate) const CLASSES: usize = 1 + 4 * 32;
+/// Number of fine time classes: "never" plus four per power of two of the remaining lifetime.
+const FINE_CLASSES: usize = 1 + 4 * 32;
 
-/// The time class of an item: items of one class share segments, so a segment's items expire
-/// at about the same time and the segment is reclaimed whole, without looking at its items.
+/// The fine time class of an item: "never" is 0, then four classes per power of two of the
+/// remaining lifetime.
 #[inline]
-pub(crate) fn time_class(expiry: u32, now: u32) -> usize {
+fn fine_class(expiry: u32, now: u32) -> usize {
     if expiry == 0 {
         return 0;
     }
@@ -40,6 +40,40 @@ pub(crate) fn time_class(expiry: u32, now: u32) -> usize {
     let log = 31 - ttl.leading_zeros();
     let quarter = if log >= 2 { (ttl >> (log - 2)) & 3 } else { ttl & 3 };
     1 + (log * 4 + quarter) as usize
+}
+
+/// How a region groups items by lifetime. Items of one class share segments, so a segment's
+/// items expire at about the same time and the segment is reclaimed whole, without looking at
+/// its items. Every class in use keeps one segment open, so a region gets at most one class per
+/// eight segments: neighbouring fine classes merge in small regions, and open segments never
+/// hold more than about an eighth of memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TimeClasses {
+    merge: usize,
+    count: usize,
+}
+
+impl TimeClasses {
+    /// The classes of a region with `segments` segments.
+    pub fn for_segments(segments: usize) -> TimeClasses {
+        let limit = (segments / 8).clamp(2, FINE_CLASSES);
+        let merge = (FINE_CLASSES - 1).div_ceil(limit - 1);
+        TimeClasses { merge, count: 1 + (FINE_CLASSES - 1).div_ceil(merge) }
+    }
+
+    /// Number of classes.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The class of an item with stored expiry `expiry` at server time `now`.
+    #[inline]
+    pub fn of(&self, expiry: u32, now: u32) -> usize {
+        match fine_class(expiry, now) {
+            0 => 0,
+            fine => 1 + (fine - 1) / self.merge,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -62,13 +96,17 @@ mod tests {
     #[test]
     fn time_classes_are_ordered_and_bounded() {
         let now = 1000;
-        let mut last = 0;
-        for ttl in 1..100_000u32 {
-            let c = time_class(now + ttl, now);
-            assert!(c >= last && c < CLASSES, "ttl {ttl} class {c}");
-            last = c;
+        for segments in [2, 16, 59, 500, 1024, 100_000] {
+            let classes = TimeClasses::for_segments(segments);
+            assert!(classes.count() <= (segments / 8).max(2) + 1, "{segments}: {classes:?}");
+            let mut last = 0;
+            for ttl in (1..100_000u32).chain([u32::MAX - 1 - now]) {
+                let c = classes.of(now + ttl, now);
+                assert!(c >= last && c >= 1 && c < classes.count(), "ttl {ttl} class {c}");
+                last = c;
+            }
+            assert_eq!(classes.of(0, now), 0);
         }
-        assert_eq!(time_class(0, now), 0);
-        assert!(time_class(u32::MAX - 1, 0) < CLASSES);
+        assert_eq!(TimeClasses::for_segments(100_000).count(), FINE_CLASSES);
     }
 }

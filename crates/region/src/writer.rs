@@ -17,7 +17,7 @@
 //! of items: a warm restart serves every item at once.
 
 use crate::error::{OpError, RegionError};
-use crate::expiry::{absolute_expiry, is_expired, time_class, CLASSES};
+use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
 use crate::key::check_key;
 use crate::layout::{
     filler_size, filler_word, item_bytes, state, ItemHeader, Layout, SegmentMeta, Slot, BUCKET_SLOTS,
@@ -193,6 +193,8 @@ pub struct Writer {
     path: PathBuf,
     evict: bool,
     pool: Mutex<Pool>,
+    classes: TimeClasses,
+    /// The open segment of each time class.
     active: Box<[AtomicU32]>,
 }
 
@@ -303,7 +305,7 @@ impl Writer {
         h.clean.store(1, Ordering::Relaxed);
         // The magic goes last: a region whose creation was interrupted has none.
         h.magic.store(MAGIC, Ordering::Release);
-        Self::start(region, path, evict)
+        Self::start(region, path, evict, true)
     }
 
     /// Attaches to an existing region, recovering it if its last writer crashed.
@@ -315,7 +317,7 @@ impl Writer {
         }
         let (size, exact) = file_size(&mut file, path)?;
         let region = Region::attach(file, size, true, path, exact)?;
-        Self::start(region, path, evict)
+        Self::start(region, path, evict, false)
     }
 
     /// Attaches to the region at `path` if there is one (it must match `config`), else
@@ -354,18 +356,24 @@ impl Writer {
             .unwrap_or(0)
     }
 
-    fn start(region: Region, path: &Path, evict: bool) -> Result<Writer, RegionError> {
+    fn start(region: Region, path: &Path, evict: bool, fresh: bool) -> Result<Writer, RegionError> {
         let h = region.header();
-        let crashed = h.clean.load(Ordering::Acquire) == 0;
+        // Holding the file's exclusive lock proves that no other writer lives, so a locked
+        // bucket or a reservation in flight can only be left over (a corrupt file, or a panic
+        // while holding a bucket), even in a region marked clean; left as is, they would make
+        // this writer wait forever. Recover then too.
+        let crashed = !fresh && (h.clean.load(Ordering::Acquire) == 0 || Self::stale_writes(&region));
         h.clean.store(0, Ordering::Release);
         h.writer_pid.store(std::process::id(), Ordering::Relaxed);
         h.generation.fetch_add(1, Ordering::AcqRel);
+        let classes = TimeClasses::for_segments(region.layout.segment_count);
         let writer = Writer {
             region,
             path: path.to_owned(),
             evict,
             pool: Mutex::new(Pool { free: Vec::new(), fifo: VecDeque::new(), retained: None }),
-            active: (0..CLASSES).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
+            classes,
+            active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
         };
         if crashed {
             writer.recover();
@@ -373,6 +381,14 @@ impl Writer {
         writer.rebuild_pool();
         writer.tick(unix_now().max(writer.clock()));
         Ok(writer)
+    }
+
+    /// True if any bucket is locked or any segment has a reservation in flight: impossible
+    /// after a clean detach. O(buckets), one word each.
+    fn stale_writes(region: &Region) -> bool {
+        let l = &region.layout;
+        (0..l.bucket_count).any(|b| region.bucket(b).version.load(Ordering::Relaxed) & 1 == 1)
+            || (0..l.segment_count).any(|s| region.meta(s).in_flight.load(Ordering::Relaxed) != 0)
     }
 
     /// After a crash: release stuck bucket locks, mark segments that may hold torn writes as
@@ -484,7 +500,26 @@ impl Writer {
             self.flush_now(&mut pool);
         }
         h.clock.store(now, Ordering::Release);
+        self.seal_expired_open_segments(&mut pool, now);
         self.reclaim_dead(&mut pool);
+    }
+
+    /// Seals open segments whose items have all expired, so that `reclaim_dead` frees them now
+    /// rather than when their class next fills a segment. Pool lock held.
+    fn seal_expired_open_segments(&self, pool: &mut Pool, now: u32) {
+        for active in self.active.iter() {
+            let s = active.load(Ordering::Acquire);
+            if s == NO_SEGMENT {
+                continue;
+            }
+            let max_expiry = self.region.meta(s as usize).max_expiry.load(Ordering::Acquire);
+            let expired = max_expiry != 0 && max_expiry != NEVER && max_expiry <= now;
+            if expired && active.compare_exchange(s, NO_SEGMENT, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                self.seal(s as usize);
+                pool.fifo.push_back(s as usize);
+            }
+        }
     }
 
     /// memcached's `flush_all [delay]`: every item stored before the flush takes effect is
@@ -519,7 +554,7 @@ impl Writer {
         Ok(lookup)
     }
 
-    /// memcached `set`.
+    /// memcached `set`. If it fails for lack of memory or size, the old value is removed.
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
         check_key(key)?;
         let plan = Plan::Write {
@@ -529,7 +564,16 @@ impl Writer {
             result: Store::Stored,
         };
         let hash = self.region.hash(key);
-        Ok(self.execute(key, &hash, value, &[], plan, Expect::Any)?.expect("unconditional"))
+        match self.execute(key, &hash, value, &[], plan, Expect::Any) {
+            Ok(stored) => Ok(stored.expect("unconditional")),
+            Err(e @ (OpError::ValueTooLarge { .. } | OpError::OutOfMemory)) => {
+                // As memcached does for `set` only: a failed set must not leave the old value
+                // readable, or the client would keep reading what it just tried to replace.
+                self.execute(key, &hash, &[], &[], Plan::Remove(()), Expect::Any)?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// memcached `add`: store only if there is no live item.
@@ -645,7 +689,7 @@ impl Writer {
         for s in 0..l.segment_count {
             let m = self.region.meta(s);
             items += m.live_items.load(Ordering::Relaxed) as u64;
-            bytes += m.live_bytes.load(Ordering::Relaxed);
+            bytes = bytes.saturating_add(m.live_bytes.load(Ordering::Relaxed)); // damaged tables too
         }
         let r = Ordering::Relaxed;
         Stats {
@@ -740,19 +784,25 @@ impl Writer {
                 }
                 let header =
                     ItemHeader { key_len: key.len(), value_len: len, explicit_cas: false, expiry, flags };
-                let class = time_class(expiry, self.clock());
+                let class = self.classes.of(expiry, self.clock());
                 let r = self.reserve(class, header.size())?;
                 self.write_item(r, &header, None, key, parts);
                 let word = Slot { tag: hash.tag, segment: r.segment, offset: r.offset }.encode();
+                let mut linked = false;
                 let done = self.with_locked(key, hash, expect, |at| {
-                    self.link(hash, at, word);
-                    self.account(r.segment, r.size);
-                    self.region.header().total_items.fetch_add(1, Ordering::Relaxed);
+                    linked = self.link(hash, at, word);
+                    if linked {
+                        self.account(r.segment, r.size);
+                        self.region.header().total_items.fetch_add(1, Ordering::Relaxed);
+                    }
                 });
-                if !done {
+                if !linked {
                     self.write_filler(r.segment, r.offset, r.size);
                 }
                 self.release(r.segment);
+                if done && !linked {
+                    return Err(OpError::OutOfMemory);
+                }
                 Ok(done.then_some(result))
             }
         }
@@ -785,19 +835,25 @@ impl Writer {
 
     /// Points the index at a new item: over the key's old slot if it has one, else into the
     /// emptier candidate bucket, else over an item evicted from a full bucket. Locks held.
-    fn link(&self, hash: &KeyHash, at: Option<Found>, word: u64) {
+    /// False if there is no room and eviction is disabled.
+    fn link(&self, hash: &KeyHash, at: Option<Found>, word: u64) -> bool {
         let (b, i) = match at {
             Some(f) => {
                 self.unlink(f.bucket, f.slot_index);
                 (f.bucket, f.slot_index)
             }
-            None => self.free_slot(hash),
+            None => match self.free_slot(hash) {
+                Some(free) => free,
+                None => return false,
+            },
         };
         self.region.bucket(b).slots[i].store(word, Ordering::Release);
+        true
     }
 
-    /// A free slot among the candidate buckets (the emptier one), making one if both are full.
-    fn free_slot(&self, hash: &KeyHash) -> (usize, usize) {
+    /// A free slot among the candidate buckets (the emptier one), making one if both are full
+    /// (by evicting only if eviction is enabled).
+    fn free_slot(&self, hash: &KeyHash) -> Option<(usize, usize)> {
         let mut best: Option<(usize, usize, usize)> = None; // (occupied, bucket, free slot)
         for &b in hash.candidates() {
             let mut occupied = 0;
@@ -815,30 +871,38 @@ impl Writer {
             }
         }
         if let Some((_, b, i)) = best {
-            return (b, i);
+            return Some((b, i));
         }
-        // Both buckets full: move a resident to its other bucket, else evict the oldest item
-        // not read since written (the index, not memory, is the limit).
+        // Both buckets full: reuse the slot of a dead item, else move a resident to its other
+        // bucket, else evict the oldest item not read since written (the index, not memory,
+        // is the limit).
+        let slots = || hash.candidates().iter().flat_map(|&b| (0..BUCKET_SLOTS).map(move |i| (b, i)));
+        let word_at = |(b, i): (usize, usize)| self.region.bucket(b).slots[i].load(Ordering::Relaxed);
+        let dead =
+            slots().find(|&at| Slot::decode(word_at(at)).is_some_and(|s| self.live_header(s).is_none()));
+        if let Some((b, i)) = dead {
+            self.count_drop(word_at((b, i)), false);
+            self.unlink(b, i);
+            return Some((b, i));
+        }
         if let Some(freed) = self.relocate_one(hash) {
-            return freed;
+            return Some(freed);
         }
-        let age = |&(b, i): &(usize, usize)| {
-            let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
+        if !self.evict {
+            return None; // no eviction (`-M`): the caller answers OutOfMemory
+        }
+        let age = |&at: &(usize, usize)| {
+            let word = word_at(at);
             let generation = Slot::decode(word)
+                .filter(|s| s.segment < self.region.layout.segment_count)
                 .map_or(0, |s| self.region.meta(s.segment).generation.load(Ordering::Relaxed));
             (word & SLOT_ACCESSED != 0, generation)
         };
-        let victim = hash
-            .candidates()
-            .iter()
-            .flat_map(|&b| (0..BUCKET_SLOTS).map(move |i| (b, i)))
-            .min_by_key(age)
-            .expect("a key has at least one bucket");
-        let word = self.region.bucket(victim.0).slots[victim.1].load(Ordering::Relaxed);
-        self.count_drop(word, true);
+        let victim = slots().min_by_key(age).expect("a key has at least one bucket");
+        self.count_drop(word_at(victim), true);
         self.region.header().index_evictions.fetch_add(1, Ordering::Relaxed);
         self.unlink(victim.0, victim.1);
-        victim
+        Some(victim)
     }
 
     /// Frees a slot in one of `hash`'s (full, locked) buckets by moving a resident item to its
@@ -906,7 +970,18 @@ impl Writer {
         let mut raw = [0u8; ITEM_HEADER_BYTES];
         self.region.map.read(l.segment_offset(slot.segment) + slot.offset, &mut raw);
         let h = ItemHeader::decode(&raw);
-        (h.key_len > 0 && slot.offset + h.size() <= l.segment_bytes).then_some(h)
+        (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
+    }
+
+    /// The header of the item a slot points to, if the item is alive: not flushed, not expired
+    /// by the server clock.
+    fn live_header(&self, slot: Slot) -> Option<ItemHeader> {
+        let h = self.region.header();
+        self.item_header(slot).filter(|header| {
+            self.region.meta(slot.segment).generation.load(Ordering::Relaxed)
+                >= h.flush_gen.load(Ordering::Acquire)
+                && !is_expired(header.expiry, h.clock.load(Ordering::Acquire))
+        })
     }
 
     /// Counts an item leaving the index to make room or because it died.
@@ -1022,8 +1097,11 @@ impl Writer {
         let m = self.region.meta(s);
         let filled = m.write_offset.swap(SEALED_OFFSET, Ordering::SeqCst);
         let end = self.region.layout.segment_bytes as u64;
-        if filled < end {
+        if filled < end && filled.is_multiple_of(8) {
             self.write_filler(s, filled as usize, (end - filled) as usize);
+        } else if filled < end {
+            // Only a damaged segment table gets here: find its items through the index.
+            m.walkable.store(0, Ordering::Relaxed);
         }
         m.state.store(state::SEALED, Ordering::Release);
     }
@@ -1059,7 +1137,7 @@ impl Writer {
 
     /// When every segment is open (a small region with many time classes), seal the oldest.
     fn seal_an_open_segment(&self, pool: &mut Pool) -> Option<usize> {
-        let oldest_active = (0..CLASSES)
+        let oldest_active = (0..self.active.len())
             .filter_map(|c| {
                 let s = self.active[c].load(Ordering::Acquire);
                 (s != NO_SEGMENT)
@@ -1079,7 +1157,7 @@ impl Writer {
     fn flush_now(&self, pool: &mut Pool) {
         let h = self.region.header();
         h.flush_at.store(0, Ordering::Release);
-        for c in 0..CLASSES {
+        for c in 0..self.active.len() {
             let s = self.active[c].swap(NO_SEGMENT, Ordering::AcqRel);
             if s != NO_SEGMENT {
                 self.seal(s as usize);
@@ -1102,10 +1180,14 @@ impl Writer {
         let now = h.clock.load(Ordering::Acquire);
         let dead = |s: &usize| {
             let m: &SegmentMeta = self.region.meta(*s);
+            // In-flight first: once it reads 0, every reservation made before the seal has
+            // published its expiry and live count (and no new one can succeed), so they are
+            // current; read before it, they may miss an item being written right now.
+            let idle = m.in_flight.load(Ordering::Acquire) == 0;
             let max_expiry = m.max_expiry.load(Ordering::Acquire);
             m.generation.load(Ordering::Acquire) < flush_gen
-                || (max_expiry != NEVER && max_expiry <= now)
-                || (m.live_items.load(Ordering::Acquire) == 0 && m.in_flight.load(Ordering::Acquire) == 0)
+                || (idle && max_expiry != NEVER && max_expiry <= now)
+                || (idle && m.live_items.load(Ordering::Acquire) == 0)
         };
         let (dead, alive): (Vec<usize>, Vec<usize>) = pool.fifo.drain(..).partition(dead);
         pool.fifo.extend(alive);
@@ -1126,7 +1208,8 @@ impl Writer {
         while m.in_flight.load(Ordering::Acquire) != 0 {
             backoff(&mut spins);
         }
-        if m.walkable.load(Ordering::Acquire) != 0 {
+        let mut walk = m.walkable.load(Ordering::Acquire) != 0;
+        if walk {
             let base = l.segment_offset(s);
             let mut offset = 0;
             let mut key = [0u8; MAX_KEY_LEN];
@@ -1145,6 +1228,10 @@ impl Writer {
                 if offset + size > l.segment_bytes {
                     break;
                 }
+                if header.key_len > MAX_KEY_LEN {
+                    walk = false; // damaged: find the rest of its items through the index
+                    break;
+                }
                 let key = &mut key[..header.key_len];
                 self.region.map.read(base + offset + header.key_offset(), key);
                 let hash = self.region.hash(key);
@@ -1159,7 +1246,11 @@ impl Writer {
                 }
                 offset += size;
             }
-        } else {
+        }
+        if walk && m.live_items.load(Ordering::Acquire) != 0 {
+            walk = false; // the walk missed items (a damaged segment): scan the index for them
+        }
+        if !walk {
             // Possibly torn by a crash: find its items through the index instead.
             for b in 0..l.bucket_count {
                 let version = &self.region.bucket(b).version;
@@ -1182,12 +1273,7 @@ impl Writer {
     /// Drops, or gives a second chance to, the item in slot `i` of bucket `b`. Lock held.
     fn evict_slot(&self, pool: &mut Pool, b: usize, i: usize, word: u64, budget: &mut usize) {
         let slot = Slot::decode(word).expect("caller checked");
-        let h = self.region.header();
-        let live = self.item_header(slot).filter(|header| {
-            self.region.meta(slot.segment).generation.load(Ordering::Relaxed)
-                >= h.flush_gen.load(Ordering::Acquire)
-                && !is_expired(header.expiry, h.clock.load(Ordering::Acquire))
-        });
+        let live = self.live_header(slot);
         if let Some(header) =
             live.filter(|hd| word & SLOT_ACCESSED != 0 && hd.size() + ITEM_CAS_BYTES <= *budget)
         {
@@ -1249,14 +1335,27 @@ fn never_if_zero(expiry: u32) -> u32 {
     }
 }
 
-/// memcached's reading of a counter: decimal digits, optionally followed by spaces (left by an
-/// earlier in-place decrement), fitting 64 bits.
+/// memcached's reading of a counter (`safe_strtoull`): optional leading white space, an
+/// optional sign, decimal digits that fit 64 bits, then the end or white space (anything after
+/// that is ignored). A minus sign makes the number wrap, as `strtoull` does, and is refused
+/// when the wrapped result reads as negative (so only `-0` passes).
 fn parse_counter(value: &[u8]) -> Option<u64> {
-    let digits = value.iter().position(|&b| b == b' ').unwrap_or(value.len());
-    if digits == 0 || value[digits..].iter().any(|&b| b != b' ') || digits > 20 {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = value.iter().position(|b| !is_space(b))?;
+    let rest = &value[start..];
+    let (negative, rest) = match rest.first() {
+        Some(b'-') => (true, &rest[1..]),
+        Some(b'+') => (false, &rest[1..]),
+        _ => (false, rest),
+    };
+    let digits = rest.iter().position(|b| !b.is_ascii_digit()).unwrap_or(rest.len());
+    if digits == 0 || !rest[digits..].first().is_none_or(is_space) {
         return None;
     }
-    std::str::from_utf8(&value[..digits]).ok()?.parse().ok()
+    let n =
+        rest[..digits].iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add((d - b'0') as u64))?;
+    let n = if negative { n.wrapping_neg() } else { n };
+    (!(negative && (n as i64) < 0)).then_some(n)
 }
 
 #[cfg(test)]
@@ -1270,8 +1369,13 @@ mod tests {
         assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_counter(b"18446744073709551616"), None);
         assert_eq!(parse_counter(b""), None);
-        assert_eq!(parse_counter(b" 1"), None);
+        assert_eq!(parse_counter(b" 1"), Some(1));
+        assert_eq!(parse_counter(b"+7\t"), Some(7));
+        assert_eq!(parse_counter(b"12 ab"), Some(12));
+        assert_eq!(parse_counter(b"000000000000000000000001"), Some(1));
         assert_eq!(parse_counter(b"1a"), None);
         assert_eq!(parse_counter(b"-1"), None);
+        assert_eq!(parse_counter(b"-0"), Some(0));
+        assert_eq!(parse_counter(b"  "), None);
     }
 }
