@@ -815,3 +815,24 @@ fn oversized_key_lengths_in_segments_never_crash_the_writer() {
     assert!((0..2 * per_segment).all(|i| read(&r, &key("k", i)).is_none()));
     assert_eq!(read(&r, &key("new", 19_999)), Some(value("new", 19_999, 1024)));
 }
+
+/// Items held by a default-sized region after writing twice its capacity of 100-byte values,
+/// with expiry times drawn from `exptimes` (none of which pass during the test).
+fn items_held_with_exptimes(tag: &str, exptimes: impl Fn(usize) -> i64) -> u64 {
+    let file = ShmFile::new(tag);
+    let w = Writer::create(&file.0, &Config::default(), true).unwrap();
+    let n = 2 * (64 << 20) / 128;
+    for i in 0..n {
+        assert_eq!(w.set(&key("mix", i), &[b'v'; 100], 0, exptimes(i)), Ok(Store::Stored));
+    }
+    w.stats().items
+}
+
+#[test]
+fn mixed_expiry_times_do_not_strand_memory_in_open_segments() {
+    // Every time class keeps a segment open; a small region must not have so many classes
+    // that open segments crowd out everything else.
+    let baseline = items_held_with_exptimes("ttl-none", |_| 0);
+    let spread = items_held_with_exptimes("ttl-spread", |i| 1 + (i as i64 * 7919) % (30 * 86_400));
+    assert!(spread * 10 >= baseline * 8, "{spread} items with mixed TTLs vs {baseline} without");
+}
