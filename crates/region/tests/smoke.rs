@@ -18,3 +18,17 @@ fn smoke() {
     assert_eq!(r.get(b"k", &mut v).unwrap(), Lookup::Missing);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn anonymous_memfd_region_is_readable_through_its_proc_path() {
+    let w = Writer::create_anonymous(&Config::default(), true).unwrap();
+    assert!(w.path().starts_with("/proc/"), "{}", w.path().display());
+    assert_eq!(w.set(b"k", b"in a memfd", 3, 0).unwrap(), Store::Stored);
+    let r = Reader::open(w.path()).unwrap();
+    let mut v = Vec::new();
+    assert_eq!(r.get(b"k", &mut v).unwrap().hit().map(|i| i.flags), Some(3));
+    assert_eq!(v, b"in a memfd");
+    assert_eq!((r.cookie(), r.generation()), (w.cookie(), w.generation()));
+    // A second writer on the same file is refused while the first lives.
+    assert!(matches!(Writer::open(w.path(), true), Err(shoal_region::RegionError::InUse { .. })));
+}
