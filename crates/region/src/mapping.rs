@@ -33,8 +33,9 @@ impl Mapping {
     /// `PROT_WRITE`. A read-only mapping must come from a file opened read-only for the
     /// guarantee that readers never write to mean anything.
     pub(crate) fn map(file: File, len: usize, writable: bool) -> io::Result<Mapping> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
+        if len == 0 || !len.is_multiple_of(8) {
+            // Word-wise copies rely on the mapping being a whole number of words.
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "region size is not a multiple of 8"));
         }
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: we ask the kernel for a fresh mapping (null hint, no MAP_FIXED), so no
@@ -87,34 +88,53 @@ impl Mapping {
         unsafe { &*self.base.add(off).cast::<T>() }
     }
 
-    /// Copies `dst.len()` bytes starting at `off` out of the region.
+    /// The aligned word at `off`.
+    ///
+    /// # Safety
+    /// `off` is 8-aligned and `off + 8 <= self.len`.
+    #[inline(always)]
+    unsafe fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.len);
+        // SAFETY: the caller guarantees alignment and bounds; the mapping lives as long as
+        // `self` and AtomicU64 has no invalid bit patterns.
+        unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+    }
+
+    /// Copies `dst.len()` bytes starting at `off` out of the region: a partial first word,
+    /// whole words, a partial last word.
     #[inline]
     pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
         if dst.is_empty() {
             return;
         }
         self.check(off, dst.len(), 1);
-        let end = off + dst.len();
-        let mut pos = off;
-        let mut out = 0;
-        while pos < end {
-            let word_off = pos & !7;
-            // SAFETY: `word_off` is 8-aligned and `word_off + 8 <= len` because the mapping's
-            // length is a multiple of 8 (region sizes are rounded to pages) and
-            // `word_off <= pos < end <= len`.
-            let word = unsafe { &*self.base.add(word_off).cast::<AtomicU64>() }
-                .load(Ordering::Relaxed)
-                .to_le_bytes();
-            let from = pos - word_off;
-            let n = (8 - from).min(end - pos);
-            dst[out..out + n].copy_from_slice(&word[from..from + n]);
-            pos += n;
-            out += n;
+        // Every word touched below starts at or after `off & !7` and before `off + dst.len()`,
+        // which is ≤ len; since len is a multiple of 8 (checked in `map`), each whole word is
+        // inside the mapping. That is the safety argument of every `word` call here.
+        let skip = off & 7;
+        let mut pos = off - skip;
+        let head = (8 - skip).min(dst.len());
+        // SAFETY: see above.
+        let first = unsafe { self.word(pos) }.load(Ordering::Relaxed).to_le_bytes();
+        dst[..head].copy_from_slice(&first[skip..skip + head]);
+        pos += 8;
+        let mut chunks = dst[head..].chunks_exact_mut(8);
+        for chunk in &mut chunks {
+            // SAFETY: see above.
+            chunk.copy_from_slice(&unsafe { self.word(pos) }.load(Ordering::Relaxed).to_le_bytes());
+            pos += 8;
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            // SAFETY: see above.
+            let last = unsafe { self.word(pos) }.load(Ordering::Relaxed).to_le_bytes();
+            tail.copy_from_slice(&last[..tail.len()]);
         }
     }
 
     /// Copies `src` into the region at `off`. Only the writer calls this, and only on space it
-    /// has reserved: no other writer touches those words, though readers may be copying them.
+    /// has reserved: no other writer touches those words, though readers may be copying them,
+    /// so the partial first and last words are read, merged and stored whole.
     #[inline]
     pub(crate) fn write(&self, off: usize, src: &[u8]) {
         if src.is_empty() {
@@ -122,20 +142,29 @@ impl Mapping {
         }
         assert!(self.writable, "write through a read-only mapping");
         self.check(off, src.len(), 1);
-        let end = off + src.len();
-        let mut pos = off;
-        let mut inp = 0;
-        while pos < end {
-            let word_off = pos & !7;
-            // SAFETY: as in `read`.
-            let word = unsafe { &*self.base.add(word_off).cast::<AtomicU64>() };
-            let from = pos - word_off;
-            let n = (8 - from).min(end - pos);
-            let mut bytes = if n == 8 { [0; 8] } else { word.load(Ordering::Relaxed).to_le_bytes() };
-            bytes[from..from + n].copy_from_slice(&src[inp..inp + n]);
-            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
-            pos += n;
-            inp += n;
+        // Same bounds argument as in `read`.
+        let merge = |pos: usize, from: usize, bytes: &[u8]| {
+            // SAFETY: see `read`.
+            let word = unsafe { self.word(pos) };
+            let mut merged = word.load(Ordering::Relaxed).to_le_bytes();
+            merged[from..from + bytes.len()].copy_from_slice(bytes);
+            word.store(u64::from_le_bytes(merged), Ordering::Relaxed);
+        };
+        let skip = off & 7;
+        let mut pos = off - skip;
+        let head = (8 - skip).min(src.len());
+        merge(pos, skip, &src[..head]);
+        pos += 8;
+        let mut chunks = src[head..].chunks_exact(8);
+        for chunk in &mut chunks {
+            let value = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            // SAFETY: see `read`.
+            unsafe { self.word(pos) }.store(value, Ordering::Relaxed);
+            pos += 8;
+        }
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            merge(pos, 0, tail);
         }
     }
 }
@@ -147,5 +176,49 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.base.cast(), self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    fn memfd(len: usize) -> File {
+        // SAFETY: memfd_create with a valid C string; the descriptor is checked and owned once.
+        let file = unsafe {
+            let fd = libc::memfd_create(c"mapping-test".as_ptr(), 0);
+            assert!(fd >= 0);
+            File::from_raw_fd(fd)
+        };
+        file.set_len(len as u64).unwrap();
+        file
+    }
+
+    #[test]
+    fn byte_copies_at_every_alignment_and_length_touch_only_their_bytes() {
+        const LEN: usize = 64;
+        let map = Mapping::map(memfd(LEN), LEN, true).unwrap();
+        for off in 0..LEN {
+            for len in 0..=LEN - off {
+                let background: Vec<u8> = (0..LEN as u8).collect();
+                map.write(0, &background);
+                let data: Vec<u8> = (0..len).map(|i| 0x80 | i as u8).collect();
+                map.write(off, &data);
+                let mut all = vec![0; LEN];
+                map.read(0, &mut all);
+                let mut expected = background.clone();
+                expected[off..off + len].copy_from_slice(&data);
+                assert_eq!(all, expected, "write at {off}+{len}");
+                let mut back = vec![0; len];
+                map.read(off, &mut back);
+                assert_eq!(back, data, "read at {off}+{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_that_are_not_whole_words_are_refused() {
+        assert!(Mapping::map(memfd(4100), 4100, false).is_err());
     }
 }

@@ -18,7 +18,7 @@ use crate::sync::{fence, AtomicU32, Ordering};
 /// How many times a reader retries a bucket that a writer holds before it gives up.
 /// A live writer holds a bucket for well under a microsecond; exhausting this means the
 /// writer died holding it (its successor recovers the lock on attach).
-pub(crate) const READ_ATTEMPTS: u32 = 100_000;
+pub(crate) const READ_ATTEMPTS: u32 = 10_000;
 
 /// Starts an optimistic read: the current version if no writer holds the bucket.
 #[inline]
