@@ -237,6 +237,7 @@ impl Writer {
     /// Creates a new region file at `path` (which must not exist) and attaches to it.
     pub fn create(path: impl AsRef<Path>, config: &Config, evict: bool) -> Result<Writer, RegionError> {
         let path = path.as_ref();
+        config.layout()?; // an impossible configuration must not leave an empty file behind
         let file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -32,3 +32,11 @@ fn anonymous_memfd_region_is_readable_through_its_proc_path() {
     // A second writer on the same file is refused while the first lives.
     assert!(matches!(Writer::open(w.path(), true), Err(shoal_region::RegionError::InUse { .. })));
 }
+
+#[test]
+fn an_impossible_configuration_leaves_no_file_behind() {
+    let path = format!("/dev/shm/shoal-smoke-tiny-{}", std::process::id());
+    let tiny = Config { region_bytes: 1 << 20, ..Config::default() };
+    assert!(matches!(Writer::create(&path, &tiny, true), Err(shoal_region::RegionError::Config(_))));
+    assert!(!std::path::Path::new(&path).exists());
+}
