@@ -15,7 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 use shoal_region::expiry::absolute_expiry;
 use shoal_region::layout::item_bytes;
-use shoal_region::{Delta, Lookup, OpError, Reader, Store, Writer};
+use shoal_region::{parse_counter, Delta, Lookup, OpError, Reader, Store, Writer};
 use shoal_region_fuzz::{key, tiny_region, Input, Scratch, GEOMETRIES, KEYS};
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -101,28 +101,6 @@ fn trace() -> bool {
 
 fn is_live(e: &Entry, clock: u32) -> bool {
     e.expiry == 0 || e.expiry > clock
-}
-
-/// memcached's reading of a counter (`strtoull`), as the writer implements it: optional
-/// leading white space, an optional sign, digits, then white space or the end; "-0" reads as 0,
-/// other negative numbers are not numbers.
-fn parse_counter(value: &[u8]) -> Option<u64> {
-    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
-    let start = value.iter().position(|b| !is_space(b))?;
-    let rest = &value[start..];
-    let (negative, rest) = match rest.first() {
-        Some(b'-') => (true, &rest[1..]),
-        Some(b'+') => (false, &rest[1..]),
-        _ => (false, rest),
-    };
-    let digits = rest.iter().position(|b| !b.is_ascii_digit()).unwrap_or(rest.len());
-    if digits == 0 || !rest[digits..].first().is_none_or(is_space) {
-        return None;
-    }
-    let n =
-        rest[..digits].iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add((d - b'0') as u64))?;
-    let n = if negative { n.wrapping_neg() } else { n };
-    (!(negative && (n as i64) < 0)).then_some(n)
 }
 
 /// A storage outcome: removed if `expiry` is `None`, too large, or stored.

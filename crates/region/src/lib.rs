@@ -46,4 +46,4 @@ pub use reader::Reader;
 #[cfg(not(loom))]
 pub use region::{ItemInfo, Lookup};
 #[cfg(not(loom))]
-pub use writer::{Config, Delta, Stats, Store, Writer};
+pub use writer::{parse_counter, Config, Delta, Stats, Store, Writer};

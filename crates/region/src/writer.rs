@@ -1340,7 +1340,7 @@ fn never_if_zero(expiry: u32) -> u32 {
 /// optional sign, decimal digits that fit 64 bits, then the end or white space (anything after
 /// that is ignored). A minus sign makes the number wrap, as `strtoull` does, and is refused
 /// when the wrapped result reads as negative (so only `-0` passes).
-fn parse_counter(value: &[u8]) -> Option<u64> {
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
     let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
     let start = value.iter().position(|b| !is_space(b))?;
     let rest = &value[start..];

@@ -290,6 +290,25 @@ fn second_chance_with_more_hot_items_than_fit_stays_correct() {
 // ---------------------------------------------------------------------------------------------
 // Reclaiming whole segments
 
+/// A small region, a reader beside its writer, and how many 1 KiB items fill a segment.
+struct Small {
+    _file: ShmFile,
+    w: Writer,
+    r: Reader,
+    segments: usize,
+    per_segment: usize,
+}
+
+impl Small {
+    fn new(tag: &str) -> Small {
+        let file = ShmFile::new(tag);
+        let w = Writer::create(&file.0, &small(), true).unwrap();
+        let r = Reader::open(&file.0).unwrap();
+        let (segments, per_segment) = (w.stats().segments, w.stats().segment_bytes / ITEM);
+        Small { _file: file, w, r, segments, per_segment }
+    }
+}
+
 /// Fills with `count` 1 KiB items of expiry `exptime`.
 fn fill(w: &Writer, prefix: &str, count: usize, exptime: i64) {
     for i in 0..count {
@@ -299,11 +318,7 @@ fn fill(w: &Writer, prefix: &str, count: usize, exptime: i64) {
 
 #[test]
 fn expired_segments_are_reclaimed_whole() {
-    let file = ShmFile::new("expire");
-    let w = Writer::create(&file.0, &small(), true).unwrap();
-    let r = Reader::open(&file.0).unwrap();
-    let segments = w.stats().segments;
-    let per_segment = w.stats().segment_bytes / ITEM;
+    let Small { _file, w, r, segments, per_segment } = Small::new("expire");
     let n = 4 * per_segment + per_segment / 2; // four sealed segments and half an open one
     let t0 = w.clock();
     fill(&w, "ttl", n, 10);
@@ -337,11 +352,7 @@ fn expired_segments_are_reclaimed_whole() {
 
 #[test]
 fn flush_reclaims_every_segment() {
-    let file = ShmFile::new("flush");
-    let w = Writer::create(&file.0, &small(), true).unwrap();
-    let r = Reader::open(&file.0).unwrap();
-    let segments = w.stats().segments;
-    let per_segment = w.stats().segment_bytes / ITEM;
+    let Small { _file, w, r, segments, per_segment } = Small::new("flush");
     let n = 4 * per_segment + 10;
     fill(&w, "a", n, 0);
     fill(&w, "b", 10, 100); // another time class, another open segment
@@ -377,11 +388,7 @@ fn flush_reclaims_every_segment() {
 
 #[test]
 fn deleted_segments_are_reclaimed_whole() {
-    let file = ShmFile::new("delete");
-    let w = Writer::create(&file.0, &small(), true).unwrap();
-    let r = Reader::open(&file.0).unwrap();
-    let segments = w.stats().segments;
-    let per_segment = w.stats().segment_bytes / ITEM;
+    let Small { _file, w, r, segments, per_segment } = Small::new("delete");
     let n = 5 * per_segment + 10;
     fill(&w, "a", n, 0);
     for i in 0..n {
