@@ -94,13 +94,6 @@ pub enum OpError {
     KeyEmpty,
     /// Keys are at most 250 bytes long.
     KeyTooLong(usize),
-    /// A text-protocol key contains a space or a control character.
-    KeyInvalidByte {
-        /// The offending byte.
-        byte: u8,
-        /// Its position in the key.
-        position: usize,
-    },
     /// The item would exceed the region's maximum item size.
     ValueTooLarge {
         /// Size of the value.
@@ -120,10 +113,6 @@ impl fmt::Display for OpError {
         match self {
             OpError::KeyEmpty => write!(f, "key is empty"),
             OpError::KeyTooLong(n) => write!(f, "key is {n} bytes long; the limit is 250"),
-            OpError::KeyInvalidByte { byte, position } => write!(
-                f,
-                "key byte {position} is 0x{byte:02x}; keys may not contain spaces or control characters"
-            ),
             OpError::ValueTooLarge { len, max } => {
                 write!(f, "value of {len} bytes is too large: at most {max} bytes fit the maximum item size")
             }

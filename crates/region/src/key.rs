@@ -1,5 +1,5 @@
-//! Key rules. The store accepts any 1–250 bytes (the meta protocol's base64 keys are binary);
-//! the text protocol additionally forbids spaces and control characters.
+//! Key rules of the store: any 1–250 bytes (the meta protocol's base64 keys are binary). The
+//! text protocol's stricter rule (no spaces or control characters) is `shoal_proto::valid_key`.
 
 use crate::error::OpError;
 use crate::layout::MAX_KEY_LEN;
@@ -14,16 +14,6 @@ pub fn check_key(key: &[u8]) -> Result<(), OpError> {
     }
 }
 
-/// Checks a key as memcached's text protocol does: [`check_key`], and no byte that is a space
-/// or a control character.
-pub fn check_text_key(key: &[u8]) -> Result<(), OpError> {
-    check_key(key)?;
-    match key.iter().position(|&b| b <= b' ' || b == 0x7f) {
-        Some(position) => Err(OpError::KeyInvalidByte { byte: key[position], position }),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,10 +23,6 @@ mod tests {
         assert_eq!(check_key(b""), Err(OpError::KeyEmpty));
         assert_eq!(check_key(&[b'a'; 251]), Err(OpError::KeyTooLong(251)));
         assert!(check_key(&[b'a'; 250]).is_ok());
-        assert!(check_key(b"a b\0").is_ok());
-        assert_eq!(check_text_key(b"a b"), Err(OpError::KeyInvalidByte { byte: b' ', position: 1 }));
-        assert_eq!(check_text_key(b"ab\n"), Err(OpError::KeyInvalidByte { byte: b'\n', position: 2 }));
-        assert_eq!(check_text_key(b"\x7f"), Err(OpError::KeyInvalidByte { byte: 0x7f, position: 0 }));
-        assert!(check_text_key("ключ".as_bytes()).is_ok());
+        assert!(check_key(b"a b\0").is_ok(), "binary keys are the protocol's business");
     }
 }

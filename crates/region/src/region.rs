@@ -9,7 +9,7 @@ use crate::layout::{
     MAX_KEY_LEN,
 };
 use crate::mapping::Mapping;
-use crate::seqlock::{backoff, read_begin, read_validate, READ_ATTEMPTS};
+use crate::seqlock::{backoff, read_begin, read_validate, Patience};
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -224,15 +224,14 @@ impl Region {
         hash: &KeyHash,
         mut value: Option<&mut Vec<u8>>,
     ) -> Result<Option<Found>, OpError> {
-        let mut attempts = 0;
+        let mut patience = Patience::default();
         'retry: loop {
             let mut first = None;
             for &b in hash.candidates() {
                 let version = &self.bucket(b).version;
                 let mut spins = 0;
                 let begun = loop {
-                    attempts += 1;
-                    if attempts > READ_ATTEMPTS {
+                    if patience.exhausted() {
                         return Err(OpError::Busy);
                     }
                     let Some(begun) = read_begin(version) else {

@@ -15,10 +15,36 @@
 
 use crate::sync::{fence, AtomicU32, Ordering};
 
-/// How many times a reader retries a bucket that a writer holds before it gives up.
-/// A live writer holds a bucket for well under a microsecond; exhausting this means the
-/// writer died holding it (its successor recovers the lock on attach).
-pub(crate) const READ_ATTEMPTS: u32 = 10_000;
+/// How long a reader keeps retrying a bucket that a writer holds before it gives up. A live
+/// writer holds a bucket for well under a microsecond, but on a busy machine it can be
+/// preempted while holding it for a scheduler slice or more; giving up means the writer
+/// is presumed dead (its successor recovers the lock on attach) and the client goes to the
+/// network.
+#[cfg(not(loom))]
+pub(crate) const READ_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Tracks how long a reader has been retrying; reads the clock only after many attempts, so
+/// that the common case costs a counter.
+#[cfg(not(loom))]
+#[derive(Default)]
+pub(crate) struct Patience {
+    attempts: u32,
+    since: Option<std::time::Instant>,
+}
+
+#[cfg(not(loom))]
+impl Patience {
+    /// Counts an attempt; true once the reader has waited longer than [`READ_PATIENCE`].
+    #[inline]
+    pub fn exhausted(&mut self) -> bool {
+        self.attempts += 1;
+        if !self.attempts.is_multiple_of(1024) {
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        since.elapsed() > READ_PATIENCE
+    }
+}
 
 /// Starts an optimistic read: the current version if no writer holds the bucket.
 #[inline]

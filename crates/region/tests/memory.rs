@@ -3,7 +3,6 @@
 //! expired, flushed and deleted items, the index as a limit, and refusal of bad input and of
 //! corrupt region files.
 
-use shoal_region::key::check_text_key;
 use shoal_region::layout::{COOKIE_OFFSET, HEADER_BYTES, LAYOUT_VERSION};
 use shoal_region::{Config, Delta, Lookup, OpError, Reader, RegionError, Store, Writer};
 use std::os::unix::fs::FileExt;
@@ -611,17 +610,6 @@ fn bad_keys_and_values_are_refused_without_side_effects() {
     assert_eq!(w.set(b"good", &vec![0; max + 1], 0, 0), too_big);
     assert_eq!(read(&r, b"good"), None);
     assert_eq!(w.stats().items, 1);
-
-    // The text protocol's extra rule.
-    assert!(check_text_key(b"fine:key-1").is_ok());
-    assert_eq!(check_text_key(b"a b"), Err(OpError::KeyInvalidByte { byte: b' ', position: 1 }));
-    assert_eq!(check_text_key(b"tab\there"), Err(OpError::KeyInvalidByte { byte: b'\t', position: 3 }));
-    assert_eq!(check_text_key(b"nul\0"), Err(OpError::KeyInvalidByte { byte: 0, position: 3 }));
-    assert_eq!(check_text_key(b"cr\r\n"), Err(OpError::KeyInvalidByte { byte: b'\r', position: 2 }));
-    assert_eq!(check_text_key(b"del\x7f"), Err(OpError::KeyInvalidByte { byte: 0x7f, position: 3 }));
-    assert_eq!(check_text_key(b""), Err(OpError::KeyEmpty));
-    assert_eq!(check_text_key(&[b'k'; 251]), Err(OpError::KeyTooLong(251)));
-    assert!(check_text_key(&[b'k'; 250]).is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use serde_json::json;
-use shoal_region::{key::check_text_key, Config, Layout, Lookup, Reader, Writer};
+use shoal_region::{Config, Layout, Lookup, Reader, Writer};
 use std::path::{Path, PathBuf};
 
 /// Default region path: POSIX shared memory.
@@ -177,7 +177,7 @@ fn print_layout(path: &Path, l: &Layout, generation: u64, clock: u32, as_json: b
 }
 
 fn set(a: SetArgs) -> Result<(), String> {
-    check_text_key(a.key.as_bytes()).map_err(|e| e.to_string())?;
+    check_text_key(&a.key)?;
     let writer = Writer::open(&a.path, true).map_err(at(&a.path))?;
     let outcome =
         writer.set(a.key.as_bytes(), a.value.as_bytes(), a.flags, a.exptime).map_err(|e| e.to_string())?;
@@ -186,7 +186,7 @@ fn set(a: SetArgs) -> Result<(), String> {
 }
 
 fn get(a: GetArgs) -> Result<(), String> {
-    check_text_key(a.key.as_bytes()).map_err(|e| e.to_string())?;
+    check_text_key(&a.key)?;
     let reader = Reader::open(&a.path).map_err(at(&a.path))?;
     let mut value = Vec::new();
     match reader.get(a.key.as_bytes(), &mut value).map_err(|e| e.to_string())? {
@@ -196,5 +196,17 @@ fn get(a: GetArgs) -> Result<(), String> {
             Ok(())
         }
         miss => Err(format!("{}: {miss:?}", a.key)),
+    }
+}
+
+/// The text protocol's key rule, with the fix in the message.
+fn check_text_key(key: &str) -> Result<(), String> {
+    if shoal_proto::valid_key(key.as_bytes()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid key {key:?}: keys are 1 to {} bytes without spaces or control characters",
+            shoal_proto::KEY_MAX
+        ))
     }
 }

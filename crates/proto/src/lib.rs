@@ -1,0 +1,274 @@
+//! # shoal-proto: memcached requests, parsed without copying
+//!
+//! Owns the wire format of requests: memcached's text protocol ([`text`]) and meta protocol
+//! ([`meta`]), behind one entry point. The server hands [`Parser::parse`] the unconsumed bytes
+//! of a connection's read buffer; requests borrow their keys and data from that buffer.
+//!
+//! ```text
+//!   socket ──► read buffer ──► Parser::parse(&buf) ──┬─ Incomplete           read more, call again
+//!                                                    ├─ Request + consumed   execute, drop bytes
+//!                                                    ├─ Error + consume      answer, drop bytes
+//!                                                    └─ Close                drop the connection
+//! ```
+//!
+//! The answers and the bytes consumed are memcached 1.6's, checked against the real binary
+//! (1.6.18). Deliberate differences: keys with control characters are refused
+//! (`CLIENT_ERROR bad command line format`) where memcached stores them; numbers must be
+//! digits with an optional sign and fit their type (memcached truncates flags and exptimes
+//! above 32 bits and accepts `-0`, leading tabs or trailing whitespace); exptimes are `i64`;
+//! meta's base64 keys must be padded standard base64.
+//!
+//! Nothing allocates: multiget keys and `stats` arguments are iterated lazily from the line
+//! ([`Tokens`]), and a parser remembers how far it has searched for the end of a line, so that
+//! a long line arriving in pieces is scanned once.
+
+#![forbid(unsafe_code)]
+
+pub mod meta;
+pub mod text;
+mod token;
+
+pub use meta::{decode_base64, Meta, MetaCmd, MetaFlags};
+pub use text::{Get, ShutdownMode, Store, StoreCmd};
+pub use token::{valid_key, Tokens, KEY_MAX};
+
+/// memcached gives up on a connection that sends this many bytes without a newline, unless
+/// they start a `get`/`gets` (multigets are unbounded).
+pub const MAX_LINE: usize = 2048;
+
+/// A complete request, borrowing from the buffer it was parsed from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `get`, `gets`, `gat`, `gats` (and the ancient `bget`).
+    Get(Get<'a>),
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
+    Store(Store<'a>),
+    /// `delete <key> [0] [noreply]`.
+    Delete { key: &'a [u8], noreply: bool },
+    /// `incr`/`decr <key> <delta> [noreply]`.
+    Arith { incr: bool, key: &'a [u8], delta: u64, noreply: bool },
+    /// `touch <key> <exptime> [noreply]`.
+    Touch { key: &'a [u8], exptime: i64, noreply: bool },
+    /// `flush_all [delay] [noreply]`; a delay of zero or less means now.
+    FlushAll { delay: Option<i64>, noreply: bool },
+    /// `version` (arguments ignored, as memcached does).
+    Version,
+    /// `verbosity <level> [noreply]`.
+    Verbosity { level: u32, noreply: bool },
+    /// `quit`: close after answering what came before.
+    Quit,
+    /// `shutdown [graceful]`; memcached refuses it unless started with `-A`, and checks that
+    /// before the mode, so an invalid mode is the server's to answer.
+    Shutdown(ShutdownMode),
+    /// `stats [args…]`: the server interprets the arguments.
+    Stats(Tokens<'a>),
+    /// Shoal extension `shm`: locality discovery (region path, cookie).
+    Shm,
+    /// Shoal extension `debugtime <seconds>`: moves the server clock, for tests.
+    DebugTime(i64),
+    /// A meta command (`mg ms md ma mn me`).
+    Meta(Meta<'a>),
+}
+
+/// What [`Parser::parse`] found at the start of the buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parse<'a> {
+    /// Not a whole request yet: call again with the same bytes and more.
+    Incomplete,
+    /// A request, and how many bytes of the buffer it took.
+    Done { request: Request<'a>, consumed: usize },
+    /// A malformed request. `reply` is the line to send, without `\r\n` (`None`: the request
+    /// said `noreply`, and memcached then stays silent even about errors). `consume` bytes must
+    /// be dropped; it may exceed the buffer (an oversized value is swallowed as it arrives).
+    Error { reply: Option<&'static str>, consume: usize },
+    /// memcached closes the connection without a word (a line too long, an HTTP request).
+    Close,
+}
+
+impl<'a> Parse<'a> {
+    /// An error memcached always reports.
+    pub(crate) fn error(reply: &'static str, consume: usize) -> Self {
+        Parse::Error { reply: Some(reply), consume }
+    }
+
+    /// An error that `noreply` silences.
+    pub(crate) fn error_unless(noreply: bool, reply: &'static str, consume: usize) -> Self {
+        Parse::Error { reply: (!noreply).then_some(reply), consume }
+    }
+}
+
+/// An incremental request parser for one connection.
+#[derive(Clone, Debug)]
+pub struct Parser {
+    max_item_bytes: usize,
+    /// Bytes at the start of the buffer already known to hold no newline (or, while a data
+    /// block is awaited, the position of the line's newline): the next call starts there.
+    scanned: usize,
+}
+
+impl Parser {
+    /// A parser refusing values longer than `max_item_bytes` (memcached's `-I`).
+    pub fn new(max_item_bytes: usize) -> Self {
+        Parser { max_item_bytes, scanned: 0 }
+    }
+
+    /// Parses the request at the start of `buf`. After [`Parse::Incomplete`], the next call
+    /// must get the same bytes followed by more; after any other result, the buffer after the
+    /// consumed bytes.
+    pub fn parse<'a>(&mut self, buf: &'a [u8]) -> Parse<'a> {
+        let from = self.scanned.min(buf.len());
+        let Some(nl) = buf[from..].iter().position(|&b| b == b'\n').map(|i| from + i) else {
+            self.scanned = buf.len();
+            if buf.len() > MAX_LINE && !long_get(buf) {
+                self.scanned = 0;
+                return Parse::Close;
+            }
+            return Parse::Incomplete;
+        };
+        let line = &buf[..nl];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let at = Line { buf, line, end: nl + 1, max_item_bytes: self.max_item_bytes };
+        let command = Tokens::new(line).next().unwrap_or_default();
+        let result =
+            if command.len() == 2 && command[0] == b'm' { meta::parse(&at) } else { text::parse(&at) };
+        self.scanned = if result == Parse::Incomplete { nl } else { 0 };
+        result
+    }
+}
+
+/// memcached lets a line without a newline grow past [`MAX_LINE`] only if it starts, after at
+/// most 100 spaces, with `get ` or `gets `.
+fn long_get(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take(101).take_while(|&&b| b == b' ').count();
+    spaces <= 100 && (buf[spaces..].starts_with(b"get ") || buf[spaces..].starts_with(b"gets "))
+}
+
+/// A complete command line within the buffer.
+pub(crate) struct Line<'a> {
+    /// The whole buffer (a data block follows the line).
+    pub buf: &'a [u8],
+    /// The line without its `\n` or `\r\n`.
+    pub line: &'a [u8],
+    /// Bytes up to and including the newline.
+    pub end: usize,
+    pub max_item_bytes: usize,
+}
+
+/// The data block of a storage command, `len` bytes then `\r\n`, after the line.
+pub(crate) enum Block<'a> {
+    /// The data, and the bytes consumed up to its end.
+    Ready(&'a [u8], usize),
+    Incomplete,
+    /// Not followed by `\r\n`: memcached drops `len + 2` bytes anyway (the next request starts
+    /// right after them) and answers `CLIENT_ERROR bad data chunk`.
+    Bad(usize),
+}
+
+impl<'a> Line<'a> {
+    /// memcached takes sizes as `int` and adds 2 for the `\r\n`.
+    pub(crate) fn size(token: &[u8]) -> Option<usize> {
+        token::parse_i64(token).filter(|&n| (0..=i64::from(i32::MAX) - 2).contains(&n)).map(|n| n as usize)
+    }
+
+    /// The bytes a storage command with a `len`-byte value takes, line included.
+    pub(crate) fn through_block(&self, len: usize) -> usize {
+        self.end + len + 2
+    }
+
+    pub(crate) fn block(&self, len: usize) -> Block<'a> {
+        let end = self.through_block(len);
+        match self.buf.get(self.end..end) {
+            None => Block::Incomplete,
+            Some(data) if data.ends_with(b"\r\n") => Block::Ready(&data[..len], end),
+            Some(_) => Block::Bad(end),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every request of `input` parsed in one go, then at every split point: a prefix must
+    /// give `Incomplete` or the same first result, and the same parser fed the rest must agree.
+    fn check_splits(input: &[u8]) {
+        let full = Parser::new(1024).parse(input);
+        for cut in 0..input.len() {
+            let mut p = Parser::new(1024);
+            let first = p.parse(&input[..cut]);
+            if first != Parse::Incomplete {
+                assert_eq!(first, full, "prefix {cut} of {input:?}");
+                continue;
+            }
+            assert_eq!(p.parse(input), full, "resumed at {cut} of {input:?}");
+        }
+    }
+
+    #[test]
+    fn pipelined_buffer_at_every_split_point() {
+        let input: &[u8] = b"set a 1 2 3\r\nxyz\r\nget a b\r\nms k 2 T5\r\nhi\r\nmn\r\nbogus\r\n\
+            set b 0 0 1\r\nxyz\r\nincr a 5\ndelete a noreply\r\nset c 0 0 2000\r\n";
+        let mut expected = Vec::new();
+        let mut rest = input;
+        while !rest.is_empty() {
+            let r = Parser::new(1024).parse(rest);
+            let n = match &r {
+                Parse::Done { consumed, .. } => *consumed,
+                Parse::Error { consume, .. } => (*consume).min(rest.len()),
+                other => panic!("{other:?} at {rest:?}"),
+            };
+            check_splits(rest);
+            expected.push(r);
+            rest = &rest[n..];
+        }
+        assert_eq!(expected.len(), 10);
+    }
+
+    #[test]
+    fn incomplete_lines_are_scanned_once() {
+        // 100 000 keys fed 1000 bytes at a time: each call scans only the new bytes.
+        let mut line = b"get".to_vec();
+        for i in 0..100_000 {
+            line.extend_from_slice(format!(" k{i}").as_bytes());
+        }
+        line.extend_from_slice(b"\r\n");
+        let mut p = Parser::new(1024);
+        let mut fed = 0;
+        let result = loop {
+            fed = (fed + 1000).min(line.len());
+            match p.parse(&line[..fed]) {
+                Parse::Incomplete => assert!(p.scanned == fed),
+                other => break other,
+            }
+        };
+        let Parse::Done { request: Request::Get(get), consumed } = result else { panic!() };
+        assert_eq!(consumed, line.len());
+        assert_eq!(get.keys.count(), 100_000);
+    }
+
+    #[test]
+    fn long_lines_close_unless_multiget() {
+        let mut p = Parser::new(1024);
+        assert_eq!(p.parse(&[b'x'; MAX_LINE]), Parse::Incomplete);
+        assert_eq!(Parser::new(1024).parse(&[b'x'; MAX_LINE + 1]), Parse::Close);
+        let mut set = b"set ".to_vec();
+        set.resize(MAX_LINE + 1, b'a');
+        assert_eq!(Parser::new(1024).parse(&set), Parse::Close);
+        for prefix in [&b"get "[..], b"gets ", b"   get "] {
+            let mut get = prefix.to_vec();
+            get.resize(MAX_LINE + 1, b'a');
+            assert_eq!(Parser::new(1024).parse(&get), Parse::Incomplete);
+        }
+        let mut spaced = vec![b' '; 101];
+        spaced.extend_from_slice(b"get ");
+        spaced.resize(MAX_LINE + 1, b'a');
+        assert_eq!(Parser::new(1024).parse(&spaced), Parse::Close);
+        // A long line that arrived whole is fine, whatever the command (as in memcached).
+        let mut gat = b"gat 0".to_vec();
+        for _ in 0..1000 {
+            gat.extend_from_slice(b" zz");
+        }
+        gat.extend_from_slice(b"\r\n");
+        assert!(matches!(Parser::new(1024).parse(&gat), Parse::Done { .. }));
+    }
+}

@@ -1,0 +1,429 @@
+//! memcached's text protocol: one command line of space-separated tokens, then for storage
+//! commands a data block of the declared size followed by `\r\n`.
+//!
+//! Arity is checked first (`ERROR`), then `noreply` is noted (it is simply the last token), then
+//! the key and the numbers (`CLIENT_ERROR …`, silenced by `noreply` like every later answer).
+
+use crate::token::{parse_i64, parse_u32, parse_u64, split, valid_key, Tokens};
+use crate::{Block, Line, Parse, Request};
+
+const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
+const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
+pub(crate) const TOO_LARGE: &str = "SERVER_ERROR object too large for cache";
+pub(crate) const BAD_CHUNK: &str = "CLIENT_ERROR bad data chunk";
+
+/// A retrieval: `get`/`gets <key>*`, `gat`/`gats <exptime> <key>*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Get<'a> {
+    /// The keys, all valid, in request order (possibly none for `gat`, as in memcached).
+    pub keys: Tokens<'a>,
+    /// `gets`/`gats`: answer with CAS uniques.
+    pub cas: bool,
+    /// `gat`/`gats`: the new exptime of every key found.
+    pub touch: Option<i64>,
+}
+
+/// Which storage command, and its rule for an existing item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreCmd {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    /// Store only if the item's CAS unique is still this one.
+    Cas(u64),
+}
+
+/// `<cmd> <key> <flags> <exptime> <bytes> [cas] [noreply]` and its data block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Store<'a> {
+    pub cmd: StoreCmd,
+    pub key: &'a [u8],
+    pub flags: u32,
+    pub exptime: i64,
+    /// The value, without its `\r\n`.
+    pub data: &'a [u8],
+    pub noreply: bool,
+}
+
+/// What `shutdown` asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// `shutdown`.
+    Now,
+    /// `shutdown graceful`.
+    Graceful,
+    /// Anything else: `CLIENT_ERROR invalid shutdown mode` when shutdown is enabled.
+    Invalid,
+}
+
+/// Parses a text-protocol command line (and its data block).
+pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
+    let mut args = Tokens::new(at.line);
+    let command = args.next().unwrap_or_default();
+    let done = |request| Parse::Done { request, consumed: at.end };
+    let error = || Parse::error("ERROR", at.end);
+    let store_cmd = match command {
+        b"set" => Some(StoreCmd::Set),
+        b"add" => Some(StoreCmd::Add),
+        b"replace" => Some(StoreCmd::Replace),
+        b"append" => Some(StoreCmd::Append),
+        b"prepend" => Some(StoreCmd::Prepend),
+        b"cas" => Some(StoreCmd::Cas(0)),
+        _ => None,
+    };
+    if let Some(cmd) = store_cmd {
+        return store(at, cmd, args);
+    }
+    match command {
+        b"get" | b"bget" => get(at, args, false, false),
+        b"gets" => get(at, args, true, false),
+        b"gat" => get(at, args, false, true),
+        b"gats" => get(at, args, true, true),
+        b"incr" | b"decr" => {
+            let (t, n) = split::<3>(args);
+            if !(2..=3).contains(&n) {
+                return error();
+            }
+            let noreply = is_noreply(&t, n);
+            if !valid_key(t[0]) {
+                return Parse::error_unless(noreply, BAD_FORMAT, at.end);
+            }
+            match parse_u64(t[1]) {
+                Some(delta) => done(Request::Arith { incr: command == b"incr", key: t[0], delta, noreply }),
+                None => Parse::error_unless(noreply, "CLIENT_ERROR invalid numeric delta argument", at.end),
+            }
+        }
+        b"touch" => {
+            let (t, n) = split::<3>(args);
+            if !(2..=3).contains(&n) {
+                return error();
+            }
+            let noreply = is_noreply(&t, n);
+            if !valid_key(t[0]) {
+                return Parse::error_unless(noreply, BAD_FORMAT, at.end);
+            }
+            match parse_i64(t[1]) {
+                Some(exptime) => done(Request::Touch { key: t[0], exptime, noreply }),
+                None => Parse::error_unless(noreply, BAD_EXPTIME, at.end),
+            }
+        }
+        b"delete" => {
+            let (t, n) = split::<3>(args);
+            if !(1..=3).contains(&n) {
+                return error();
+            }
+            // memcached still accepts the hold time of old clients, if it is 0.
+            let noreply = n > 1 && is_noreply(&t, n);
+            let zero = t[1] == b"0";
+            if n > 1 && !((n == 2 && (zero || noreply)) || (n == 3 && zero && noreply)) {
+                let usage = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]";
+                return Parse::error_unless(noreply, usage, at.end);
+            }
+            if !valid_key(t[0]) {
+                return Parse::error_unless(noreply, BAD_FORMAT, at.end);
+            }
+            done(Request::Delete { key: t[0], noreply })
+        }
+        b"flush_all" => {
+            let (t, n) = split::<2>(args);
+            if n > 2 {
+                return error();
+            }
+            let noreply = n > 0 && is_noreply(&t, n);
+            if n == usize::from(noreply) {
+                return done(Request::FlushAll { delay: None, noreply });
+            }
+            match parse_i64(t[0]) {
+                Some(delay) => done(Request::FlushAll { delay: Some(delay), noreply }),
+                None => Parse::error_unless(noreply, BAD_EXPTIME, at.end),
+            }
+        }
+        b"verbosity" => {
+            let (t, n) = split::<2>(args);
+            if !(1..=2).contains(&n) {
+                return error();
+            }
+            let noreply = is_noreply(&t, n);
+            match parse_u32(t[0]) {
+                Some(level) => done(Request::Verbosity { level, noreply }),
+                None => Parse::error_unless(noreply, BAD_FORMAT, at.end),
+            }
+        }
+        b"version" => done(Request::Version),
+        b"quit" => done(Request::Quit),
+        b"shutdown" => done(Request::Shutdown(match split::<1>(args) {
+            (_, 0) => ShutdownMode::Now,
+            ([b"graceful"], 1) => ShutdownMode::Graceful,
+            _ => ShutdownMode::Invalid,
+        })),
+        b"stats" => done(Request::Stats(args)),
+        b"shm" => done(Request::Shm),
+        b"debugtime" => match split::<1>(args) {
+            ([seconds], 1) => parse_i64(seconds).map_or_else(error, |s| done(Request::DebugTime(s))),
+            _ => error(),
+        },
+        // memcached drops connections that speak HTTP to it, as long as the command's first
+        // letter is none of those its command table branches on.
+        _ if !matches!(command.first(), Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't'))
+            && Tokens::new(at.line).last().is_some_and(|t| t.starts_with(b"HTTP/")) =>
+        {
+            Parse::Close
+        }
+        _ => error(),
+    }
+}
+
+/// memcached's `noreply` test: the last of the `n` tokens is exactly `noreply`.
+fn is_noreply(tokens: &[&[u8]], n: usize) -> bool {
+    tokens[n - 1] == b"noreply"
+}
+
+fn get<'a>(at: &Line<'a>, mut args: Tokens<'a>, cas: bool, touch: bool) -> Parse<'a> {
+    if args.clone().next().is_none() {
+        return Parse::error("ERROR", at.end);
+    }
+    let touch = if touch {
+        match args.next().and_then(parse_i64) {
+            Some(exptime) => Some(exptime),
+            None => return Parse::error(BAD_EXPTIME, at.end),
+        }
+    } else {
+        None
+    };
+    if !args.clone().all(valid_key) {
+        return Parse::error(BAD_FORMAT, at.end);
+    }
+    Parse::Done { request: Request::Get(Get { keys: args, cas, touch }), consumed: at.end }
+}
+
+fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
+    let (t, n) = split::<6>(args);
+    let arity = if cmd == StoreCmd::Cas(0) { 5 } else { 4 };
+    if n != arity && n != arity + 1 {
+        return Parse::error("ERROR", at.end);
+    }
+    let noreply = is_noreply(&t, n);
+    let bad = || Parse::error_unless(noreply, BAD_FORMAT, at.end);
+    if !valid_key(t[0]) {
+        return bad();
+    }
+    let (Some(flags), Some(exptime), Some(len)) = (parse_u32(t[1]), parse_i64(t[2]), Line::size(t[3])) else {
+        return bad();
+    };
+    let cmd = match cmd {
+        StoreCmd::Cas(_) => match parse_u64(t[4]) {
+            Some(unique) => StoreCmd::Cas(unique),
+            None => return bad(),
+        },
+        other => other,
+    };
+    if len > at.max_item_bytes {
+        return Parse::error_unless(noreply, TOO_LARGE, at.through_block(len));
+    }
+    match at.block(len) {
+        Block::Ready(data, consumed) => Parse::Done {
+            request: Request::Store(Store { cmd, key: t[0], flags, exptime, data, noreply }),
+            consumed,
+        },
+        Block::Incomplete => Parse::Incomplete,
+        Block::Bad(consume) => Parse::error_unless(noreply, BAD_CHUNK, consume),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Parser;
+
+    fn one(input: &[u8]) -> Parse<'_> {
+        Parser::new(1024).parse(input)
+    }
+
+    /// The reply and the bytes consumed for an erroneous `input`.
+    fn err(input: &[u8]) -> (Option<&'static str>, usize) {
+        match one(input) {
+            Parse::Error { reply, consume } => (reply, consume),
+            other => panic!("{input:?} gave {other:?}"),
+        }
+    }
+
+    fn request(input: &[u8]) -> Request<'_> {
+        match one(input) {
+            Parse::Done { request, consumed } => {
+                assert_eq!(consumed, input.len(), "{input:?}");
+                request
+            }
+            other => panic!("{input:?} gave {other:?}"),
+        }
+    }
+
+    fn keys<'a>(r: &Request<'a>) -> Vec<&'a [u8]> {
+        let Request::Get(g) = r else { panic!("{r:?}") };
+        g.keys.clone().collect()
+    }
+
+    #[test]
+    fn retrievals() {
+        let r = request(b"get a  bb ccc\r\n");
+        assert_eq!(keys(&r), [&b"a"[..], b"bb", b"ccc"]);
+        assert_eq!(request(b"get a\n"), request(b"get a\r\n"));
+        assert_eq!(request(b"bget a\r\n"), request(b"get a\r\n"));
+        let Request::Get(g) = request(b"gats -5 a\r\n") else { panic!() };
+        assert_eq!((g.cas, g.touch), (true, Some(-5)));
+        let Request::Get(g) = request(b"gets a\r\n") else { panic!() };
+        assert_eq!((g.cas, g.touch), (true, None));
+        // memcached answers a gat without keys with END.
+        assert_eq!(keys(&request(b"gat 10\r\n")), Vec::<&[u8]>::new());
+        assert_eq!(err(b"get\r\n"), (Some("ERROR"), 5));
+        assert_eq!(err(b"get \r\n"), (Some("ERROR"), 6));
+        assert_eq!(err(b"gat\r\n"), (Some("ERROR"), 5));
+        assert_eq!(err(b"gat x a\r\n"), (Some(BAD_EXPTIME), 9));
+        let long = [&b"get a "[..], &[b'k'; 251], b" b\r\n"].concat();
+        assert_eq!(err(&long), (Some(BAD_FORMAT), long.len()));
+        assert_eq!(err(b"get a\x01b\r\n"), (Some(BAD_FORMAT), 9));
+        assert_eq!(err(b"GET a\r\n"), (Some("ERROR"), 7));
+    }
+
+    #[test]
+    fn storage() {
+        let Request::Store(s) = request(b"set k 4294967295 -1 3\r\na\r\n\r\n") else { panic!() };
+        assert_eq!(
+            s,
+            Store {
+                cmd: StoreCmd::Set,
+                key: b"k",
+                flags: u32::MAX,
+                exptime: -1,
+                data: b"a\r\n",
+                noreply: false
+            }
+        );
+        for (cmd, want) in [
+            (&b"add"[..], StoreCmd::Add),
+            (b"replace", StoreCmd::Replace),
+            (b"append", StoreCmd::Append),
+            (b"prepend", StoreCmd::Prepend),
+        ] {
+            let input = [cmd, b" k +5 0 1 noreply\r\nx\r\n"].concat();
+            let Request::Store(s) = request(&input) else { panic!() };
+            assert_eq!((s.cmd, s.flags, s.noreply, s.data), (want, 5, true, &b"x"[..]));
+        }
+        let Request::Store(s) = request(b"cas k 0 0 1 18446744073709551615\r\nx\r\n") else { panic!() };
+        assert_eq!((s.cmd, s.noreply), (StoreCmd::Cas(u64::MAX), false));
+        // Any sixth token is accepted; only `noreply` means noreply (memcached does the same).
+        let Request::Store(s) = request(b"set k 0 0 1 norepl\r\nx\r\n") else { panic!() };
+        assert!(!s.noreply);
+        let Request::Store(s) = request(b"set k 0 0 0\r\n\r\n") else { panic!() };
+        assert_eq!(s.data, b"");
+    }
+
+    #[test]
+    fn storage_errors() {
+        assert_eq!(err(b"set a 0 0\r\nx\r\n"), (Some("ERROR"), 11));
+        assert_eq!(err(b"set a 0 0 1 noreply x\r\n"), (Some("ERROR"), 23));
+        assert_eq!(err(b"cas a 0 0 1\r\n"), (Some("ERROR"), 13));
+        // The data block of a rejected line is not skipped: it is read as the next command.
+        for line in [
+            &b"set a x 0 1\r\n"[..],
+            b"set a -1 0 1\r\n",
+            b"set a 4294967296 0 1\r\n",
+            b"set a 0 x 1\r\n",
+            b"set a 0 0 -1\r\n",
+            b"set a 0 0 2147483646\r\n",
+            b"cas a 0 0 1 x\r\n",
+            b"cas a 0 0 1 -1\r\n",
+        ] {
+            assert_eq!(err(&[line, b"x\r\n"].concat()), (Some(BAD_FORMAT), line.len()), "{line:?}");
+        }
+        let long = [&b"set "[..], &[b'k'; 251], b" 0 0 1\r\n"].concat();
+        assert_eq!(err(&long), (Some(BAD_FORMAT), long.len()));
+        // noreply silences errors found after the arity check.
+        assert_eq!(err(b"set a x 0 1 noreply\r\n"), (None, 21));
+        // Too large: the declared bytes are swallowed, even before they arrive.
+        assert_eq!(err(b"set a 0 0 1025\r\n"), (Some(TOO_LARGE), 16 + 1027));
+        assert_eq!(err(b"set a 0 0 2147483645 noreply\r\n"), (None, 30 + 2147483647));
+        assert_eq!(one(b"set a 0 0 1024\r\n"), Parse::Incomplete);
+        // A block not ending in \r\n: its declared length plus 2 is dropped.
+        assert_eq!(err(b"set a 0 0 1\r\nxyz\r\n"), (Some(BAD_CHUNK), 16));
+        assert_eq!(err(b"set a 0 0 1\r\nxy\r\n"), (Some(BAD_CHUNK), 16));
+        assert_eq!(err(b"set a 0 0 1 noreply\r\nxyz"), (None, 24));
+        assert_eq!(one(b"set a 0 0 1\r\nx\r"), Parse::Incomplete);
+        assert_eq!(one(b"set a 0 0 1\r\nx\n"), Parse::Incomplete);
+    }
+
+    #[test]
+    fn arithmetic_touch_delete() {
+        assert_eq!(
+            request(b"incr k 18446744073709551615\r\n"),
+            Request::Arith { incr: true, key: b"k", delta: u64::MAX, noreply: false }
+        );
+        assert_eq!(
+            request(b"decr k 1 noreply\r\n"),
+            Request::Arith { incr: false, key: b"k", delta: 1, noreply: true }
+        );
+        let delta = Some("CLIENT_ERROR invalid numeric delta argument");
+        assert_eq!(err(b"incr k x\r\n"), (delta, 10));
+        assert_eq!(err(b"incr k -1\r\n"), (delta, 11));
+        assert_eq!(err(b"incr k 18446744073709551616\r\n"), (delta, 29));
+        assert_eq!(err(b"incr k\r\n"), (Some("ERROR"), 8));
+        assert_eq!(err(b"decr k 1 2 3\r\n"), (Some("ERROR"), 14));
+        assert_eq!(request(b"touch k -1\r\n"), Request::Touch { key: b"k", exptime: -1, noreply: false });
+        assert_eq!(err(b"touch k x\r\n"), (Some(BAD_EXPTIME), 11));
+        assert_eq!(err(b"touch k\r\n"), (Some("ERROR"), 9));
+        for ok in [&b"delete k\r\n"[..], b"delete k 0\r\n"] {
+            assert_eq!(request(ok), Request::Delete { key: b"k", noreply: false });
+        }
+        for ok in [&b"delete k noreply\r\n"[..], b"delete k 0 noreply\r\n"] {
+            assert_eq!(request(ok), Request::Delete { key: b"k", noreply: true });
+        }
+        let usage = Some("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+        assert_eq!(err(b"delete k 1\r\n"), (usage, 12));
+        assert_eq!(err(b"delete k 0 0\r\n"), (usage, 14));
+        assert_eq!(err(b"delete k 1 noreply\r\n"), (None, 20));
+        assert_eq!(err(b"delete k 0 noreply x\r\n"), (Some("ERROR"), 22));
+        assert_eq!(err(b"delete\r\n"), (Some("ERROR"), 8));
+    }
+
+    #[test]
+    fn administration() {
+        assert_eq!(request(b"flush_all\r\n"), Request::FlushAll { delay: None, noreply: false });
+        assert_eq!(request(b"flush_all noreply\r\n"), Request::FlushAll { delay: None, noreply: true });
+        assert_eq!(request(b"flush_all -1\r\n"), Request::FlushAll { delay: Some(-1), noreply: false });
+        assert_eq!(
+            request(b"flush_all 10 noreply\r\n"),
+            Request::FlushAll { delay: Some(10), noreply: true }
+        );
+        assert_eq!(err(b"flush_all x\r\n"), (Some(BAD_EXPTIME), 13));
+        assert_eq!(err(b"flush_all 1 2 3\r\n"), (Some("ERROR"), 17));
+        assert_eq!(request(b"verbosity 1\r\n"), Request::Verbosity { level: 1, noreply: false });
+        assert_eq!(request(b"verbosity 1 noreply\r\n"), Request::Verbosity { level: 1, noreply: true });
+        assert_eq!(err(b"verbosity x\r\n"), (Some(BAD_FORMAT), 13));
+        assert_eq!(err(b"verbosity\r\n"), (Some("ERROR"), 11));
+        assert_eq!(err(b"verbosity 1 2 3\r\n"), (Some("ERROR"), 17));
+        assert_eq!(request(b"version x\r\n"), Request::Version);
+        assert_eq!(request(b"quit x\r\n"), Request::Quit);
+        assert_eq!(request(b"shutdown\r\n"), Request::Shutdown(ShutdownMode::Now));
+        assert_eq!(request(b"shutdown graceful\r\n"), Request::Shutdown(ShutdownMode::Graceful));
+        assert_eq!(request(b"shutdown x\r\n"), Request::Shutdown(ShutdownMode::Invalid));
+        let Request::Stats(args) = request(b"stats detail on\r\n") else { panic!() };
+        assert_eq!(args.collect::<Vec<_>>(), [&b"detail"[..], b"on"]);
+        assert_eq!(request(b"stats\r\n"), Request::Stats(Tokens::default()));
+        assert_eq!(request(b"shm\r\n"), Request::Shm);
+        assert_eq!(request(b"debugtime -30\r\n"), Request::DebugTime(-30));
+        assert_eq!(err(b"debugtime\r\n"), (Some("ERROR"), 11));
+        assert_eq!(err(b"debugtime x\r\n"), (Some("ERROR"), 13));
+    }
+
+    #[test]
+    fn unknown_and_http() {
+        for bad in [&b"\r\n"[..], b"\n", b"x\r\n", b"a\r\n", b"bogus\r\n", b"mx\r\n"] {
+            assert_eq!(err(bad), (Some("ERROR"), bad.len()), "{bad:?}");
+        }
+        assert_eq!(one(b"GET / HTTP/1.1\r\n"), Parse::Close);
+        assert_eq!(one(b"POST /x HTTP/1.0\r\n"), Parse::Close);
+        // memcached's branch for commands starting with 'g' answers ERROR instead.
+        assert_eq!(err(b"gxx / HTTP/1.1\r\n"), (Some("ERROR"), 16));
+    }
+}

@@ -1,0 +1,158 @@
+//! Splitting a command line into tokens and reading numbers and keys out of them, the way
+//! memcached does (with the differences listed in the crate docs).
+
+/// The longest key memcached accepts (`KEY_MAX_LENGTH`).
+pub const KEY_MAX: usize = 250;
+
+/// The space-separated tokens of (part of) a command line, produced lazily so that a multiget
+/// of any number of keys costs no allocation and one pass. Only the space byte separates, as in
+/// memcached: runs of spaces are skipped; a tab is part of a token.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Tokens<'a> {
+    pub(crate) fn new(rest: &'a [u8]) -> Self {
+        Tokens { rest }
+    }
+
+    /// The unsplit remainder, leading spaces skipped.
+    pub(crate) fn remainder(&self) -> &'a [u8] {
+        let start = self.rest.iter().position(|&b| b != b' ').unwrap_or(self.rest.len());
+        &self.rest[start..]
+    }
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let rest = self.remainder();
+        if rest.is_empty() {
+            self.rest = rest;
+            return None;
+        }
+        let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+        self.rest = &rest[end..];
+        Some(&rest[..end])
+    }
+}
+
+/// Two token lists are equal when they yield the same tokens (spacing may differ).
+impl PartialEq for Tokens<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.clone().eq(other.clone())
+    }
+}
+
+impl Eq for Tokens<'_> {}
+
+/// Reads the first `N` tokens of `tokens` and counts all of them (without storing the rest),
+/// so that commands with a fixed shape can check their arity in one pass.
+pub(crate) fn split<'a, const N: usize>(tokens: Tokens<'a>) -> ([&'a [u8]; N], usize) {
+    let mut out = [&[][..]; N];
+    let mut count = 0;
+    for t in tokens {
+        if let Some(slot) = out.get_mut(count) {
+            *slot = t;
+        }
+        count += 1;
+    }
+    (out, count)
+}
+
+/// Whether memcached's text protocol would take `key` as a key. memcached itself only checks
+/// the length; we also refuse control characters, which protocol.txt forbids (binary keys
+/// travel base64-encoded in the meta protocol).
+pub fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= KEY_MAX && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+/// Decimal digits only, no sign, no overflow.
+fn digits(t: &[u8]) -> Option<u64> {
+    if t.is_empty() {
+        return None;
+    }
+    t.iter().try_fold(0u64, |acc, &b| {
+        if b.is_ascii_digit() {
+            acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// An unsigned number as `strtoull` reads it: an optional `+`, then digits. Unlike memcached
+/// (which lets `-0` through), any `-` is refused.
+pub(crate) fn parse_u64(t: &[u8]) -> Option<u64> {
+    digits(t.strip_prefix(b"+").unwrap_or(t))
+}
+
+/// A `u32`; memcached silently truncates larger values, we refuse them.
+pub(crate) fn parse_u32(t: &[u8]) -> Option<u32> {
+    parse_u64(t).and_then(|v| u32::try_from(v).ok())
+}
+
+/// A signed number: an optional `+` or `-`, then digits, within `i64`.
+pub(crate) fn parse_i64(t: &[u8]) -> Option<i64> {
+    match t.strip_prefix(b"-") {
+        Some(magnitude) => {
+            let m = digits(magnitude)?;
+            if m == 1 << 63 {
+                Some(i64::MIN)
+            } else {
+                i64::try_from(m).ok().map(|v| -v)
+            }
+        }
+        None => parse_u64(t).and_then(|v| i64::try_from(v).ok()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_skip_runs_of_spaces_only() {
+        let t: Vec<&[u8]> = Tokens::new(b"  get a  b\tc ").collect();
+        assert_eq!(t, [&b"get"[..], b"a", b"b\tc"]);
+        assert_eq!(Tokens::new(b"   ").next(), None);
+        assert_eq!(Tokens::new(b"a  b"), Tokens::new(b"a b"));
+    }
+
+    #[test]
+    fn split_counts_beyond_capacity() {
+        let (first, n) = split::<2>(Tokens::new(b"a b c d"));
+        assert_eq!((first, n), ([&b"a"[..], b"b"], 4));
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"+5"), Some(5));
+        for bad in [&b""[..], b"-1", b"-0", b"+", b"1x", b" 1", b"++1"] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
+        assert_eq!(parse_u32(b"4294967296"), None);
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        assert_eq!(parse_i64(b"-9223372036854775809"), None);
+        assert_eq!(parse_i64(b"-1"), Some(-1));
+        assert_eq!(parse_i64(b"-+1"), None);
+        assert_eq!(parse_i64(b"-"), None);
+    }
+
+    #[test]
+    fn keys() {
+        assert!(valid_key(&[b'k'; KEY_MAX]));
+        assert!(!valid_key(&[b'k'; KEY_MAX + 1]));
+        assert!(!valid_key(b""));
+        assert!(!valid_key(b"a\x01b"));
+        assert!(!valid_key(b"a\x7f"));
+        assert!(valid_key("ключ".as_bytes()));
+    }
+}
