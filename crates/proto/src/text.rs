@@ -82,33 +82,18 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         b"gat" => get(at, args, false, true),
         b"gats" => get(at, args, true, true),
         b"incr" | b"decr" => {
-            let (t, n) = split::<3>(args);
-            if !(2..=3).contains(&n) {
-                return error();
-            }
-            let noreply = is_noreply(&t, n);
-            if !valid_key(t[0]) {
-                return Parse::error_unless(noreply, BAD_FORMAT, at.end);
-            }
-            match parse_u64(t[1]) {
-                Some(delta) => done(Request::Arith { incr: command == b"incr", key: t[0], delta, noreply }),
-                None => Parse::error_unless(noreply, "CLIENT_ERROR invalid numeric delta argument", at.end),
-            }
+            let incr = command == b"incr";
+            key_and_number(
+                at,
+                args,
+                parse_u64,
+                "CLIENT_ERROR invalid numeric delta argument",
+                |key, delta, noreply| Request::Arith { incr, key, delta, noreply },
+            )
         }
-        b"touch" => {
-            let (t, n) = split::<3>(args);
-            if !(2..=3).contains(&n) {
-                return error();
-            }
-            let noreply = is_noreply(&t, n);
-            if !valid_key(t[0]) {
-                return Parse::error_unless(noreply, BAD_FORMAT, at.end);
-            }
-            match parse_i64(t[1]) {
-                Some(exptime) => done(Request::Touch { key: t[0], exptime, noreply }),
-                None => Parse::error_unless(noreply, BAD_EXPTIME, at.end),
-            }
-        }
+        b"touch" => key_and_number(at, args, parse_i64, BAD_EXPTIME, |key, exptime, noreply| {
+            Request::Touch { key, exptime, noreply }
+        }),
         b"delete" => {
             let (t, n) = split::<3>(args);
             if !(1..=3).contains(&n) {
@@ -176,6 +161,30 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
 }
 
 /// memcached's `noreply` test: the last of the `n` tokens is exactly `noreply`.
+/// `<command> <key> <number> [noreply]`, the shape of `incr`, `decr` and `touch`: the wrong
+/// number of arguments is `ERROR`, a bad key `CLIENT_ERROR bad command line format`, a bad
+/// number `bad_number` (all silent under `noreply`, as in memcached).
+fn key_and_number<'a, T>(
+    at: &Line<'a>,
+    args: Tokens<'a>,
+    number: fn(&[u8]) -> Option<T>,
+    bad_number: &'static str,
+    request: impl FnOnce(&'a [u8], T, bool) -> Request<'a>,
+) -> Parse<'a> {
+    let (t, n) = split::<3>(args);
+    if !(2..=3).contains(&n) {
+        return Parse::error("ERROR", at.end);
+    }
+    let noreply = is_noreply(&t, n);
+    if !valid_key(t[0]) {
+        return Parse::error_unless(noreply, BAD_FORMAT, at.end);
+    }
+    match number(t[1]) {
+        Some(value) => Parse::Done { request: request(t[0], value, noreply), consumed: at.end },
+        None => Parse::error_unless(noreply, bad_number, at.end),
+    }
+}
+
 fn is_noreply(tokens: &[&[u8]], n: usize) -> bool {
     tokens[n - 1] == b"noreply"
 }
