@@ -157,37 +157,55 @@ impl Region {
         key: &[u8],
         value: Option<&mut Vec<u8>>,
     ) -> Option<(ItemHeader, u64, u64)> {
-        let l = &self.layout;
-        if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
-            return None;
-        }
-        let item = l.segment_offset(slot.segment) + slot.offset;
-        let mut raw = [0u8; ITEM_HEADER_BYTES];
-        self.map.read(item, &mut raw);
-        let header = ItemHeader::decode(&raw);
-        if header.key_len != key.len() || slot.offset + header.size() > l.segment_bytes {
-            return None;
-        }
-        let key_at = item + header.key_offset();
+        let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
+        let key_at = self.item_offset(slot) + header.key_offset();
         let mut stored_key = [0u8; MAX_KEY_LEN];
         self.map.read(key_at, &mut stored_key[..key.len()]);
         if &stored_key[..key.len()] != key {
             return None;
         }
         let segment_gen = self.meta(slot.segment).generation.load(Ordering::Relaxed);
-        let cas = if header.explicit_cas {
-            let mut b = [0u8; ITEM_CAS_BYTES];
-            self.map.read(item + ITEM_HEADER_BYTES, &mut b);
-            u64::from_le_bytes(b)
-        } else {
-            derived_cas(segment_gen, slot.offset)
-        };
+        let cas = self.item_cas(slot, &header, segment_gen);
         if let Some(out) = value {
             out.clear();
             out.resize(header.value_len, 0);
             self.map.read(key_at + key.len(), out);
         }
         Some((header, segment_gen, cas))
+    }
+
+    /// Offset in the region of the item a slot points to (the slot must be in bounds).
+    #[inline]
+    pub fn item_offset(&self, slot: Slot) -> usize {
+        self.layout.segment_offset(slot.segment) + slot.offset
+    }
+
+    /// The header of the item a slot points to, if it is well-formed (a key of 1 to 250 bytes)
+    /// and lies inside its segment. Everything is bounds-checked, so a stale slot or a corrupt
+    /// region yields `None`, never an out-of-bounds read.
+    #[inline]
+    pub fn item_header(&self, slot: Slot) -> Option<ItemHeader> {
+        let l = &self.layout;
+        if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
+            return None;
+        }
+        let mut raw = [0u8; ITEM_HEADER_BYTES];
+        self.map.read(self.item_offset(slot), &mut raw);
+        let h = ItemHeader::decode(&raw);
+        (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
+    }
+
+    /// The CAS unique of an item: stored explicitly if it was relocated, else derived from
+    /// where it is (its segment's generation and its offset).
+    #[inline]
+    pub fn item_cas(&self, slot: Slot, header: &ItemHeader, segment_gen: u64) -> u64 {
+        if header.explicit_cas {
+            let mut b = [0u8; ITEM_CAS_BYTES];
+            self.map.read(self.item_offset(slot) + ITEM_HEADER_BYTES, &mut b);
+            u64::from_le_bytes(b)
+        } else {
+            derived_cas(segment_gen, slot.offset)
+        }
     }
 
     /// Scans one bucket for `key` without validating; the caller validates or holds the lock.

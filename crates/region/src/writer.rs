@@ -420,7 +420,7 @@ impl Writer {
         for b in 0..l.bucket_count {
             for cell in &self.region.bucket(b).slots {
                 let Some(slot) = Slot::decode(cell.load(Ordering::Relaxed)) else { continue };
-                match self.item_header(slot) {
+                match self.region.item_header(slot) {
                     Some(h)
                         if self.region.meta(slot.segment).state.load(Ordering::Relaxed) != state::FREE =>
                     {
@@ -761,7 +761,7 @@ impl Writer {
             Plan::Touch { expiry, result } => {
                 let done = self.with_locked(key, hash, expect, |at| {
                     if let Some(f) = at {
-                        let item = self.region.layout.segment_offset(f.slot.segment) + f.slot.offset;
+                        let item = self.region.item_offset(f.slot);
                         self.region.map.u32_at(item + ITEM_EXPIRY_OFFSET).store(expiry, Ordering::Relaxed);
                         self.region
                             .meta(f.slot.segment)
@@ -916,9 +916,9 @@ impl Writer {
             for i in 0..BUCKET_SLOTS {
                 let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
                 let Some(slot) = Slot::decode(word) else { continue };
-                let Some(header) = self.item_header(slot) else { continue };
+                let Some(header) = self.region.item_header(slot) else { continue };
                 let key = &mut key[..header.key_len];
-                let item = self.region.layout.segment_offset(slot.segment) + slot.offset;
+                let item = self.region.item_offset(slot);
                 self.region.map.read(item + header.key_offset(), key);
                 let theirs = self.region.hash(key);
                 let Some(&other) = theirs.candidates().iter().find(|&&c| c != b) else { continue };
@@ -947,7 +947,7 @@ impl Writer {
     fn unlink(&self, b: usize, i: usize) {
         let cell = &self.region.bucket(b).slots[i];
         if let Some(slot) = Slot::decode(cell.load(Ordering::Relaxed)) {
-            if let Some(h) = self.item_header(slot) {
+            if let Some(h) = self.region.item_header(slot) {
                 let m = self.region.meta(slot.segment);
                 m.live_items.fetch_sub(1, Ordering::Relaxed);
                 m.live_bytes.fetch_sub(h.size() as u64, Ordering::Relaxed);
@@ -962,23 +962,11 @@ impl Writer {
         m.live_bytes.fetch_add(size as u64, Ordering::Relaxed);
     }
 
-    /// The header of the item a slot points to, if it is well-formed and inside its segment.
-    fn item_header(&self, slot: Slot) -> Option<ItemHeader> {
-        let l = &self.region.layout;
-        if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
-            return None;
-        }
-        let mut raw = [0u8; ITEM_HEADER_BYTES];
-        self.region.map.read(l.segment_offset(slot.segment) + slot.offset, &mut raw);
-        let h = ItemHeader::decode(&raw);
-        (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
-    }
-
     /// The header of the item a slot points to, if the item is alive: not flushed, not expired
     /// by the server clock.
     fn live_header(&self, slot: Slot) -> Option<ItemHeader> {
         let h = self.region.header();
-        self.item_header(slot).filter(|header| {
+        self.region.item_header(slot).filter(|header| {
             self.region.meta(slot.segment).generation.load(Ordering::Relaxed)
                 >= h.flush_gen.load(Ordering::Acquire)
                 && !is_expired(header.expiry, h.clock.load(Ordering::Acquire))
@@ -1292,7 +1280,6 @@ impl Writer {
     /// Copies an item into the retained segment, keeping its CAS unique (stored explicitly,
     /// since the copy's location differs). Returns the new slot word (not marked read).
     fn copy_forward(&self, pool: &mut Pool, slot: Slot, header: ItemHeader) -> Option<u64> {
-        let l = &self.region.layout;
         let retained = pool.retained?;
         let moved = ItemHeader { explicit_cas: true, ..header };
         let Some(r) = self.try_reserve(retained, moved.size()) else {
@@ -1301,19 +1288,10 @@ impl Writer {
             pool.retained = None;
             return None;
         };
-        let src = l.segment_offset(slot.segment) + slot.offset;
         let mut body = vec![0u8; header.key_len + header.value_len];
-        self.region.map.read(src + header.key_offset(), &mut body);
-        let cas = if header.explicit_cas {
-            let mut b = [0u8; 8];
-            self.region.map.read(src + ITEM_HEADER_BYTES, &mut b);
-            u64::from_le_bytes(b)
-        } else {
-            crate::layout::derived_cas(
-                self.region.meta(slot.segment).generation.load(Ordering::Relaxed),
-                slot.offset,
-            )
-        };
+        self.region.map.read(self.region.item_offset(slot) + header.key_offset(), &mut body);
+        let segment_gen = self.region.meta(slot.segment).generation.load(Ordering::Relaxed);
+        let cas = self.region.item_cas(slot, &header, segment_gen);
         let (key, value) = body.split_at(header.key_len);
         self.write_item(r, &moved, Some(cas), key, [value, &[]]);
         self.account(r.segment, r.size);

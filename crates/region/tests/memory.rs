@@ -474,14 +474,21 @@ fn empty_values_work() {
     assert_eq!(read(&r, b"e2").as_deref(), Some(&b""[..]));
 }
 
+/// An 8 MiB region whose index is planned for 4 KiB items, so tiny items fill the index long
+/// before the segments; returns it with a reader and its number of index slots.
+fn small_index(tag: &str, evict: bool) -> (ShmFile, Writer, Reader, usize) {
+    let file = ShmFile::new(tag);
+    let cfg = Config { region_bytes: 8 << 20, max_item_bytes: 1 << 20, avg_item_bytes: 4096 };
+    let w = Writer::create(&file.0, &cfg, evict).unwrap();
+    let r = Reader::open(&file.0).unwrap();
+    let slots = w.layout().bucket_count * shoal_region::layout::BUCKET_SLOTS;
+    (file, w, r, slots)
+}
+
 #[test]
 fn a_small_index_evicts_by_index_and_stays_correct() {
     // The index is planned for 4 KiB items; tiny items fill it long before the segments.
-    let file = ShmFile::new("index");
-    let cfg = Config { region_bytes: 8 << 20, max_item_bytes: 1 << 20, avg_item_bytes: 4096 };
-    let w = Writer::create(&file.0, &cfg, true).unwrap();
-    let r = Reader::open(&file.0).unwrap();
-    let slots = w.layout().bucket_count * 7;
+    let (_file, w, r, slots) = small_index("index", true);
     let n = 50_000;
     assert!(n > 10 * slots, "index of {slots} slots is not small");
     let hot = 100;
@@ -521,11 +528,7 @@ fn a_small_index_evicts_by_index_and_stays_correct() {
 fn no_eviction_mode_never_drops_items_for_a_full_index_either() {
     // A full index pair must not push a live item out when eviction is disabled (memcached's
     // `-M`): the new item is refused instead, and everything stored stays.
-    let file = ShmFile::new("index-noevict");
-    let cfg = Config { region_bytes: 8 << 20, max_item_bytes: 1 << 20, avg_item_bytes: 4096 };
-    let w = Writer::create(&file.0, &cfg, false).unwrap();
-    let r = Reader::open(&file.0).unwrap();
-    let slots = w.layout().bucket_count * 7;
+    let (_file, w, r, slots) = small_index("index-noevict", false);
     let mut stored = Vec::new();
     let mut refused = 0;
     for i in 0..4 * slots {
