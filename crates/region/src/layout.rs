@@ -106,8 +106,40 @@ const _: () = {
 #[repr(C, align(64))]
 pub(crate) struct Bucket {
     pub version: AtomicU32,
-    pub _reserved: AtomicU32,
+    /// Two bits per slot ([`Marks`]), changed only under the bucket's lock and read within
+    /// its version like the slots; a slot's marks move and clear with the slot.
+    pub marks: AtomicU32,
     pub slots: [AtomicU64; BUCKET_SLOTS],
+}
+
+/// Per-item states of memcached's meta protocol that change without rewriting the item: kept
+/// beside the slot (in its bucket), so that they cost no item bytes and readers see them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Invalidated (`md … I`, or a stale `ms … I`): served with `X`, until replaced.
+    pub stale: bool,
+    /// A client was handed the right to recache it (`W`); others see `Z`.
+    pub token_sent: bool,
+}
+
+const MARK_BITS: u32 = 2;
+const _: () = assert!(BUCKET_SLOTS as u32 * MARK_BITS <= 32);
+
+impl Marks {
+    /// The marks of slot `i` in a bucket's marks word.
+    #[inline]
+    pub(crate) fn of(word: u32, i: usize) -> Marks {
+        let bits = word >> (i as u32 * MARK_BITS);
+        Marks { stale: bits & 1 != 0, token_sent: bits & 2 != 0 }
+    }
+
+    /// `word` with slot `i`'s marks replaced by `self`.
+    #[inline]
+    pub(crate) fn put(self, word: u32, i: usize) -> u32 {
+        let shift = i as u32 * MARK_BITS;
+        let bits = u32::from(self.stale) | u32::from(self.token_sent) << 1;
+        word & !(3 << shift) | bits << shift
+    }
 }
 
 /// One segment table entry.

@@ -5,8 +5,8 @@
 use crate::error::{OpError, RegionError};
 use crate::expiry::is_expired;
 use crate::layout::{
-    derived_cas, Bucket, ItemHeader, Layout, RawHeader, SegmentMeta, Slot, ITEM_CAS_BYTES, ITEM_HEADER_BYTES,
-    MAX_KEY_LEN,
+    derived_cas, Bucket, ItemHeader, Layout, Marks, RawHeader, SegmentMeta, Slot, ITEM_CAS_BYTES,
+    ITEM_HEADER_BYTES, MAX_KEY_LEN, SLOT_ACCESSED,
 };
 use crate::mapping::Mapping;
 use crate::seqlock::{backoff, read_begin, read_validate, Patience};
@@ -25,6 +25,13 @@ pub struct ItemInfo {
     pub expiry: u32,
     /// Length of the value.
     pub value_len: usize,
+    /// Whether it was read before this lookup (memcached's `ITEM_FETCHED`).
+    pub fetched: bool,
+    /// Its meta-protocol marks (stale, recache token handed out).
+    pub marks: Marks,
+    /// Server time of its last write or (coarsely) last read; 0 where unknown (the writer
+    /// tracks it in process memory, so readers and a restarted writer do not have it).
+    pub last_access: u32,
 }
 
 /// The result of a lookup: a hit, or the reason for a miss (servers count them separately).
@@ -46,6 +53,16 @@ impl Lookup {
         match self {
             Lookup::Hit(info) => Some(info),
             _ => None,
+        }
+    }
+
+    /// The lookup without the read state that reading itself changes, and that readers in
+    /// other processes do not all see (`fetched`, `last_access`): what any two lookups of the
+    /// same item version agree on.
+    pub fn settled(self) -> Lookup {
+        match self {
+            Lookup::Hit(info) => Lookup::Hit(ItemInfo { fetched: false, last_access: 0, ..info }),
+            other => other,
         }
     }
 }
@@ -80,6 +97,7 @@ pub(crate) struct Found {
     pub segment_gen: u64,
     pub header: ItemHeader,
     pub cas: u64,
+    pub marks: Marks,
 }
 
 /// A mapped region with its validated layout.
@@ -217,6 +235,7 @@ impl Region {
         mut value: Option<&mut Vec<u8>>,
     ) -> Option<Found> {
         let bucket = self.bucket(b);
+        let marks = bucket.marks.load(Ordering::Relaxed);
         for (slot_index, cell) in bucket.slots.iter().enumerate() {
             let word = cell.load(Ordering::Relaxed);
             let Some(slot) = Slot::decode(word) else { continue };
@@ -224,7 +243,8 @@ impl Region {
                 continue;
             }
             if let Some((header, segment_gen, cas)) = self.read_item(slot, key, value.as_deref_mut()) {
-                return Some(Found { bucket: b, slot_index, word, slot, segment_gen, header, cas });
+                let marks = Marks::of(marks, slot_index);
+                return Some(Found { bucket: b, slot_index, word, slot, segment_gen, header, cas, marks });
             }
         }
         None
@@ -289,6 +309,9 @@ impl Region {
                 cas: found.cas,
                 expiry: found.header.expiry,
                 value_len: found.header.value_len,
+                fetched: found.word & SLOT_ACCESSED != 0,
+                marks: found.marks,
+                last_access: 0,
             })
         }
     }

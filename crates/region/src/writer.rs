@@ -20,7 +20,7 @@ use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
 use crate::key::check_key;
 use crate::layout::{
-    filler_size, filler_word, item_bytes, state, ItemHeader, Layout, SegmentMeta, Slot, BUCKET_SLOTS,
+    derived_cas, filler_size, filler_word, item_bytes, state, ItemHeader, Layout, Marks, SegmentMeta, Slot, BUCKET_SLOTS,
     ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER, SEALED_OFFSET,
     SLOT_ACCESSED,
 };
@@ -139,25 +139,66 @@ struct Reservation {
     size: usize,
 }
 
-/// What an operation decided, given the live item (if any).
-enum Plan<T> {
-    /// Change nothing; answer `T`.
-    Keep(T),
-    /// Store a new version; `expiry` `None` means it is expired on arrival (so: remove).
-    Write { value: NewValue, flags: u32, expiry: Option<u32>, result: T },
+/// What an [`Writer::update`] decided to do to a key, given its live item (if any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Change nothing.
+    Keep,
+    /// Store a new version of the item.
+    Store(NewItem),
     /// Remove the item.
-    Remove(T),
-    /// Change the expiry in place.
-    Touch { expiry: u32, result: T },
+    Remove,
+    /// Change the live item in place (no new version, same CAS).
+    Mark(Mark),
 }
 
-/// Where the new value's bytes come from.
-enum NewValue {
+/// A new version of an item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewItem {
+    pub value: Value,
+    pub flags: u32,
+    /// Absolute expiry (see [`absolute_expiry`]); `None`: expired on arrival, so the key is
+    /// removed instead.
+    pub expiry: Option<u32>,
+    /// An explicit CAS unique; `None` gives the new version a fresh one.
+    pub cas: Option<u64>,
+    pub marks: Marks,
+}
+
+/// Where a new version's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// The bytes given to the operation.
     Given,
+    /// The live item's value, unchanged.
+    Current,
+    /// The live value, then the given bytes.
     Append,
+    /// The given bytes, then the live value.
     Prepend,
+    /// These bytes.
     Owned(Vec<u8>),
 }
+
+/// An in-place change of the live item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// A new absolute expiry (`Some(1)` for one already passed), or `None` to keep it.
+    pub expiry: Option<u32>,
+    pub marks: Marks,
+    /// Mark it as read (memcached's `ITEM_FETCHED`, which also earns a second chance).
+    pub fetched: bool,
+}
+
+/// What an update saw: the live item and its value (if the update asked for it).
+#[derive(Clone, Copy, Debug)]
+pub struct Current<'a> {
+    pub info: ItemInfo,
+    pub value: &'a [u8],
+}
+
+/// An internal decision: the change and the answer to give once it is carried out.
+type Plan<T> = (Change, T);
 
 /// What the index must hold for an operation's decision to still be right.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -196,7 +237,14 @@ pub struct Writer {
     classes: TimeClasses,
     /// The open segment of each time class.
     active: Box<[AtomicU32]>,
+    /// Server time of each index slot's last write or read (for meta's `l`), in process
+    /// memory: 4 bytes a slot that would cost every item room in the region. Moves with its
+    /// item; 0 (unknown) after a restart.
+    last_access: Box<[AtomicU32]>,
 }
+
+/// memcached refreshes an item's access time on a read at most once a minute.
+const ACCESS_UPDATE_INTERVAL: u32 = 60;
 
 fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(std::io::Error) -> RegionError + 'a {
     move |source| RegionError::Io { path: path.to_owned(), action, source }
@@ -368,6 +416,7 @@ impl Writer {
         h.writer_pid.store(std::process::id(), Ordering::Relaxed);
         h.generation.fetch_add(1, Ordering::AcqRel);
         let classes = TimeClasses::for_segments(region.layout.segment_count);
+        let slots = region.layout.bucket_count * BUCKET_SLOTS;
         let writer = Writer {
             region,
             path: path.to_owned(),
@@ -375,6 +424,7 @@ impl Writer {
             pool: Mutex::new(Pool { free: Vec::new(), fifo: VecDeque::new(), retained: None }),
             classes,
             active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
+            last_access: (0..slots).map(|_| AtomicU32::new(0)).collect(),
         };
         if crashed {
             writer.recover();
@@ -540,8 +590,17 @@ impl Writer {
     /// Reads `key`; on a hit its value is in `value`. Marks the item as read, which gives it
     /// a second chance at eviction.
     pub fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<Lookup, OpError> {
+        self.read(key, value, true)
+    }
+
+    /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
+    /// time as they were (meta's `u`). A hit reports the state before this read.
+    pub fn read(&self, key: &[u8], value: &mut Vec<u8>, bump: bool) -> Result<Lookup, OpError> {
         let (lookup, found) = self.region.get(key, value)?;
-        if let (Lookup::Hit(_), Some(f)) = (lookup, found) {
+        let (Lookup::Hit(mut info), Some(f)) = (lookup, found) else { return Ok(lookup) };
+        let access = &self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index];
+        info.last_access = access.load(Ordering::Relaxed);
+        if bump {
             if f.word & SLOT_ACCESSED == 0 {
                 // A failed exchange means the slot changed meanwhile: nothing to mark.
                 let _ = self.region.bucket(f.bucket).slots[f.slot_index].compare_exchange(
@@ -551,69 +610,111 @@ impl Writer {
                     Ordering::Relaxed,
                 );
             }
+            let now = self.clock();
+            if now.saturating_sub(info.last_access) >= ACCESS_UPDATE_INTERVAL {
+                access.store(now, Ordering::Relaxed);
+            }
         }
-        Ok(lookup)
+        Ok(Lookup::Hit(info))
+    }
+
+    /// The general operation behind every other: finds the live item under `key` (its value
+    /// too if `need_value`), lets `decide` choose a [`Change`] and an answer, and carries the
+    /// change out only if the item is still the one `decide` saw (else it decides again).
+    /// `given` is the value for [`Value::Given`], `Append` and `Prepend`.
+    ///
+    /// Returns the answer and, if a new version was stored, its CAS unique.
+    pub fn update<T>(
+        &self,
+        key: &[u8],
+        given: &[u8],
+        need_value: bool,
+        mut decide: impl FnMut(Option<Current<'_>>) -> (Change, T),
+    ) -> Result<(T, Option<u64>), OpError> {
+        check_key(key)?;
+        let hash = self.region.hash(key);
+        let mut current = Vec::new();
+        loop {
+            let found = self.region.find(key, &hash, need_value.then_some(&mut current))?;
+            let live = found.as_ref().and_then(|f| {
+                let mut info = self.region.judge(f).hit()?;
+                info.last_access = self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].load(Ordering::Relaxed);
+                Some(info)
+            });
+            let plan = decide(live.map(|info| Current { info, value: current.as_slice() }));
+            let expect = Expect::Exactly(found.as_ref().map(state_of));
+            if let Some(done) = self.execute(key, &hash, given, &current, plan, expect)? {
+                return Ok(done);
+            }
+        }
     }
 
     /// memcached `set`. If it fails for lack of memory or size, the old value is removed.
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
         check_key(key)?;
-        let plan = Plan::Write {
-            value: NewValue::Given,
-            flags,
-            expiry: absolute_expiry(exptime, self.clock()),
-            result: Store::Stored,
-        };
         let hash = self.region.hash(key);
+        let plan = (Change::Store(self.new_item(Value::Given, flags, exptime)), Store::Stored);
         match self.execute(key, &hash, value, &[], plan, Expect::Any) {
-            Ok(stored) => Ok(stored.expect("unconditional")),
+            Ok(stored) => Ok(stored.expect("unconditional").0),
             Err(e @ (OpError::ValueTooLarge { .. } | OpError::OutOfMemory)) => {
                 // As memcached does for `set` only: a failed set must not leave the old value
                 // readable, or the client would keep reading what it just tried to replace.
-                self.execute(key, &hash, &[], &[], Plan::Remove(()), Expect::Any)?;
+                self.execute(key, &hash, &[], &[], (Change::Remove, ()), Expect::Any)?;
                 Err(e)
             }
             Err(e) => Err(e),
         }
     }
 
+    /// A new version with a fresh CAS and no marks, expiring by memcached's `exptime` rules.
+    fn new_item(&self, value: Value, flags: u32, exptime: i64) -> NewItem {
+        let expiry = absolute_expiry(exptime, self.clock());
+        NewItem { value, flags, expiry, cas: None, marks: Marks::default() }
+    }
+
+    /// Runs `update` for an operation that answers only its decision.
+    fn apply<T>(
+        &self,
+        key: &[u8],
+        given: &[u8],
+        need_value: bool,
+        mut decide: impl FnMut(Option<Current<'_>>) -> Plan<T>,
+    ) -> Result<T, OpError> {
+        self.update(key, given, need_value, |current| decide(current)).map(|(result, _)| result)
+    }
+
     /// memcached `add`: store only if there is no live item.
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
-        let expiry = absolute_expiry(exptime, self.clock());
+        let item = self.new_item(Value::Given, flags, exptime);
         self.apply(key, value, false, |current| match current {
-            Some(_) => Plan::Keep(Store::NotStored),
-            None => Plan::Write { value: NewValue::Given, flags, expiry, result: Store::Stored },
+            Some(_) => (Change::Keep, Store::NotStored),
+            None => (Change::Store(item.clone()), Store::Stored),
         })
     }
 
     /// memcached `replace`: store only if there is a live item.
     pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
-        let expiry = absolute_expiry(exptime, self.clock());
+        let item = self.new_item(Value::Given, flags, exptime);
         self.apply(key, value, false, |current| match current {
-            None => Plan::Keep(Store::NotStored),
-            Some(_) => Plan::Write { value: NewValue::Given, flags, expiry, result: Store::Stored },
+            None => (Change::Keep, Store::NotStored),
+            Some(_) => (Change::Store(item.clone()), Store::Stored),
         })
     }
 
     /// memcached `append`: add bytes after the live item's value, keeping its flags and expiry.
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<Store, OpError> {
-        self.concat(key, value, false)
+        self.concat(key, value, Value::Append)
     }
 
     /// memcached `prepend`: add bytes before the live item's value.
     pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<Store, OpError> {
-        self.concat(key, value, true)
+        self.concat(key, value, Value::Prepend)
     }
 
-    fn concat(&self, key: &[u8], value: &[u8], prepend: bool) -> Result<Store, OpError> {
+    fn concat(&self, key: &[u8], value: &[u8], how: Value) -> Result<Store, OpError> {
         self.apply(key, value, true, |current| match current {
-            None => Plan::Keep(Store::NotStored),
-            Some((info, _)) => Plan::Write {
-                value: if prepend { NewValue::Prepend } else { NewValue::Append },
-                flags: info.flags,
-                expiry: Some(info.expiry),
-                result: Store::Stored,
-            },
+            None => (Change::Keep, Store::NotStored),
+            Some(c) => (Change::Store(NewItem::keeping(c.info, how.clone())), Store::Stored),
         })
     }
 
@@ -626,59 +727,38 @@ impl Writer {
         exptime: i64,
         cas: u64,
     ) -> Result<Store, OpError> {
-        let expiry = absolute_expiry(exptime, self.clock());
+        let item = self.new_item(Value::Given, flags, exptime);
         self.apply(key, value, false, |current| match current {
-            None => Plan::Keep(Store::NotFound),
-            Some((info, _)) if info.cas != cas => Plan::Keep(Store::Exists),
-            Some(_) => Plan::Write { value: NewValue::Given, flags, expiry, result: Store::Stored },
+            None => (Change::Keep, Store::NotFound),
+            Some(c) if c.info.cas != cas => (Change::Keep, Store::Exists),
+            Some(_) => (Change::Store(item.clone()), Store::Stored),
         })
     }
 
     /// memcached `incr`: adds `delta`, wrapping at 2^64.
     pub fn incr(&self, key: &[u8], delta: u64) -> Result<Delta, OpError> {
-        self.add_delta(key, |n| n.wrapping_add(delta))
+        self.apply(key, &[], true, |current| counter_change(current, |n| n.wrapping_add(delta)))
     }
 
     /// memcached `decr`: subtracts `delta`, stopping at 0.
     pub fn decr(&self, key: &[u8], delta: u64) -> Result<Delta, OpError> {
-        self.add_delta(key, |n| n.saturating_sub(delta))
-    }
-
-    fn add_delta(&self, key: &[u8], op: impl Fn(u64) -> u64) -> Result<Delta, OpError> {
-        self.apply(key, &[], true, |current| {
-            let Some((info, value)) = current else { return Plan::Keep(Delta::NotFound) };
-            let Some(n) = parse_counter(value) else { return Plan::Keep(Delta::NonNumeric) };
-            let n = op(n);
-            let mut text = n.to_string().into_bytes();
-            // memcached rewrites a shorter number in place, padding with spaces to the old
-            // length; clients see those spaces, so we keep them too.
-            if text.len() < value.len() {
-                text.resize(value.len(), b' ');
-            }
-            Plan::Write {
-                value: NewValue::Owned(text),
-                flags: info.flags,
-                expiry: Some(info.expiry),
-                result: Delta::Value(n),
-            }
-        })
+        self.apply(key, &[], true, |current| counter_change(current, |n| n.saturating_sub(delta)))
     }
 
     /// memcached `delete`: true if a live item was removed.
     pub fn delete(&self, key: &[u8]) -> Result<bool, OpError> {
         self.apply(key, &[], false, |current| match current {
-            None => Plan::Keep(false),
-            Some(_) => Plan::Remove(true),
+            None => (Change::Keep, false),
+            Some(_) => (Change::Remove, true),
         })
     }
 
     /// memcached `touch`: sets a live item's expiry; true if there was one.
     pub fn touch(&self, key: &[u8], exptime: i64) -> Result<bool, OpError> {
-        // An expiry in the past is stored as 1, which every clock has passed.
-        let expiry = absolute_expiry(exptime, self.clock()).unwrap_or(1);
+        let expiry = touch_expiry(exptime, self.clock());
         self.apply(key, &[], false, |current| match current {
-            None => Plan::Keep(false),
-            Some(_) => Plan::Touch { expiry, result: true },
+            None => (Change::Keep, false),
+            Some(c) => (Change::Mark(Mark { expiry: Some(expiry), marks: c.info.marks, fetched: false }), true),
         })
     }
 
@@ -715,83 +795,60 @@ impl Writer {
     // -----------------------------------------------------------------------------------------
     // Applying a decision
 
-    /// Runs a conditional operation: find the item, let `decide` choose, and carry the choice
-    /// out only if the item is still what `decide` saw; otherwise look again.
-    fn apply<T>(
-        &self,
-        key: &[u8],
-        given: &[u8],
-        need_value: bool,
-        mut decide: impl FnMut(Option<(ItemInfo, &[u8])>) -> Plan<T>,
-    ) -> Result<T, OpError> {
-        check_key(key)?;
-        let hash = self.region.hash(key);
-        let mut current = Vec::new();
-        loop {
-            let found = self.region.find(key, &hash, need_value.then_some(&mut current))?;
-            let live = found.as_ref().and_then(|f| self.region.judge(f).hit());
-            let plan = decide(live.map(|info| (info, current.as_slice())));
-            let expect = Expect::Exactly(found.as_ref().map(state_of));
-            if let Some(result) = self.execute(key, &hash, given, &current, plan, expect)? {
-                return Ok(result);
-            }
-        }
-    }
-
-    /// Carries out a plan; `Ok(None)` if the index no longer matches `expect`.
+    /// Carries out a plan: `Ok(None)` if the index no longer matches `expect`, else the answer
+    /// and the CAS unique of the version stored, if one was.
     fn execute<T>(
         &self,
         key: &[u8],
         hash: &KeyHash,
         given: &[u8],
         current: &[u8],
-        plan: Plan<T>,
+        (change, result): Plan<T>,
         expect: Expect,
-    ) -> Result<Option<T>, OpError> {
-        match plan {
-            Plan::Keep(result) => Ok(Some(result)),
-            Plan::Write { expiry: None, result, .. } | Plan::Remove(result) => {
+    ) -> Result<Option<(T, Option<u64>)>, OpError> {
+        match change {
+            Change::Keep => Ok(Some((result, None))),
+            Change::Store(NewItem { expiry: None, .. }) | Change::Remove => {
                 let done = self.with_locked(key, hash, expect, |at| {
                     if let Some(f) = at {
                         self.unlink(f.bucket, f.slot_index);
                     }
                 });
-                Ok(done.then_some(result))
+                Ok(done.then_some((result, None)))
             }
-            Plan::Touch { expiry, result } => {
+            Change::Mark(mark) => {
                 let done = self.with_locked(key, hash, expect, |at| {
                     if let Some(f) = at {
-                        let item = self.region.item_offset(f.slot);
-                        self.region.map.u32_at(item + ITEM_EXPIRY_OFFSET).store(expiry, Ordering::Relaxed);
-                        self.region
-                            .meta(f.slot.segment)
-                            .max_expiry
-                            .fetch_max(never_if_zero(expiry), Ordering::AcqRel);
+                        self.mark(&f, mark);
                     }
                 });
-                Ok(done.then_some(result))
+                Ok(done.then_some((result, None)))
             }
-            Plan::Write { value, flags, expiry: Some(expiry), result } => {
+            Change::Store(NewItem { value, flags, expiry: Some(expiry), cas, marks }) => {
                 let parts: [&[u8]; 2] = match &value {
-                    NewValue::Given => [given, &[]],
-                    NewValue::Append => [current, given],
-                    NewValue::Prepend => [given, current],
-                    NewValue::Owned(v) => [v, &[]],
+                    Value::Given => [given, &[]],
+                    Value::Current => [current, &[]],
+                    Value::Append => [current, given],
+                    Value::Prepend => [given, current],
+                    Value::Owned(v) => [v, &[]],
                 };
                 let len = parts[0].len() + parts[1].len();
                 let limit = self.region.layout.max_item_bytes;
-                if item_bytes(key.len(), len, false) > limit {
+                if item_bytes(key.len(), len, cas.is_some()) > limit {
                     return Err(OpError::ValueTooLarge { len, max: limit - ITEM_HEADER_BYTES - key.len() });
                 }
                 let header =
-                    ItemHeader { key_len: key.len(), value_len: len, explicit_cas: false, expiry, flags };
+                    ItemHeader { key_len: key.len(), value_len: len, explicit_cas: cas.is_some(), expiry, flags };
                 let class = self.classes.of(expiry, self.clock());
                 let r = self.reserve(class, header.size())?;
-                self.write_item(r, &header, None, key, parts);
+                self.write_item(r, &header, cas, key, parts);
+                let new_cas = cas.unwrap_or_else(|| {
+                    derived_cas(self.region.meta(r.segment).generation.load(Ordering::Relaxed), r.offset)
+                });
                 let word = Slot { tag: hash.tag, segment: r.segment, offset: r.offset }.encode();
                 let mut linked = false;
                 let done = self.with_locked(key, hash, expect, |at| {
-                    linked = self.link(hash, at, word);
+                    linked = self.link(hash, at, word, marks);
                     if linked {
                         self.account(r.segment, r.size);
                         self.region.header().total_items.fetch_add(1, Ordering::Relaxed);
@@ -804,8 +861,24 @@ impl Writer {
                 if done && !linked {
                     return Err(OpError::OutOfMemory);
                 }
-                Ok(done.then_some(result))
+                Ok(done.then_some((result, Some(new_cas))))
             }
+        }
+    }
+
+    /// Changes a live item in place: expiry, marks, read mark. Its buckets are locked.
+    fn mark(&self, f: &Found, mark: Mark) {
+        if let Some(expiry) = mark.expiry {
+            let item = self.region.item_offset(f.slot);
+            self.region.map.u32_at(item + ITEM_EXPIRY_OFFSET).store(expiry, Ordering::Relaxed);
+            self.region.meta(f.slot.segment).max_expiry.fetch_max(never_if_zero(expiry), Ordering::AcqRel);
+        }
+        let bucket = self.region.bucket(f.bucket);
+        let marks = bucket.marks.load(Ordering::Relaxed);
+        bucket.marks.store(mark.marks.put(marks, f.slot_index), Ordering::Relaxed);
+        if mark.fetched {
+            bucket.slots[f.slot_index].fetch_or(SLOT_ACCESSED, Ordering::Relaxed);
+            self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].store(self.clock(), Ordering::Relaxed);
         }
     }
 
@@ -837,7 +910,7 @@ impl Writer {
     /// Points the index at a new item: over the key's old slot if it has one, else into the
     /// emptier candidate bucket, else over an item evicted from a full bucket. Locks held.
     /// False if there is no room and eviction is disabled.
-    fn link(&self, hash: &KeyHash, at: Option<Found>, word: u64) -> bool {
+    fn link(&self, hash: &KeyHash, at: Option<Found>, word: u64, marks: Marks) -> bool {
         let (b, i) = match at {
             Some(f) => {
                 self.unlink(f.bucket, f.slot_index);
@@ -848,7 +921,10 @@ impl Writer {
                 None => return false,
             },
         };
-        self.region.bucket(b).slots[i].store(word, Ordering::Release);
+        let bucket = self.region.bucket(b);
+        bucket.marks.store(marks.put(bucket.marks.load(Ordering::Relaxed), i), Ordering::Relaxed);
+        bucket.slots[i].store(word, Ordering::Release);
+        self.last_access[b * BUCKET_SLOTS + i].store(self.clock(), Ordering::Relaxed);
         true
     }
 
@@ -931,8 +1007,13 @@ impl Writer {
                 let free =
                     target.slots.iter().position(|c| Slot::decode(c.load(Ordering::Relaxed)).is_none());
                 if let Some(j) = free {
+                    let source = self.region.bucket(b);
+                    let marks = Marks::of(source.marks.load(Ordering::Relaxed), i);
+                    target.marks.store(marks.put(target.marks.load(Ordering::Relaxed), j), Ordering::Relaxed);
                     target.slots[j].store(word, Ordering::Release);
-                    self.region.bucket(b).slots[i].store(0, Ordering::Release);
+                    source.slots[i].store(0, Ordering::Release);
+                    let access = self.last_access[b * BUCKET_SLOTS + i].load(Ordering::Relaxed);
+                    self.last_access[other * BUCKET_SLOTS + j].store(access, Ordering::Relaxed);
                 }
                 write_unlock(version, locked);
                 if free.is_some() {
@@ -1304,6 +1385,37 @@ impl Drop for Writer {
     fn drop(&mut self) {
         self.region.header().clean.store(1, Ordering::Release);
     }
+}
+
+/// The absolute expiry `touch` (and meta's `T`) give an item: memcached's `exptime` rules,
+/// except that a time already passed is kept as 1, which every clock has passed.
+pub fn touch_expiry(exptime: i64, now: u32) -> u32 {
+    absolute_expiry(exptime, now).unwrap_or(1)
+}
+
+impl NewItem {
+    /// A new version of a live item with its flags and expiry (marks cleared, fresh CAS).
+    pub fn keeping(info: ItemInfo, value: Value) -> NewItem {
+        NewItem { value, flags: info.flags, expiry: Some(info.expiry), cas: None, marks: Marks::default() }
+    }
+}
+
+/// `incr`/`decr`: the counter's new value, written as memcached does.
+fn counter_change(current: Option<Current<'_>>, op: impl Fn(u64) -> u64) -> Plan<Delta> {
+    let Some(c) = current else { return (Change::Keep, Delta::NotFound) };
+    let Some(n) = parse_counter(c.value) else { return (Change::Keep, Delta::NonNumeric) };
+    let n = op(n);
+    (Change::Store(NewItem::keeping(c.info, Value::Owned(counter_text(n, c.value.len())))), Delta::Value(n))
+}
+
+/// A counter's new text: memcached rewrites a shorter number in place, padding with spaces to
+/// the old length; clients see those spaces, so we keep them too.
+pub fn counter_text(n: u64, old_len: usize) -> Vec<u8> {
+    let mut text = n.to_string().into_bytes();
+    if text.len() < old_len {
+        text.resize(old_len, b' ');
+    }
+    text
 }
 
 fn never_if_zero(expiry: u32) -> u32 {

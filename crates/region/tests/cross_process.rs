@@ -894,8 +894,8 @@ fn stress(config: &Config, secs: u64, min_hit_percent: u64) -> shoal_region::Sta
     let r = Reader::open(&shm.path).unwrap();
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for key in &keys {
-        let by_reader = r.get(key, &mut a).unwrap();
-        let by_writer = w.get(key, &mut b).unwrap();
+        let by_reader = r.get(key, &mut a).unwrap().settled();
+        let by_writer = w.get(key, &mut b).unwrap().settled();
         assert_eq!(by_reader, by_writer, "reader and writer disagree on {}", String::from_utf8_lossy(key));
         if by_reader.hit().is_some() {
             assert_eq!(a, b);
@@ -1176,8 +1176,8 @@ fn sigkilled_writer_leaves_a_recoverable_region() {
         let r = Reader::open(&shm.path).expect("reader after recovery");
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for key in &keys {
-            let by_reader = r.get(key, &mut a).unwrap();
-            let by_writer = w.get(key, &mut b).unwrap();
+            let by_reader = r.get(key, &mut a).unwrap().settled();
+            let by_writer = w.get(key, &mut b).unwrap().settled();
             assert_eq!(by_reader, by_writer, "round {round}: {}", String::from_utf8_lossy(key));
             if by_reader.hit().is_some() {
                 assert_eq!(a, b);
@@ -1216,3 +1216,4 @@ fn sigkilled_writer_leaves_a_recoverable_region() {
         // Detaching cleanly here; the next round's writer attaches to a clean region.
     }
 }
+

@@ -495,7 +495,7 @@ impl Harness {
             let key = &self.keys[k];
             let wl = self.writer.as_ref().unwrap().get(key, &mut self.buf).unwrap();
             let rl = self.reader.get(key, &mut self.rbuf).unwrap();
-            assert_eq!(wl, rl, "{op:?}: writer and reader disagree on key {k}");
+            assert_eq!(wl.settled(), rl.settled(), "{op:?}: writer and reader disagree on key {k}");
             let model = self.model.items.get(&k);
             match (wl, model) {
                 (Lookup::Missing, None) => {}
