@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, then runs all of them: formatting, lints, unit,
-# property, cross-process and crash tests, the loom model check, and short fuzz runs.
+# property, cross-process and crash tests, the loom model check, the Python suites under tests/
+# (client libraries, memccapable and raw sockets against `shoal server`), and short fuzz runs.
 #   SHOAL_STRESS_SECS  length of the cross-process stress test (default 60; CI uses 5)
 #   SHOAL_FUZZ_SECS    seconds per fuzz target (default 30; 0 skips fuzzing, loudly)
 set -euo pipefail
@@ -17,6 +18,25 @@ fi
 export SHOAL_STRESS_SECS="${SHOAL_STRESS_SECS:-60}"
 export SHOAL_FUZZ_SECS="${SHOAL_FUZZ_SECS:-30}"
 
+step "test dependencies: Debian packages, Python packages (tests/requirements.txt)"
+debs=(memcached libmemcached-tools libmemcached-dev zlib1g-dev)
+missing=()
+for deb in "${debs[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "$deb" 2>/dev/null || true)"
+  [ "$status" = "install ok installed" ] || missing+=("$deb")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    as_root=(sudo)
+  fi
+  "${as_root[@]}" apt-get update
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tests/requirements.txt
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -25,6 +45,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test (release; stress ${SHOAL_STRESS_SECS}s)"
 cargo test --workspace --release
+
+step "Python suites under tests/ against the release shoal server"
+cargo build --release -p shoal
+PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/
 
 step "loom model check of the bucket read-validate protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \

@@ -106,11 +106,13 @@ class Conn:
         self.close()
 
 
-def stats(server: Server) -> dict:
-    """`stats` of a fresh connection, as {name: value} strings."""
-    with Conn(server) as c:
-        c.send(b"stats\r\n")
-        text = c.read_until(b"END\r\n").decode()
+def stats(via) -> dict:
+    """`stats` as {name: value} strings, asked on a Conn or a fresh connection to a Server."""
+    if isinstance(via, Server):
+        with Conn(via) as c:
+            return stats(c)
+    via.send(b"stats\r\n")
+    text = via.read_until(b"END\r\n").decode()
     return dict(re.findall(r"^STAT (\S+) (.*?)\r$", text, re.M))
 
 
@@ -142,3 +144,16 @@ def pass_time(server: Server, seconds: int):
     while int(stats(server)["time"]) < start + seconds:
         assert time.monotonic() < deadline, "memcached's clock did not tick within 2.5 s"
         time.sleep(0.02)
+
+
+def sole_connection(server: Server, timeout: float = 2.0) -> Conn:
+    """A connection opened once every earlier one is gone, by `stats` curr_connections: servers
+    handle closes (such as the harness's readiness probe) asynchronously."""
+    conn = Conn(server)
+    deadline = time.monotonic() + timeout
+    while (current := stats(conn).get("curr_connections")) != "1":
+        if time.monotonic() > deadline:
+            conn.close()
+            raise AssertionError(f"stats curr_connections is {current!r} with one client")
+        time.sleep(0.02)
+    return conn
