@@ -35,12 +35,15 @@ pub enum MetaCmd {
 }
 
 /// A parsed meta command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta<'a> {
     pub cmd: MetaCmd,
     /// The key as sent: base64 when `flags.has(b'b')` (see [`Meta::key`]); empty for `mn`.
     pub key: &'a [u8],
     pub flags: MetaFlags<'a>,
+    /// The flag tokens in request order: memcached answers with the return flags in the
+    /// order they were asked for.
+    pub order: Tokens<'a>,
     /// The value of `ms`, without its `\r\n`; empty for the other commands.
     pub data: &'a [u8],
 }
@@ -194,7 +197,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
     };
     let done = |meta, consumed| Parse::Done { request: Request::Meta(meta), consumed };
     let error = |reply| Parse::error(reply, at.end);
-    let empty = Meta { cmd, key: b"", flags: MetaFlags::default(), data: b"" };
+    let empty = Meta { cmd, key: b"", flags: MetaFlags::default(), order: Tokens::default(), data: b"" };
     let key = args.next();
     match cmd {
         MetaCmd::Noop => return done(empty, at.end),
@@ -238,6 +241,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
     };
     // Once its size is known, a refused `ms` still has its data block swallowed.
     let consume = if set { at.through_block(len) } else { at.end };
+    let order = args.clone();
     let flags = match MetaFlags::parse(args, key) {
         Ok(flags) => flags,
         Err(_) if matches!(cmd, MetaCmd::Delete | MetaCmd::Arithmetic) => {
@@ -258,11 +262,11 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         }
         MetaCmd::Set if len > at.max_item_bytes => Parse::error(TOO_LARGE, consume),
         MetaCmd::Set => match at.block(len) {
-            Block::Ready(data, consumed) => done(Meta { cmd, key, flags, data }, consumed),
+            Block::Ready(data, consumed) => done(Meta { cmd, key, flags, order, data }, consumed),
             Block::Incomplete => Parse::Incomplete,
             Block::Bad(consume) => Parse::error(BAD_CHUNK, consume),
         },
-        _ => done(Meta { cmd, key, flags, data: b"" }, at.end),
+        _ => done(Meta { cmd, key, flags, order, data: b"" }, at.end),
     }
 }
 

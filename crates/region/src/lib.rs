@@ -40,15 +40,15 @@ mod writer;
 #[cfg(not(loom))]
 pub use error::{OpError, RegionError};
 #[cfg(not(loom))]
+pub use expiry::absolute_expiry;
+#[cfg(not(loom))]
 pub use layout::{Layout, Marks};
 #[cfg(not(loom))]
 pub use reader::Reader;
 #[cfg(not(loom))]
 pub use region::{ItemInfo, Lookup};
 #[cfg(not(loom))]
-pub use expiry::absolute_expiry;
-#[cfg(not(loom))]
 pub use writer::{
-    counter_text, parse_counter, touch_expiry, Change, Config, Current, Delta, Mark, NewItem, Stats, Store, Value,
-    Writer,
+    counter_text, parse_counter, touch_expiry, Change, Config, Current, Delta, Mark, NewItem, Stats, Store,
+    Value, Writer,
 };

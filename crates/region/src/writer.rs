@@ -20,9 +20,9 @@ use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
 use crate::key::check_key;
 use crate::layout::{
-    derived_cas, filler_size, filler_word, item_bytes, state, ItemHeader, Layout, Marks, SegmentMeta, Slot, BUCKET_SLOTS,
-    ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER, SEALED_OFFSET,
-    SLOT_ACCESSED,
+    derived_cas, filler_size, filler_word, item_bytes, state, ItemHeader, Layout, Marks, SegmentMeta, Slot,
+    BUCKET_SLOTS, ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER,
+    SEALED_OFFSET, SLOT_ACCESSED,
 };
 use crate::region::{Found, ItemInfo, KeyHash, Lookup, Region};
 use crate::seqlock::{backoff, write_lock, write_try_lock, write_unlock};
@@ -638,7 +638,8 @@ impl Writer {
             let found = self.region.find(key, &hash, need_value.then_some(&mut current))?;
             let live = found.as_ref().and_then(|f| {
                 let mut info = self.region.judge(f).hit()?;
-                info.last_access = self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].load(Ordering::Relaxed);
+                info.last_access =
+                    self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].load(Ordering::Relaxed);
                 Some(info)
             });
             let plan = decide(live.map(|info| Current { info, value: current.as_slice() }));
@@ -758,7 +759,9 @@ impl Writer {
         let expiry = touch_expiry(exptime, self.clock());
         self.apply(key, &[], false, |current| match current {
             None => (Change::Keep, false),
-            Some(c) => (Change::Mark(Mark { expiry: Some(expiry), marks: c.info.marks, fetched: false }), true),
+            Some(c) => {
+                (Change::Mark(Mark { expiry: Some(expiry), marks: c.info.marks, fetched: false }), true)
+            }
         })
     }
 
@@ -837,8 +840,13 @@ impl Writer {
                 if item_bytes(key.len(), len, cas.is_some()) > limit {
                     return Err(OpError::ValueTooLarge { len, max: limit - ITEM_HEADER_BYTES - key.len() });
                 }
-                let header =
-                    ItemHeader { key_len: key.len(), value_len: len, explicit_cas: cas.is_some(), expiry, flags };
+                let header = ItemHeader {
+                    key_len: key.len(),
+                    value_len: len,
+                    explicit_cas: cas.is_some(),
+                    expiry,
+                    flags,
+                };
                 let class = self.classes.of(expiry, self.clock());
                 let r = self.reserve(class, header.size())?;
                 self.write_item(r, &header, cas, key, parts);

@@ -1216,4 +1216,3 @@ fn sigkilled_writer_leaves_a_recoverable_region() {
         // Detaching cleanly here; the next round's writer attaches to a clean region.
     }
 }
-

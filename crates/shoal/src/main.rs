@@ -23,14 +23,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a memcached-compatible server whose items live in a shared-memory region
+    /// (takes memcached's flags: `shoal server -h`).
+    Server(shoal_server::ServerArgs),
     /// Create, inspect, read and write shared-memory regions, and measure them.
     Region(region_cmd::RegionArgs),
+    /// Load a memcached-protocol server and measure it (see docs/BENCHMARKS.md).
+    Bench(shoal_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Server(args) => server(args),
         Command::Region(args) => region_cmd::run(args),
+        Command::Bench(args) => shoal_bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -39,4 +46,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `shoal server`: memcached's `-h` and `-V` are its own flags, as in memcached.
+fn server(args: shoal_server::ServerArgs) -> Result<(), String> {
+    use clap::CommandFactory;
+    if args.help {
+        let mut cli = Cli::command();
+        let sub = cli.find_subcommand_mut("server").expect("the server subcommand");
+        sub.print_help().map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    if args.version {
+        println!("shoal {} (memcached {})", env!("CARGO_PKG_VERSION"), shoal_server::VERSION);
+        return Ok(());
+    }
+    shoal_server::run(args.settings()?)
 }

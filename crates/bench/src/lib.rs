@@ -1,0 +1,78 @@
+//! # shoal-bench: Shoal's benchmark harness
+//!
+//! Owns `shoal bench`: load generation against any server that speaks memcached's text or
+//! meta protocol (Shoal, stock memcached, a router), and the measurements every performance
+//! claim of the project is made with, side by side with memcached (`bench/` has the scripts).
+//!
+//! - `shoal bench load` ([`load`]): a get/set mix over many connections and threads, with
+//!   pipelining, multigets, key distributions, closed or open loop; reports throughput,
+//!   latency percentiles, hits, misses, errors and the server's CPU time per request.
+//! - `shoal bench fill` ([`fill`]): how many items of a given size fit in the server.
+//!
+//! ```text
+//!  options ─► KeySpace, KeyChooser (uniform | zipf | latest), ValueSize
+//!         ─► Clients::connect: N connections dealt to T threads (pinned with --pin)
+//!  server `stats` (rusage before) ───────────────────────────────────────────────┐
+//!  each thread, one mio poller:                                                  │
+//!    RequestSource ─encode─► connection output ─► server ─► connection input     │
+//!        ▲  (pipeline slot free, or due in open loop)          │ parse replies   │
+//!        └──────────── Tally: counts + latency histogram ◄─────┘                 │
+//!  Tallies merged ─► LoadReport (percentiles, req/s) ◄─ `stats` (rusage after) ◄─┘
+//!                 ─► text, or --json
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod connection;
+pub mod engine;
+pub mod fill;
+pub mod keys;
+pub mod load;
+pub mod pin;
+mod progress;
+pub mod protocol;
+pub mod random;
+pub mod tally;
+pub mod target;
+pub mod workload;
+
+use clap::{Args, Subcommand};
+
+/// `shoal bench …`: measure servers.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Raw memcached-protocol load against one server: throughput, latency percentiles and
+    /// the server's CPU time per request.
+    Load(load::LoadOptions),
+    /// Count the items that fit in a server: set new keys until it evicts.
+    Fill(fill::FillOptions),
+}
+
+/// Runs a `shoal bench` subcommand and prints its report on stdout.
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    match args.command {
+        BenchCommand::Load(options) => {
+            let report = load::run_load(&options)?;
+            if options.json {
+                println!("{:#}", report.to_json());
+            } else {
+                print!("{report}");
+            }
+        }
+        BenchCommand::Fill(options) => {
+            let report = fill::run_fill(&options)?;
+            if options.json {
+                println!("{:#}", report.to_json());
+            } else {
+                print!("{report}");
+            }
+        }
+    }
+    Ok(())
+}

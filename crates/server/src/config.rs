@@ -1,0 +1,350 @@
+//! The command line: memcached's flags with memcached's meanings, plus Shoal's own long
+//! options, turned into [`Settings`].
+
+use clap::{ArgAction, Args};
+use std::path::PathBuf;
+
+/// memcached's default TCP port.
+pub const DEFAULT_PORT: u16 = 11211;
+
+/// `-o` sub-options memcached has that tune machinery Shoal does not have (slab classes, LRU
+/// crawler, hash table growth, extstore): accepted so existing command lines keep working, and
+/// ignored (listed in docs/PROTOCOL.md).
+const IGNORED_SUBOPTIONS: &[&str] = &[
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "hashpower",
+    "tail_repair_time",
+    "no_lru_crawler",
+    "lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "lru_segmented",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "idle_timeout",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "track_sizes",
+    "no_inline_ascii_resp",
+    "modern",
+    "no_modern",
+    "no_chunked_items",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_chunk_max",
+    "no_hashexpand",
+    "hash_algorithm",
+    "relaxed_privileges",
+    "resp_obj_mem_limit",
+    "read_buf_mem_limit",
+];
+
+/// `shoal server`: a drop-in memcached server whose items live in a shared-memory region.
+///
+/// Takes memcached's flags with the same meanings (`shoal server -h` lists them).
+#[derive(Args, Debug, Clone)]
+#[command(disable_help_flag = true, disable_version_flag = true)]
+pub struct ServerArgs {
+    /// TCP port to listen on (default: 11211; 0 = off; -1 = any free port)
+    #[arg(short = 'p', long = "port", default_value_t = i32::from(DEFAULT_PORT), allow_negative_numbers = true)]
+    pub port: i32,
+    /// UDP port to listen on (default: 0, off; -1 = any free port)
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0, allow_negative_numbers = true)]
+    pub udp_port: i32,
+    /// unix socket path to listen on (disables network support)
+    #[arg(short = 's', long = "unix-socket", value_name = "FILE")]
+    pub unix_socket: Option<PathBuf>,
+    /// access mask for the unix socket, in octal (default: 700)
+    #[arg(short = 'a', long = "unix-mask", default_value = "700", value_name = "MASK")]
+    pub unix_mask: String,
+    /// interface to listen on (default: INADDR_ANY); a comma-separated list of addr[:port]
+    #[arg(short = 'l', long = "listen", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// item memory in megabytes: the whole region, index included (default: 64)
+    #[arg(short = 'm', long = "memory-limit", default_value_t = 64, value_name = "MB")]
+    pub memory_mb: usize,
+    /// return error on memory exhausted instead of evicting
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+    /// max simultaneous connections (default: 1024)
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
+    pub conn_limit: usize,
+    /// number of worker threads (default: 4)
+    #[arg(short = 't', long = "threads", default_value_t = 4)]
+    pub threads: usize,
+    /// max requests processed per connection per event, so one client cannot starve the
+    /// others (default: 20)
+    #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
+    pub reqs_per_event: usize,
+    /// largest item stored, e.g. 1m, 512k, 2097152 (default: 1m; 512 bytes to 8m)
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_name = "SIZE")]
+    pub max_item_size: String,
+    /// disable CAS (gets answers 0; cas never matches)
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// protocol: ascii or auto (binary is not supported yet)
+    #[arg(short = 'B', long = "protocol", default_value = "auto")]
+    pub protocol: String,
+    /// TCP listen backlog (default: 1024)
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    pub backlog: i32,
+    /// enable the ascii "shutdown" command
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
+    /// disable flush_all
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// region file: restarting on the same file keeps every item (warm restart)
+    #[arg(short = 'e', long = "memory-file", value_name = "FILE")]
+    pub memory_file: Option<PathBuf>,
+    /// the region file (same as -e)
+    #[arg(long = "region-path", value_name = "FILE", conflicts_with = "memory_file")]
+    pub region_path: Option<PathBuf>,
+    /// average item size (key + value + 12) the index is sized for when a region is created
+    #[arg(long = "avg-item-bytes", default_value_t = 128)]
+    pub avg_item_bytes: usize,
+    /// verbose (print errors/warnings); -vv: also print client commands and responses
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    pub verbose: u8,
+    /// assume the identity of <username> (accepted; Shoal does not switch users)
+    #[arg(short = 'u', long = "user", value_name = "USER")]
+    pub user: Option<String>,
+    /// write the process id to this file
+    #[arg(short = 'P', long = "pidfile", value_name = "FILE")]
+    pub pidfile: Option<PathBuf>,
+    /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
+    #[arg(short = 'o', long = "extended", value_name = "OPTS")]
+    pub extended: Vec<String>,
+    /// test mode: enables `debugtime <seconds>`, which moves the server clock forward
+    #[arg(long = "test-mode")]
+    pub test_mode: bool,
+    /// print this help and exit
+    #[arg(short = 'h', long = "help")]
+    pub help: bool,
+    /// print version and exit
+    #[arg(short = 'V', long = "version")]
+    pub version: bool,
+}
+
+/// What the server runs with, checked.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// TCP listen addresses (host, port); empty = TCP off.
+    pub tcp: Vec<(String, u16)>,
+    /// UDP port (None = off).
+    pub udp: Option<(String, u16)>,
+    pub unix_socket: Option<(PathBuf, u32)>,
+    pub region_bytes: usize,
+    pub evict: bool,
+    pub max_connections: usize,
+    pub threads: usize,
+    pub reqs_per_event: usize,
+    pub max_item_bytes: usize,
+    pub use_cas: bool,
+    pub backlog: i32,
+    pub enable_shutdown: bool,
+    pub enable_flush: bool,
+    /// The region file if one was named (kept for warm restarts); else a fresh one in /dev/shm.
+    pub region_path: Option<PathBuf>,
+    pub avg_item_bytes: usize,
+    pub verbose: u8,
+    pub pidfile: Option<PathBuf>,
+    pub test_mode: bool,
+}
+
+/// Parses memcached's size syntax: a number of bytes, or with a `k`, `m` or `g` suffix.
+pub fn parse_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&t[..i], c.to_ascii_lowercase()),
+        _ => (t, 'b'),
+    };
+    let n: usize = digits.parse().ok()?;
+    let shift = match unit {
+        'b' => 0,
+        'k' => 10,
+        'm' => 20,
+        'g' => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
+impl ServerArgs {
+    /// Checks the flags and turns them into settings; the error says what to fix.
+    pub fn settings(&self) -> Result<Settings, String> {
+        for opts in &self.extended {
+            for opt in opts.split(',').filter(|o| !o.is_empty()) {
+                let name = opt.split('=').next().unwrap_or_default();
+                if !IGNORED_SUBOPTIONS.contains(&name) {
+                    return Err(format!("Illegal suboption \"{opt}\""));
+                }
+            }
+        }
+        match self.protocol.as_str() {
+            "ascii" | "auto" => {}
+            "binary" => {
+                return Err("the binary protocol is not supported yet; use -B ascii or -B auto".into())
+            }
+            other => {
+                return Err(format!(
+                    "Invalid value for binding protocol: {other} -- should be one of auto, binary, or ascii"
+                ))
+            }
+        }
+        let port = |p: i32, what: &str| -> Result<Option<u16>, String> {
+            match p {
+                0 => Ok(None),
+                -1 => Ok(Some(0)),
+                1..=65535 => Ok(Some(p as u16)),
+                _ => Err(format!("{what} port {p} is out of range (1-65535, 0 = off, -1 = any free port)")),
+            }
+        };
+        let hosts: Vec<(String, Option<u16>)> = match &self.listen {
+            None => vec![("0.0.0.0".to_string(), None)],
+            Some(list) => list.split(',').map(split_host_port).collect::<Result<_, _>>()?,
+        };
+        let network = self.unix_socket.is_none();
+        let tcp_port = port(self.port, "TCP")?;
+        let tcp = if network {
+            hosts.iter().filter_map(|(h, p)| p.or(tcp_port).map(|p| (h.clone(), p))).collect()
+        } else {
+            Vec::new()
+        };
+        let udp = port(self.udp_port, "UDP")?.filter(|_| network).map(|p| (hosts[0].0.clone(), p));
+        let unix_socket = match &self.unix_socket {
+            Some(path) => {
+                let mask = u32::from_str_radix(&self.unix_mask, 8)
+                    .map_err(|_| format!("-a {}: the mask must be octal, e.g. 700", self.unix_mask))?;
+                Some((path.clone(), mask))
+            }
+            None => None,
+        };
+        let max_item_bytes = parse_size(&self.max_item_size).ok_or_else(|| {
+            format!("-I {}: expected a size such as 1m, 512k or 2097152", self.max_item_size)
+        })?;
+        if !(512..=8 << 20).contains(&max_item_bytes) {
+            return Err(format!(
+                "-I {}: the item size limit must be between 512 bytes and 8m",
+                self.max_item_size
+            ));
+        }
+        if self.memory_mb == 0 {
+            return Err("-m 0: the memory limit must be at least a few megabytes".into());
+        }
+        if self.threads == 0 || self.threads > 256 {
+            return Err(format!("-t {}: use between 1 and 256 worker threads", self.threads));
+        }
+        if self.reqs_per_event == 0 {
+            return Err("-R 0: at least one request per event".into());
+        }
+        if self.conn_limit == 0 {
+            return Err("-c 0: allow at least one connection".into());
+        }
+        Ok(Settings {
+            tcp,
+            udp,
+            unix_socket,
+            region_bytes: self.memory_mb.checked_mul(1 << 20).ok_or("-m: too large")?,
+            evict: !self.disable_evictions,
+            max_connections: self.conn_limit,
+            threads: self.threads,
+            reqs_per_event: self.reqs_per_event,
+            max_item_bytes,
+            use_cas: !self.disable_cas,
+            backlog: self.backlog,
+            enable_shutdown: self.enable_shutdown,
+            enable_flush: !self.disable_flush_all,
+            region_path: self.memory_file.clone().or_else(|| self.region_path.clone()),
+            avg_item_bytes: self.avg_item_bytes,
+            verbose: self.verbose,
+            pidfile: self.pidfile.clone(),
+            test_mode: self.test_mode,
+        })
+    }
+}
+
+/// `host`, `host:port`, `[v6]:port` or `[v6]`.
+fn split_host_port(item: &str) -> Result<(String, Option<u16>), String> {
+    let bad = || format!("-l {item}: expected an address, optionally with :port");
+    if let Some(rest) = item.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p.parse().map_err(|_| bad())?),
+            None if after.is_empty() => None,
+            None => return Err(bad()),
+        };
+        return Ok((host.to_string(), port));
+    }
+    match item.rsplit_once(':') {
+        Some((host, p)) if !host.contains(':') => Ok((host.to_string(), Some(p.parse().map_err(|_| bad())?))),
+        _ if item.is_empty() => Err(bad()),
+        _ => Ok((item.to_string(), None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServerArgs,
+    }
+
+    fn settings(argv: &[&str]) -> Result<Settings, String> {
+        let cli = Cli::try_parse_from(std::iter::once("server").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.args.settings()
+    }
+
+    #[test]
+    fn memcached_flags_mean_what_they_mean_there() {
+        let s =
+            settings(&["-p", "-1", "-U", "0", "-l", "127.0.0.1", "-m", "128", "-M", "-c", "10", "-t1", "-C"])
+                .unwrap();
+        assert_eq!(s.tcp, vec![("127.0.0.1".to_string(), 0)]);
+        assert!(s.udp.is_none());
+        assert_eq!(s.region_bytes, 128 << 20);
+        assert!(!s.evict && !s.use_cas);
+        assert_eq!((s.max_connections, s.threads), (10, 1));
+        let s =
+            settings(&["-vv", "-I", "2m", "-o", "modern,hashpower=20", "-o", "relaxed_privileges"]).unwrap();
+        assert_eq!((s.verbose, s.max_item_bytes), (2, 2 << 20));
+        let s = settings(&["-s", "/tmp/x.sock", "-a", "770"]).unwrap();
+        assert!(s.tcp.is_empty() && s.udp.is_none());
+        assert_eq!(s.unix_socket, Some((PathBuf::from("/tmp/x.sock"), 0o770)));
+        let s = settings(&["-l", "127.0.0.1:7000,[::1]", "-p", "7001"]).unwrap();
+        assert_eq!(s.tcp, vec![("127.0.0.1".into(), 7000), ("::1".into(), 7001)]);
+    }
+
+    #[test]
+    fn bad_flags_say_what_to_fix() {
+        assert_eq!(settings(&["-o", "bogus"]).unwrap_err(), "Illegal suboption \"bogus\"");
+        assert!(settings(&["-B", "binary"]).unwrap_err().contains("not supported yet"));
+        assert!(settings(&["-I", "16m"]).unwrap_err().contains("between 512 bytes and 8m"));
+        assert!(settings(&["-I", "lots"]).is_err());
+        assert!(settings(&["-p", "70000"]).unwrap_err().contains("out of range"));
+        assert!(settings(&["-a", "9z", "-s", "/tmp/s"]).unwrap_err().contains("octal"));
+    }
+
+    #[test]
+    fn sizes_parse_like_memcached() {
+        assert_eq!(parse_size("1m"), Some(1 << 20));
+        assert_eq!(parse_size("512K"), Some(512 << 10));
+        assert_eq!(parse_size("2097152"), Some(2 << 20));
+        assert_eq!(parse_size("1x"), None);
+        assert_eq!(parse_size(""), None);
+    }
+}

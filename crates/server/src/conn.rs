@@ -1,0 +1,269 @@
+//! One client connection: its buffers and the loop that reads requests, executes them and
+//! writes the answers, one write per batch.
+//!
+//! Memory per connection is bounded: the read buffer grows only to hold one request (a value
+//! of the largest item size, or a multiget line up to [`MAX_REQUEST`]); answers stop being
+//! produced while more than [`OUTPUT_HIGH_WATER`] bytes wait for a client that does not read.
+
+use crate::exec::{Context, Flow};
+use crate::server::ConnInfo;
+use crate::stats::Counters;
+use mio::event::Source;
+use mio::net::{TcpStream, UnixStream};
+use shoal_proto::{Parse, Parser, ShutdownMode};
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Initial read buffer (memcached's too).
+const READ_BUFFER: usize = 16 << 10;
+/// The longest request a connection may send, unless the item limit needs more: bounds a
+/// multiget line (100 000 short keys fit).
+pub const MAX_REQUEST: usize = 4 << 20;
+/// Requests are not executed while this much output waits to be sent.
+pub const OUTPUT_HIGH_WATER: usize = 4 << 20;
+
+/// A TCP or unix-socket stream.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    /// The stream as something a poll can watch.
+    pub fn source(&mut self) -> &mut dyn Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+}
+
+/// What the worker does with a connection after driving it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Wait for the next readiness event.
+    Open,
+    /// It used its `-R` budget with requests still buffered: drive it again soon, after the
+    /// others had their turn.
+    Yield,
+    /// Close it.
+    Close,
+    /// Close it and stop the server.
+    Shutdown(ShutdownMode),
+}
+
+/// Why executing buffered requests stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopped {
+    /// No complete request is buffered (or the connection is closing).
+    Input,
+    /// The `-R` budget is used up.
+    Budget,
+    /// Too much output waits to be written.
+    Output,
+}
+
+/// A connection's state.
+pub struct Conn {
+    stream: Stream,
+    pub info: Arc<ConnInfo>,
+    parser: Parser,
+    /// Read buffer; bytes `start..end` are received and not yet consumed.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes still to drop (the rest of a refused value that has not arrived yet).
+    swallow: usize,
+    max_request: usize,
+    /// Answers; bytes `sent..` are still to be written.
+    out: Vec<u8>,
+    sent: usize,
+    /// Close once the output is written (`quit`, a protocol error memcached closes on).
+    closing: bool,
+    shutdown: Option<ShutdownMode>,
+}
+
+impl Conn {
+    /// A new connection over `stream`, for a server whose items are at most `max_item_bytes`.
+    pub fn new(stream: Stream, info: Arc<ConnInfo>, max_item_bytes: usize) -> Conn {
+        Conn {
+            stream,
+            info,
+            parser: Parser::new(max_item_bytes),
+            buf: vec![0; READ_BUFFER],
+            start: 0,
+            end: 0,
+            swallow: 0,
+            max_request: MAX_REQUEST.max(max_item_bytes + shoal_proto::MAX_LINE + 2),
+            out: Vec::new(),
+            sent: 0,
+            closing: false,
+            shutdown: None,
+        }
+    }
+
+    /// The stream, to register with a poll.
+    pub fn stream(&mut self) -> &mut Stream {
+        &mut self.stream
+    }
+
+    /// Reads, executes and answers until the socket has nothing more, the output cannot be
+    /// written, or `budget` requests were executed.
+    pub fn drive(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
+        let mut drained = false;
+        loop {
+            let stopped = self.process(cx, &mut budget);
+            match self.flush(cx.counters) {
+                Ok(true) => {}
+                Ok(false) => return Status::Open, // the writable event drives it again
+                Err(_) => return Status::Close,
+            }
+            if self.closing {
+                return self.shutdown.map_or(Status::Close, Status::Shutdown);
+            }
+            match stopped {
+                Stopped::Output => continue,
+                Stopped::Budget => {
+                    Counters::bump(&cx.counters.conn_yields);
+                    return Status::Yield;
+                }
+                // A short read drained the socket: new data will raise a new event, so the
+                // read that would only say "nothing more" is saved.
+                Stopped::Input if drained => return Status::Open,
+                Stopped::Input => {}
+            }
+            match self.read(cx.counters) {
+                Ok((0, _)) => return Status::Close, // the client closed
+                Ok((_, short)) => drained = short,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Status::Open,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Status::Close,
+            }
+        }
+    }
+
+    /// Executes the complete requests in the buffer, within the budget; says why it stopped.
+    fn process(&mut self, cx: &mut Context<'_>, budget: &mut usize) -> Stopped {
+        let mut executed = false;
+        let stopped = loop {
+            if *budget == 0 {
+                break Stopped::Budget;
+            }
+            if self.closing {
+                break Stopped::Input;
+            }
+            if self.out.len() - self.sent >= OUTPUT_HIGH_WATER {
+                break Stopped::Output;
+            }
+            if self.swallow > 0 {
+                let n = self.swallow.min(self.end - self.start);
+                self.start += n;
+                self.swallow -= n;
+                if self.swallow > 0 {
+                    break Stopped::Input;
+                }
+            }
+            if self.start == self.end {
+                break Stopped::Input;
+            }
+            match self.parser.parse(&self.buf[self.start..self.end]) {
+                Parse::Incomplete => break Stopped::Input,
+                Parse::Done { request, consumed } => {
+                    *budget -= 1;
+                    executed = true;
+                    match cx.execute(request, &mut self.out) {
+                        Flow::Continue => {}
+                        Flow::Close => self.closing = true,
+                        Flow::Shutdown(mode) => {
+                            self.closing = true;
+                            self.shutdown = Some(mode);
+                        }
+                    }
+                    self.start += consumed;
+                }
+                Parse::Error { reply, consume } => {
+                    *budget -= 1;
+                    if let Some(line) = reply {
+                        crate::exec::reply(&mut self.out, line.as_bytes());
+                    }
+                    let available = self.end - self.start;
+                    if consume <= available {
+                        self.start += consume;
+                    } else {
+                        self.swallow = consume - available;
+                        self.start = self.end;
+                    }
+                }
+                Parse::Close => self.closing = true,
+            }
+        };
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if executed {
+            self.info.last_cmd.store(u64::from(cx.shared.clock.now()), Ordering::Relaxed);
+        }
+        stopped
+    }
+
+    /// Reads what the socket has into the buffer, growing it for a request that does not fit
+    /// (up to the limit). Returns the bytes read and whether the read drained the socket.
+    fn read(&mut self, counters: &Counters) -> io::Result<(usize, bool)> {
+        if self.start > 0 && (self.end == self.buf.len() || self.start >= self.buf.len() / 2) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() >= self.max_request {
+                // A request longer than any we accept: memcached would close too.
+                return Ok((0, true));
+            }
+            let grown = (self.buf.len() * 2).min(self.max_request);
+            self.buf.resize(grown, 0);
+        }
+        let room = self.buf.len() - self.end;
+        let n = self.stream.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        Counters::add(&counters.bytes_read, n as u64);
+        Ok((n, n < room))
+    }
+
+    /// Writes pending answers; `Ok(false)` if the socket cannot take them all now.
+    fn flush(&mut self, counters: &Counters) -> io::Result<bool> {
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.sent += n;
+                    Counters::add(&counters.bytes_written, n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.sent = 0;
+        if self.out.capacity() > OUTPUT_HIGH_WATER {
+            self.out.shrink_to(READ_BUFFER); // give back what one large answer needed
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,77 @@
+//! Commands about the server rather than items: `stats`, `flush_all`, `version`, `verbosity`,
+//! `quit`, `shutdown`, and Shoal's `shm` and `debugtime`.
+
+use super::{push_u64, reply, reply_unless, Context, Flow};
+use crate::stats::{self, Counters};
+use shoal_proto::{Request, ShutdownMode};
+use std::sync::atomic::Ordering;
+
+/// Executes a request that is not about items.
+pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
+    let shared = cx.shared;
+    match request {
+        Request::Stats(mut args) => match (args.next(), args.next()) {
+            (None, _) => stats::general(shared, out),
+            (Some(b"settings"), None) => stats::settings(shared, out),
+            (Some(b"items"), None) => stats::items(shared, out),
+            (Some(b"slabs"), None) => stats::slabs(shared, out),
+            (Some(b"conns"), None) => stats::conns(shared, out),
+            (Some(b"reset"), None) => {
+                stats::reset(shared);
+                reply(out, b"RESET");
+            }
+            _ => reply(out, b"ERROR"),
+        },
+        Request::FlushAll { delay, noreply } => {
+            if !shared.settings.enable_flush {
+                reply(out, b"CLIENT_ERROR flush_all not allowed");
+            } else {
+                Counters::bump(&cx.counters.cmd_flush);
+                shared.writer.flush(delay.unwrap_or(0));
+                reply_unless(noreply, out, b"OK");
+            }
+        }
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            reply(out, crate::VERSION.as_bytes());
+        }
+        Request::Verbosity { level, noreply } => {
+            shared.verbosity.store(level, Ordering::Relaxed);
+            reply_unless(noreply, out, b"OK");
+        }
+        Request::Quit => return Flow::Close,
+        Request::Shutdown(mode) => {
+            if !shared.settings.enable_shutdown {
+                reply(out, b"ERROR: shutdown not enabled");
+            } else if mode == ShutdownMode::Invalid {
+                reply(out, b"CLIENT_ERROR invalid shutdown mode");
+            } else {
+                return Flow::Shutdown(mode);
+            }
+        }
+        Request::Shm => {
+            // SHM <region path> <cookie offset> <cookie>: a client that can open the path and
+            // finds the cookie at the offset shares this server's memory (docs/PROTOCOL.md).
+            out.extend_from_slice(b"SHM ");
+            out.extend_from_slice(shared.writer.path().as_os_str().as_encoded_bytes());
+            out.push(b' ');
+            push_u64(out, shoal_region::layout::COOKIE_OFFSET as u64);
+            out.push(b' ');
+            push_u64(out, shared.writer.cookie());
+            out.extend_from_slice(b"\r\n");
+        }
+        Request::DebugTime(seconds) => {
+            if !shared.settings.test_mode {
+                reply(out, b"ERROR");
+            } else if seconds < 0 {
+                reply(out, b"CLIENT_ERROR the clock only moves forward");
+            } else {
+                shared.clock.advance(seconds as u32, &shared.writer);
+                reply(out, b"OK");
+            }
+        }
+        // Item commands are dispatched before this function.
+        _ => reply(out, b"ERROR"),
+    }
+    Flow::Continue
+}

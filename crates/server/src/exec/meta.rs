@@ -1,0 +1,498 @@
+//! memcached's meta commands: `mg ms md ma mn me`, with memcached 1.6's answers.
+//!
+//! Return flags come back in the order the request asked for them. Quiet mode (`q`) hides
+//! only the nominal answer of each command, as memcached does: `EN` of `mg`, `HD` of `ms` and
+//! `md`, `HD`/`VA` of `ma`; every other answer, errors included, is always sent.
+//!
+//! Stale-while-revalidate: an invalidated item (`md … I`, or `ms … I` with an older CAS) is
+//! served with `X`; the first client to see it stale (or an item whose TTL fell below `R`, or
+//! a key `N` vivified) gets `W` (it should recache), and later ones `Z` (someone already is).
+//! The states live in the region beside the item's slot ([`shoal_region::Marks`]).
+
+use super::{push_u64, reply, store_error, Context};
+use crate::stats::Counters;
+use shoal_proto::{Meta, MetaCmd, MetaFlags, KEY_MAX};
+use shoal_region::{
+    absolute_expiry, counter_text, parse_counter, touch_expiry, Change, ItemInfo, Mark, Marks, NewItem, Value,
+};
+
+/// What `mg` found, after any change it made.
+struct Found {
+    info: ItemInfo,
+    /// Whether the item had handed out its recache token before this request (`Z`).
+    token_was_sent: bool,
+    /// This client wins the right to recache (`W`).
+    won: bool,
+}
+
+/// Executes one meta command.
+pub fn execute(cx: &mut Context<'_>, m: Meta<'_>, out: &mut Vec<u8>) {
+    Counters::bump(&cx.counters.cmd_meta);
+    let mut scratch = [0u8; KEY_MAX];
+    let key = m.key(&mut scratch).to_vec();
+    match m.cmd {
+        MetaCmd::Noop => reply(out, b"MN"),
+        MetaCmd::Get => get(cx, &m, &key, out),
+        MetaCmd::Set => set(cx, &m, &key, out),
+        MetaCmd::Delete => delete(cx, &m, &key, out),
+        MetaCmd::Arithmetic => arithmetic(cx, &m, &key, out),
+        MetaCmd::Debug => debug(cx, &m, &key, out),
+    }
+}
+
+/// Appends the flags common to every answer, `O` (opaque) and `k` (key), in request order,
+/// plus those `extra` knows how to write.
+fn flags_out(m: &Meta<'_>, out: &mut Vec<u8>, mut extra: impl FnMut(u8, &mut Vec<u8>)) {
+    for token in m.order.clone() {
+        match token[0] {
+            b'O' => {
+                out.push(b' ');
+                out.extend_from_slice(token);
+            }
+            b'k' => {
+                out.extend_from_slice(b" k");
+                out.extend_from_slice(m.key);
+                if m.flags.has(b'b') {
+                    out.extend_from_slice(b" b");
+                }
+            }
+            letter => extra(letter, out),
+        }
+    }
+}
+
+/// A flag letter and a number: ` t30`.
+fn flag_number(out: &mut Vec<u8>, letter: u8, n: u64) {
+    out.push(b' ');
+    out.push(letter);
+    push_u64(out, n);
+}
+
+/// The TTL flag's value: seconds left, or -1 for an item that never expires.
+fn ttl_out(out: &mut Vec<u8>, expiry: u32, now: u32) {
+    if expiry == 0 {
+        out.extend_from_slice(b" t-1");
+    } else {
+        flag_number(out, b't', u64::from(expiry.saturating_sub(now)));
+    }
+}
+
+fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let c = cx.counters;
+    let now = cx.shared.writer.clock();
+    let bump = !f.has(b'u');
+    let changes = f.ttl.is_some() || f.vivify.is_some() || f.recache.is_some();
+    let mut found = if changes {
+        None
+    } else {
+        cx.lookup(key, bump).map(|info| Found { info, token_was_sent: info.marks.token_sent, won: false })
+    };
+    // A stale item whose token is still to be handed out changes state: do it atomically.
+    let hands_out_token = found.as_ref().is_some_and(|h| h.info.marks.stale && !h.info.marks.token_sent);
+    if changes || hands_out_token {
+        found = get_and_change(cx, f, key, now, bump);
+    }
+    let touched = f.ttl.is_some();
+    if touched {
+        Counters::bump(&c.cmd_touch);
+    } else {
+        Counters::bump(&c.cmd_get);
+    }
+    let Some(hit) = found else {
+        Counters::bump(if touched { &c.touch_misses } else { &c.get_misses });
+        if !f.has(b'q') {
+            out.extend_from_slice(b"EN");
+            flags_out(m, out, |_, _| {});
+            out.extend_from_slice(b"\r\n");
+        }
+        return;
+    };
+    Counters::bump(if touched { &c.touch_hits } else { &c.get_hits });
+    let info = hit.info;
+    let value_len = cx.value.len() as u64;
+    if f.has(b'v') {
+        out.extend_from_slice(b"VA ");
+        push_u64(out, value_len);
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    let cas = cx.visible_cas(info.cas);
+    let last_access = if info.last_access == 0 { cx.shared.clock.started() } else { info.last_access };
+    flags_out(m, out, |letter, out| match letter {
+        b's' => flag_number(out, b's', value_len),
+        b't' => ttl_out(out, info.expiry, now),
+        b'c' => flag_number(out, b'c', cas),
+        b'f' => flag_number(out, b'f', u64::from(info.flags)),
+        b'l' => flag_number(out, b'l', u64::from(now.saturating_sub(last_access))),
+        b'h' => flag_number(out, b'h', u64::from(info.fetched)),
+        _ => {}
+    });
+    if hit.token_was_sent {
+        out.extend_from_slice(b" Z");
+    }
+    if info.marks.stale {
+        out.extend_from_slice(b" X");
+    }
+    if hit.won {
+        out.extend_from_slice(b" W");
+    }
+    out.extend_from_slice(b"\r\n");
+    if f.has(b'v') {
+        out.extend_from_slice(&cx.value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `mg` with `T`, `N` or `R`, or on a stale item: reads and changes the item in one step.
+fn get_and_change(
+    cx: &mut Context<'_>,
+    f: &MetaFlags<'_>,
+    key: &[u8],
+    now: u32,
+    bump: bool,
+) -> Option<Found> {
+    let writer = &cx.shared.writer;
+    let value = &mut cx.value;
+    let result = writer.update(key, &[], true, |current| match current {
+        Some(c) => {
+            value.clear();
+            value.extend_from_slice(c.value);
+            let old = c.info.marks;
+            let expiry = f.ttl.map(|t| touch_expiry(t, now));
+            let recache = f.recache.is_some_and(|r| {
+                c.info.expiry != 0 && c.info.expiry < touch_expiry(r, now) && !old.token_sent
+            });
+            let won = !old.token_sent && (old.stale || recache);
+            let marks = Marks { token_sent: old.token_sent || won, ..old };
+            let info = ItemInfo { expiry: expiry.unwrap_or(c.info.expiry), marks, ..c.info };
+            let change = Change::Mark(Mark { expiry, marks, fetched: bump });
+            (change, Some(Found { info, token_was_sent: old.token_sent, won }))
+        }
+        None => match f.vivify {
+            Some(ttl) => {
+                value.clear();
+                let marks = Marks { stale: false, token_sent: true };
+                let expiry = touch_expiry(ttl, now);
+                let item = NewItem {
+                    value: Value::Owned(Vec::new()),
+                    flags: 0,
+                    expiry: Some(expiry),
+                    cas: None,
+                    marks,
+                };
+                let info = ItemInfo {
+                    flags: 0,
+                    cas: 0,
+                    expiry,
+                    value_len: 0,
+                    fetched: false,
+                    marks,
+                    last_access: now,
+                };
+                (Change::Store(item), Some(Found { info, token_was_sent: false, won: true }))
+            }
+            None => (Change::Keep, None),
+        },
+    });
+    match result {
+        Ok((Some(mut found), new_cas)) => {
+            if let Some(cas) = new_cas {
+                found.info.cas = cas;
+            }
+            Some(found)
+        }
+        _ => None,
+    }
+}
+
+/// What `ms` stores over, given its mode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetMode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// The answer of a storage attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetResult {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+}
+
+fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let c = cx.counters;
+    let writer = &cx.shared.writer;
+    Counters::bump(&c.cmd_set);
+    let mode = match f.mode.map(|b| b.to_ascii_uppercase()) {
+        Some(b'E') => SetMode::Add,
+        Some(b'A') => SetMode::Append,
+        Some(b'P') => SetMode::Prepend,
+        Some(b'R') => SetMode::Replace,
+        _ => SetMode::Set,
+    };
+    // memcached: a CAS of 0 is no CAS; with one, set and replace become cas.
+    let req_cas = f.cas.unwrap_or(0);
+    let mode =
+        if req_cas != 0 && matches!(mode, SetMode::Set | SetMode::Replace) { SetMode::Cas } else { mode };
+    let now = writer.clock();
+    let expiry = absolute_expiry(f.ttl.unwrap_or(0), now);
+    let fresh = NewItem {
+        value: Value::Given,
+        flags: f.client_flags.unwrap_or(0),
+        expiry,
+        cas: f.new_cas,
+        marks: Marks::default(),
+    };
+    let concat = matches!(mode, SetMode::Append | SetMode::Prepend);
+    let result = writer.update(key, m.data, concat, |current| {
+        let Some(cur) = current else {
+            return match mode {
+                SetMode::Add | SetMode::Set => (Change::Store(fresh.clone()), SetResult::Stored),
+                SetMode::Cas => (Change::Keep, SetResult::NotFound),
+                // Newer memcached: `N` vivifies a missing key in append mode.
+                SetMode::Append | SetMode::Prepend if f.vivify.is_some() => {
+                    let expiry = f.vivify.map(|t| touch_expiry(t, now));
+                    (Change::Store(NewItem { expiry, ..fresh.clone() }), SetResult::Stored)
+                }
+                _ => (Change::Keep, SetResult::NotStored),
+            };
+        };
+        let cas_matches = req_cas == 0 || req_cas == cur.info.cas;
+        let stale_cas = f.has(b'I') && req_cas != 0 && req_cas < cur.info.cas;
+        match mode {
+            SetMode::Add => (Change::Keep, SetResult::NotStored),
+            SetMode::Cas if req_cas == cur.info.cas => (Change::Store(fresh.clone()), SetResult::Stored),
+            // An invalidation raced ahead of this (older) value: store it, but marked stale,
+            // keeping the newer item's expiry and token state.
+            SetMode::Cas if stale_cas => {
+                let marks = Marks { stale: true, token_sent: cur.info.marks.token_sent };
+                let item = NewItem { expiry: Some(cur.info.expiry), marks, ..fresh.clone() };
+                (Change::Store(item), SetResult::Stored)
+            }
+            SetMode::Cas => (Change::Keep, SetResult::Exists),
+            SetMode::Append | SetMode::Prepend if !cas_matches => (Change::Keep, SetResult::Exists),
+            SetMode::Append => (Change::Store(NewItem::keeping(cur.info, Value::Append)), SetResult::Stored),
+            SetMode::Prepend => {
+                (Change::Store(NewItem::keeping(cur.info, Value::Prepend)), SetResult::Stored)
+            }
+            SetMode::Set | SetMode::Replace => (Change::Store(fresh.clone()), SetResult::Stored),
+        }
+    });
+    let (result, new_cas) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            // As memcached does: a failed store must not leave the old value readable.
+            let _ = writer.delete(key);
+            reply(out, store_error(c, &e));
+            return;
+        }
+    };
+    match (mode, result) {
+        (SetMode::Cas, SetResult::Stored) => Counters::bump(&c.cas_hits),
+        (_, SetResult::Exists) => Counters::bump(&c.cas_badval),
+        (_, SetResult::NotFound) => Counters::bump(&c.cas_misses),
+        _ => {}
+    }
+    if result == SetResult::Stored && f.has(b'q') {
+        return;
+    }
+    out.extend_from_slice(match result {
+        SetResult::Stored => b"HD",
+        SetResult::NotStored => b"NS",
+        SetResult::Exists => b"EX",
+        SetResult::NotFound => b"NF",
+    });
+    let cas = new_cas.map_or(0, |cas| cx.visible_cas(cas));
+    flags_out(m, out, |letter, out| {
+        if letter == b'c' {
+            flag_number(out, b'c', cas);
+        }
+    });
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The answer of `md`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DeleteResult {
+    Deleted,
+    NotFound,
+    Exists,
+}
+
+fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let c = cx.counters;
+    let writer = &cx.shared.writer;
+    let now = writer.clock();
+    let invalidate = f.has(b'I');
+    let result = writer.update(key, &[], invalidate, |current| {
+        let Some(cur) = current else { return (Change::Keep, DeleteResult::NotFound) };
+        if f.cas.is_some_and(|cas| cas != cur.info.cas) {
+            return (Change::Keep, DeleteResult::Exists);
+        }
+        let expiry = Some(f.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
+        if invalidate {
+            // Stale, with a new CAS, and a token for the next reader.
+            let marks = Marks { stale: true, token_sent: false };
+            let item = NewItem { expiry, marks, ..NewItem::keeping(cur.info, Value::Current) };
+            (Change::Store(item), DeleteResult::Deleted)
+        } else if f.has(b'x') {
+            // Newer memcached: drop the value, keep the item.
+            let item = NewItem { expiry, ..NewItem::keeping(cur.info, Value::Owned(Vec::new())) };
+            (Change::Store(item), DeleteResult::Deleted)
+        } else {
+            (Change::Remove, DeleteResult::Deleted)
+        }
+    });
+    let result = match result {
+        Ok((r, _)) => r,
+        Err(e) => {
+            reply(out, store_error(c, &e));
+            return;
+        }
+    };
+    if result == DeleteResult::Deleted {
+        Counters::bump(&c.delete_hits);
+        if f.has(b'q') {
+            return;
+        }
+    } else {
+        Counters::bump(&c.delete_misses);
+    }
+    out.extend_from_slice(match result {
+        DeleteResult::Deleted => b"HD",
+        DeleteResult::NotFound => b"NF",
+        DeleteResult::Exists => b"EX",
+    });
+    flags_out(m, out, |_, _| {});
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The answer of `ma`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ArithResult {
+    /// The new value; `created` if `N` made the item.
+    Value {
+        n: u64,
+        expiry: u32,
+        created: bool,
+    },
+    NotFound,
+    Exists,
+    NonNumeric,
+}
+
+fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let c = cx.counters;
+    let writer = &cx.shared.writer;
+    let now = writer.clock();
+    let incr = !matches!(f.mode, Some(b'D' | b'd' | b'-'));
+    let delta = f.delta.unwrap_or(1);
+    let ttl = f.ttl.map(|t| touch_expiry(t, now));
+    let result = writer.update(key, &[], true, |current| {
+        let Some(cur) = current else {
+            let Some(vivify) = f.vivify else { return (Change::Keep, ArithResult::NotFound) };
+            let n = f.initial.unwrap_or(0);
+            let expiry = ttl.unwrap_or_else(|| touch_expiry(vivify, now));
+            let item = NewItem {
+                value: Value::Owned(n.to_string().into_bytes()),
+                flags: 0,
+                expiry: Some(expiry),
+                cas: f.new_cas,
+                marks: Marks::default(),
+            };
+            return (Change::Store(item), ArithResult::Value { n, expiry, created: true });
+        };
+        if f.cas.is_some_and(|cas| cas != cur.info.cas) {
+            return (Change::Keep, ArithResult::Exists);
+        }
+        let Some(old) = parse_counter(cur.value) else { return (Change::Keep, ArithResult::NonNumeric) };
+        let n = if incr { old.wrapping_add(delta) } else { old.saturating_sub(delta) };
+        let expiry = ttl.unwrap_or(cur.info.expiry);
+        let item = NewItem {
+            expiry: Some(expiry),
+            cas: f.new_cas,
+            ..NewItem::keeping(cur.info, Value::Owned(counter_text(n, cur.value.len())))
+        };
+        (Change::Store(item), ArithResult::Value { n, expiry, created: false })
+    });
+    let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+    let (result, new_cas) = match result {
+        Ok(r) => r,
+        Err(_) => {
+            reply(out, b"SERVER_ERROR out of memory");
+            return;
+        }
+    };
+    match result {
+        ArithResult::Value { n, expiry, created } => {
+            Counters::bump(hits);
+            if f.has(b'q') && !created {
+                return;
+            }
+            let mut digits = Vec::with_capacity(20);
+            push_u64(&mut digits, n);
+            if f.has(b'v') {
+                out.extend_from_slice(b"VA ");
+                push_u64(out, digits.len() as u64);
+            } else {
+                out.extend_from_slice(b"HD");
+            }
+            let cas = cx.visible_cas(new_cas.unwrap_or(0));
+            flags_out(m, out, |letter, out| match letter {
+                b'c' => flag_number(out, b'c', cas),
+                b't' => ttl_out(out, expiry, now),
+                _ => {}
+            });
+            out.extend_from_slice(b"\r\n");
+            if f.has(b'v') {
+                out.extend_from_slice(&digits);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        ArithResult::NonNumeric => {
+            reply(out, b"CLIENT_ERROR cannot increment or decrement non-numeric value");
+        }
+        ArithResult::NotFound | ArithResult::Exists => {
+            let code: &[u8] = if result == ArithResult::NotFound {
+                Counters::bump(misses);
+                b"NF"
+            } else {
+                b"EX"
+            };
+            out.extend_from_slice(code);
+            flags_out(m, out, |_, _| {});
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// `me <key>`: what memcached prints about an item, in its format. `cls` is always 1 (no
+/// slab classes) and `size` is the item's size in its segment.
+fn debug(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let now = cx.shared.writer.clock();
+    let Some(info) = cx.lookup(key, false) else {
+        reply(out, b"EN");
+        return;
+    };
+    let exp = if info.expiry == 0 { -1 } else { i64::from(now) - i64::from(info.expiry) };
+    let last_access = if info.last_access == 0 { cx.shared.clock.started() } else { info.last_access };
+    let size = shoal_region::layout::item_bytes(key.len(), info.value_len, false);
+    let line = format!(
+        "ME {} exp={exp} la={} cas={} fetch={} cls=1 size={size}",
+        String::from_utf8_lossy(m.key),
+        now.saturating_sub(last_access),
+        cx.visible_cas(info.cas),
+        if info.fetched { "yes" } else { "no" },
+    );
+    reply(out, line.as_bytes());
+}

@@ -1,0 +1,117 @@
+//! Executing parsed requests against the region, writing memcached's answers.
+//!
+//! One function per family: [`text`] (storage, retrieval, delete, incr/decr, touch),
+//! [`meta`] (`mg ms md ma mn me`) and [`admin`] (stats, flush_all, version, verbosity, quit,
+//! shutdown, and Shoal's `shm` and `debugtime`). Answers are appended to the connection's
+//! output buffer, so a batch of pipelined requests leaves in one write.
+
+pub mod admin;
+pub mod meta;
+pub mod text;
+
+use crate::server::Shared;
+use crate::stats::Counters;
+use shoal_proto::{Request, ShutdownMode};
+use shoal_region::OpError;
+
+/// What the connection does after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Read the next request.
+    Continue,
+    /// Send what was answered so far, then close (`quit`).
+    Close,
+    /// Close, and stop the server (`shutdown`, with `-A`).
+    Shutdown(ShutdownMode),
+}
+
+/// A worker's view while executing: the server, its own counters, and scratch space.
+pub struct Context<'a> {
+    pub shared: &'a Shared,
+    pub counters: &'a Counters,
+    /// Reused for every value read, so a get allocates nothing once warm.
+    pub value: Vec<u8>,
+}
+
+impl<'a> Context<'a> {
+    /// A context for one worker thread.
+    pub fn new(shared: &'a Shared, counters: &'a Counters) -> Self {
+        Context { shared, counters, value: Vec::new() }
+    }
+
+    /// Executes one request, appending its answer (if any) to `out`.
+    pub fn execute(&mut self, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
+        match request {
+            Request::Get(get) => text::get(self, get, out),
+            Request::Store(store) => text::store(self, store, out),
+            Request::Delete { key, noreply } => text::delete(self, key, noreply, out),
+            Request::Arith { incr, key, delta, noreply } => text::arith(self, incr, key, delta, noreply, out),
+            Request::Touch { key, exptime, noreply } => text::touch(self, key, exptime, noreply, out),
+            Request::Meta(m) => meta::execute(self, m, out),
+            other => return admin::execute(self, other, out),
+        }
+        Flow::Continue
+    }
+}
+
+/// Appends a line and its `\r\n`.
+#[inline]
+pub fn reply(out: &mut Vec<u8>, line: &[u8]) {
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a line unless the request said `noreply`.
+#[inline]
+pub fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {
+    if !noreply {
+        reply(out, line);
+    }
+}
+
+/// Appends a number in decimal without allocating.
+#[inline]
+pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// memcached's answer to a store that failed in the region.
+pub fn store_error(counters: &Counters, e: &OpError) -> &'static [u8] {
+    match e {
+        OpError::ValueTooLarge { .. } => {
+            Counters::bump(&counters.store_too_large);
+            b"SERVER_ERROR object too large for cache"
+        }
+        OpError::OutOfMemory => {
+            Counters::bump(&counters.store_no_memory);
+            b"SERVER_ERROR out of memory storing object"
+        }
+        // The parser refuses bad keys; a lock a crashed writer left (impossible here: the
+        // server is the writer) would be the only other cause.
+        OpError::Busy | OpError::KeyEmpty | OpError::KeyTooLong(_) => b"SERVER_ERROR temporary failure",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_in_decimal() {
+        for n in [0, 7, 10, 99, 12345, u64::MAX] {
+            let mut out = Vec::new();
+            push_u64(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
+}

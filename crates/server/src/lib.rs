@@ -1,0 +1,31 @@
+//! # shoal-server: a drop-in memcached server over a shared-memory region
+//!
+//! Owns everything between a socket and the region: listeners (TCP, unix socket, UDP), worker
+//! threads, connections and their buffers, the execution of each command with memcached's
+//! exact answers, `stats`, and memcached's command line. Parsing is `shoal-proto`'s; storage is
+//! `shoal-region`'s `Writer`, which the server is the one owner of.
+//!
+//! ```text
+//!  socket ─► Conn (read buffer) ─► shoal_proto::Parser ─► exec::{text, meta, admin}
+//!                                                              │
+//!                                      shoal_region::Writer ◄──┘ (items live in the region,
+//!  socket ◄─ one write per batch ◄─ Conn (output buffer) ◄──┘     which clients map read-only)
+//! ```
+//!
+//! Module map: [`config`] (flags → settings), [`server`] (start, stop, clock, signals),
+//! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
+//! [`stats`] (counters and `stats` answers), [`udp`].
+
+pub mod config;
+pub mod conn;
+pub mod exec;
+pub mod net;
+pub mod server;
+pub mod stats;
+pub mod udp;
+
+pub use config::{ServerArgs, Settings};
+pub use server::run;
+
+/// What `version` answers: the memcached release whose protocol Shoal speaks, and Shoal's own.
+pub const VERSION: &str = concat!("1.6.18-shoal-", env!("CARGO_PKG_VERSION"));

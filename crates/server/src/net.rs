@@ -1,0 +1,372 @@
+//! Listening sockets, the acceptor, and the worker threads that own connections.
+//!
+//! The acceptor (the thread that called [`serve`]) takes new connections and hands them
+//! round-robin to the workers, as memcached's dispatcher does; a worker watches its
+//! connections with an edge-triggered poll and drives each one that is ready. A connection
+//! that used its `-R` budget goes to the back of a ready queue, so one busy client cannot
+//! starve the others.
+
+use crate::conn::{Conn, Status, Stream};
+use crate::exec::Context;
+use crate::server::{stop, ConnInfo, Shared};
+use mio::net::{TcpListener, UnixListener};
+use mio::{Events, Interest, Poll, Token, Waker};
+use shoal_proto::ShutdownMode;
+use socket2::{Domain, Socket, Type};
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread;
+
+/// The token of a poll's waker.
+const WAKE: Token = Token(usize::MAX);
+
+/// The sockets a server listens on, and the acceptor's poll.
+pub struct Listeners {
+    poll: Poll,
+    tcp: Vec<TcpListener>,
+    unix: Option<(UnixListener, PathBuf)>,
+    udp: Option<UdpSocket>,
+    waker: Arc<Waker>,
+}
+
+fn tcp_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    socket.set_nonblocking(true)?;
+    Ok(TcpListener::from_std(socket.into()))
+}
+
+fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    (host, port).to_socket_addrs().map(Iterator::collect).map_err(|e| format!("-l {host}: {e}"))
+}
+
+impl Listeners {
+    /// Binds every listener the settings ask for; an error names the address and the fix.
+    pub fn bind(settings: &crate::config::Settings) -> Result<Listeners, String> {
+        let mut tcp = Vec::new();
+        for (host, port) in &settings.tcp {
+            for addr in resolve(host, *port)? {
+                let listener = tcp_listener(addr, settings.backlog).map_err(|e| {
+                    format!(
+                        "failed to listen on TCP {addr}: {e} (another server there? choose a port with -p)"
+                    )
+                })?;
+                tcp.push(listener);
+            }
+        }
+        let unix = match &settings.unix_socket {
+            Some((path, mask)) => {
+                use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+                if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                    let _ = std::fs::remove_file(path); // left by a server that died
+                }
+                let listener = UnixListener::bind(path)
+                    .map_err(|e| format!("failed to listen on unix socket {}: {e}", path.display()))?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mask & 0o777))
+                    .map_err(|e| format!("could not set the mode of {}: {e}", path.display()))?;
+                Some((listener, path.clone()))
+            }
+            None => None,
+        };
+        let udp = match &settings.udp {
+            Some((host, port)) => {
+                let addr =
+                    resolve(host, *port)?.into_iter().next().ok_or(format!("-l {host}: no address"))?;
+                Some(UdpSocket::bind(addr).map_err(|e| {
+                    format!(
+                        "failed to listen on UDP {addr}: {e} (another server there? choose a port with -U)"
+                    )
+                })?)
+            }
+            None => None,
+        };
+        if tcp.is_empty() && unix.is_none() {
+            return Err("nothing to listen on: give a TCP port (-p) or a unix socket (-s)".into());
+        }
+        let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
+        let waker = Arc::new(
+            Waker::new(poll.registry(), WAKE).map_err(|e| format!("could not create a waker: {e}"))?,
+        );
+        Ok(Listeners { poll, tcp, unix, udp, waker })
+    }
+
+    /// Wakes the acceptor (to notice a stop).
+    pub fn waker(&self) -> io::Result<Arc<Waker>> {
+        Ok(self.waker.clone())
+    }
+
+    /// memcached's `MEMCACHED_PORT_FILENAME`: if set, the bound ports are written there
+    /// (`TCP INET: 11211` …), through a `.lck` file renamed into place.
+    pub fn write_port_file(&self) -> Result<(), String> {
+        let Some(name) = std::env::var_os("MEMCACHED_PORT_FILENAME") else { return Ok(()) };
+        let mut text = String::new();
+        let family = |a: &SocketAddr| if a.is_ipv6() { "6" } else { "" };
+        for l in &self.tcp {
+            let a = l.local_addr().map_err(|e| e.to_string())?;
+            text.push_str(&format!("TCP INET{}: {}\n", family(&a), a.port()));
+        }
+        if let Some(u) = &self.udp {
+            let a = u.local_addr().map_err(|e| e.to_string())?;
+            text.push_str(&format!("UDP INET{}: {}\n", family(&a), a.port()));
+        }
+        let path = PathBuf::from(name);
+        let mut lock = path.clone().into_os_string();
+        lock.push(".lck");
+        std::fs::write(&lock, text)
+            .and_then(|()| std::fs::rename(&lock, &path))
+            .map_err(|e| format!("could not write MEMCACHED_PORT_FILENAME {}: {e}", path.display()))
+    }
+}
+
+/// A new connection on its way to a worker.
+struct Accepted {
+    stream: Stream,
+    addr: String,
+}
+
+/// The acceptor's handle on a worker.
+struct WorkerHandle {
+    inbox: Sender<Accepted>,
+    waker: Arc<Waker>,
+    thread: thread::JoinHandle<()>,
+}
+
+/// Accepts connections and runs the workers until the server is asked to stop.
+pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String> {
+    let registry = listeners.poll.registry();
+    for (i, l) in listeners.tcp.iter_mut().enumerate() {
+        registry.register(l, Token(i), Interest::READABLE).map_err(|e| e.to_string())?;
+    }
+    let unix_token = Token(listeners.tcp.len());
+    if let Some((l, _)) = &mut listeners.unix {
+        registry.register(l, unix_token, Interest::READABLE).map_err(|e| e.to_string())?;
+    }
+    let mut workers = Vec::new();
+    for index in 0..shared.settings.threads {
+        workers.push(spawn_worker(shared.clone(), index, listeners.waker.clone())?);
+    }
+    let udp = listeners.udp.take().map(|socket| crate::udp::spawn(shared.clone(), socket));
+    let mut events = Events::with_capacity(64);
+    let mut next = 0;
+    while !shared.stopping() {
+        if let Err(e) = listeners.poll.poll(&mut events, None) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("poll failed: {e}"));
+        }
+        for event in events.iter() {
+            let token = event.token();
+            loop {
+                let accepted = if token.0 < listeners.tcp.len() {
+                    listeners.tcp[token.0].accept().map(|(s, addr)| {
+                        let _ = s.set_nodelay(true);
+                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}") }
+                    })
+                } else if token == unix_token {
+                    let Some((l, path)) = &listeners.unix else { break };
+                    l.accept().map(|(s, _)| Accepted {
+                        stream: Stream::Unix(s),
+                        addr: format!("unix:{}", path.display()),
+                    })
+                } else {
+                    break; // the waker
+                };
+                match accepted {
+                    Ok(conn) => {
+                        if let Some(conn) = admit(&shared, conn) {
+                            let w: &WorkerHandle = &workers[next % workers.len()];
+                            next += 1;
+                            if w.inbox.send(conn).is_ok() {
+                                let _ = w.waker.wake();
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // EMFILE and the like: memcached too keeps going.
+                        if shared.verbosity.load(Ordering::Relaxed) > 0 {
+                            eprintln!("accept failed: {e}");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    for w in &workers {
+        let _ = w.waker.wake();
+    }
+    for w in workers {
+        let _ = w.thread.join();
+    }
+    if let Some(udp) = udp {
+        let _ = udp.join();
+    }
+    if let Some((_, path)) = &listeners.unix {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Counts a new connection in, or turns it away with memcached's message if `-c` is reached.
+fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
+    let open = shared.curr_connections.load(Ordering::Relaxed);
+    if open as usize >= shared.settings.max_connections {
+        shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        let message = b"ERROR Too many open connections\r\n";
+        let _ = match &mut conn.stream {
+            Stream::Tcp(s) => s.write(message),
+            Stream::Unix(s) => s.write(message),
+        };
+        return None;
+    }
+    shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+    shared.total_connections.fetch_add(1, Ordering::Relaxed);
+    Some(conn)
+}
+
+fn spawn_worker(shared: Arc<Shared>, index: usize, acceptor: Arc<Waker>) -> Result<WorkerHandle, String> {
+    let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(|e| e.to_string())?);
+    let (inbox, arrivals) = channel();
+    let thread = thread::Builder::new()
+        .name(format!("worker-{index}"))
+        .spawn(move || Worker::new(&shared, index, poll, arrivals, acceptor).run())
+        .map_err(|e| format!("could not start worker thread: {e}"))?;
+    Ok(WorkerHandle { inbox, waker, thread })
+}
+
+/// One worker thread: its poll and its connections (indexed by poll token).
+struct Worker<'a> {
+    shared: &'a Shared,
+    cx: Context<'a>,
+    poll: Poll,
+    arrivals: Receiver<Accepted>,
+    acceptor: Arc<Waker>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    /// Connections that yielded with requests still buffered.
+    ready: VecDeque<usize>,
+}
+
+impl<'a> Worker<'a> {
+    fn new(
+        shared: &'a Shared,
+        index: usize,
+        poll: Poll,
+        arrivals: Receiver<Accepted>,
+        acceptor: Arc<Waker>,
+    ) -> Self {
+        Worker {
+            shared,
+            cx: Context::new(shared, &shared.counters[index]),
+            poll,
+            arrivals,
+            acceptor,
+            conns: Vec::new(),
+            free: Vec::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        let mut tokens = Vec::new();
+        while !self.shared.stopping() {
+            let timeout = (!self.ready.is_empty()).then_some(std::time::Duration::ZERO);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("worker poll failed: {e}");
+                break;
+            }
+            tokens.clear();
+            tokens.extend(events.iter().map(|e| e.token()));
+            for &token in &tokens {
+                if token == WAKE {
+                    self.take_arrivals();
+                } else {
+                    self.drive(token.0);
+                }
+            }
+            for _ in 0..self.ready.len() {
+                if let Some(i) = self.ready.pop_front() {
+                    self.drive(i);
+                }
+            }
+        }
+        for i in 0..self.conns.len() {
+            self.close(i);
+        }
+    }
+
+    fn take_arrivals(&mut self) {
+        while let Ok(Accepted { mut stream, addr }) = self.arrivals.try_recv() {
+            let i = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if self.poll.registry().register(stream.source(), Token(i), interest).is_err() {
+                self.free.push(i);
+                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            let id = match &stream {
+                Stream::Tcp(s) => s.as_raw_fd(),
+                Stream::Unix(s) => s.as_raw_fd(),
+            } as u64;
+            if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
+                eprintln!("<{id} new auto-negotiating client connection");
+            }
+            let info =
+                Arc::new(ConnInfo { addr, last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())) });
+            self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
+            self.conns[i] = Some(Conn::new(stream, info, self.shared.settings.max_item_bytes));
+            // Data may have arrived before registration: look now.
+            self.drive(i);
+        }
+    }
+
+    fn drive(&mut self, i: usize) {
+        let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
+        match conn.drive(&mut self.cx, self.shared.settings.reqs_per_event) {
+            Status::Open => {}
+            Status::Yield => self.ready.push_back(i),
+            Status::Close => self.close(i),
+            Status::Shutdown(mode) => {
+                self.close(i);
+                self.shared.request_stop(if mode == ShutdownMode::Graceful {
+                    stop::GRACEFUL
+                } else {
+                    stop::NOW
+                });
+                let _ = self.acceptor.wake();
+            }
+        }
+    }
+
+    fn close(&mut self, i: usize) {
+        let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        let _ = self.poll.registry().deregister(conn.stream().source());
+        let mut conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
+        drop(conns);
+        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        self.free.push(i);
+    }
+}

@@ -1,0 +1,218 @@
+//! Starting and stopping: the region, the listeners, the threads, signals.
+//!
+//! ```text
+//!  main thread: accept ──► round-robin ──► worker 1..t (mio poll, connections, execute)
+//!  clock thread: once a second ──► Writer::tick(now + debugtime offset)
+//!  udp thread:   datagrams ──► execute ──► framed replies
+//!  signal thread: SIGINT/SIGTERM/SIGUSR1 ──► stop flag ──► everyone drains and returns
+//! ```
+//!
+//! On any stop the writer is dropped after the workers return, which marks the region clean:
+//! restarting on the same `-e` file is a warm restart with every item in place.
+
+use crate::config::Settings;
+use crate::net::{self, Listeners};
+use crate::stats::Counters;
+use shoal_region::{Config, Writer};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The server clock: Unix time plus the offset `debugtime` added (test mode only).
+pub struct Clock {
+    started: u32,
+    offset: AtomicU32,
+}
+
+fn unix_now() -> u32 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock { started: unix_now(), offset: AtomicU32::new(0) }
+    }
+
+    /// Server time in Unix seconds.
+    pub fn now(&self) -> u32 {
+        unix_now().wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    /// When the server started.
+    pub fn started(&self) -> u32 {
+        self.started
+    }
+
+    /// Moves the clock forward and lets the region see it at once.
+    pub fn advance(&self, seconds: u32, writer: &Writer) {
+        self.offset.fetch_add(seconds, Ordering::Relaxed);
+        writer.tick(self.now());
+    }
+}
+
+/// How the server is asked to stop.
+pub mod stop {
+    pub const RUNNING: u8 = 0;
+    /// SIGINT, SIGTERM, `shutdown`.
+    pub const NOW: u8 = 1;
+    /// SIGUSR1, `shutdown graceful`.
+    pub const GRACEFUL: u8 = 2;
+}
+
+/// One open connection, as `stats conns` shows it.
+pub struct ConnInfo {
+    pub addr: String,
+    /// Server time of its last command.
+    pub last_cmd: AtomicU64,
+}
+
+/// What every thread shares.
+pub struct Shared {
+    pub writer: Writer,
+    pub settings: Settings,
+    pub clock: Clock,
+    /// One set per worker, and one for UDP.
+    pub counters: Vec<Counters>,
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub verbosity: AtomicU32,
+    pub conns: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
+    /// A [`stop`] value.
+    pub stop: AtomicU8,
+}
+
+impl Shared {
+    /// Asks every thread to stop.
+    pub fn request_stop(&self, how: u8) {
+        let _ = self.stop.compare_exchange(stop::RUNNING, how, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire) != stop::RUNNING
+    }
+}
+
+/// Where the region lives when no `-e` file is named: a fresh file in /dev/shm named after
+/// the process, removed when the server stops.
+fn default_region_path() -> PathBuf {
+    PathBuf::from(format!("/dev/shm/shoal-{}.region", std::process::id()))
+}
+
+/// Removes default regions left by servers that were killed (their pid is gone), so that
+/// killed servers do not leak memory in /dev/shm.
+fn sweep_orphaned_regions() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("shoal-")?.strip_suffix(".region")) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+fn open_region(settings: &Settings) -> Result<(Writer, bool), String> {
+    let config = Config {
+        region_bytes: settings.region_bytes,
+        max_item_bytes: settings.max_item_bytes,
+        avg_item_bytes: settings.avg_item_bytes,
+    };
+    match &settings.region_path {
+        Some(path) => Writer::open_or_create(path, &config, settings.evict)
+            .map(|w| (w, false))
+            .map_err(|e| format!("region {}: {e}", path.display())),
+        None => {
+            sweep_orphaned_regions();
+            let path = default_region_path();
+            Writer::create(&path, &config, settings.evict)
+                .map(|w| (w, true))
+                .map_err(|e| format!("region {}: {e}", path.display()))
+        }
+    }
+}
+
+/// Runs a server until it is stopped; returns once everything is closed.
+pub fn run(settings: Settings) -> Result<(), String> {
+    let listeners = Listeners::bind(&settings)?;
+    let (writer, temporary) = open_region(&settings)?;
+    if let Some(pidfile) = &settings.pidfile {
+        std::fs::write(pidfile, format!("{}\n", std::process::id()))
+            .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
+    }
+    listeners.write_port_file()?;
+    let clock = Clock::new();
+    writer.tick(clock.now());
+    let shared = Arc::new(Shared {
+        writer,
+        counters: (0..=settings.threads).map(|_| Counters::default()).collect(),
+        verbosity: AtomicU32::new(u32::from(settings.verbose)),
+        settings,
+        clock,
+        curr_connections: AtomicU64::new(0),
+        total_connections: AtomicU64::new(0),
+        rejected_connections: AtomicU64::new(0),
+        conns: Mutex::new(BTreeMap::new()),
+        stop: AtomicU8::new(stop::RUNNING),
+    });
+    let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
+    spawn_signal_thread(shared.clone(), waker.clone())?;
+    let ticker = spawn_clock_thread(shared.clone());
+    let result = net::serve(shared.clone(), listeners);
+    shared.request_stop(stop::NOW);
+    let _ = ticker.join();
+    let shared = Arc::try_unwrap(shared).map_err(|_| "a thread still holds the server".to_string())?;
+    let region_path = shared.writer.path().to_path_buf();
+    let pidfile = shared.settings.pidfile.clone();
+    drop(shared); // detaches the writer: the region is marked clean
+    if temporary {
+        let _ = std::fs::remove_file(region_path);
+    }
+    if let Some(pidfile) = pidfile {
+        let _ = std::fs::remove_file(pidfile);
+    }
+    result
+}
+
+fn spawn_signal_thread(shared: Arc<Shared>, waker: Arc<mio::Waker>) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1])
+        .map_err(|e| format!("could not install signal handlers: {e}"))?;
+    // A weak handle: the server is torn down while this thread still waits for signals.
+    let shared = Arc::downgrade(&shared);
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let Some(shared) = shared.upgrade() else { return };
+                if shared.stopping() {
+                    std::process::exit(1); // a second signal: the user is in a hurry
+                }
+                shared.request_stop(if signal == SIGUSR1 { stop::GRACEFUL } else { stop::NOW });
+                let _ = waker.wake();
+            }
+        })
+        .map_err(|e| format!("could not start the signal thread: {e}"))?;
+    Ok(())
+}
+
+fn spawn_clock_thread(shared: Arc<Shared>) -> thread::JoinHandle<()> {
+    thread::Builder::new()
+        .name("clock".into())
+        .spawn(move || {
+            while !shared.stopping() {
+                thread::sleep(Duration::from_millis(100));
+                let now = shared.clock.now();
+                if now != shared.writer.clock() {
+                    shared.writer.tick(now);
+                }
+            }
+        })
+        .expect("spawning the clock thread")
+}

@@ -1,0 +1,217 @@
+//! Counters and the `stats` command's answers.
+//!
+//! Each worker thread counts into its own [`Counters`] (relaxed atomics on its own cache
+//! lines, so counting costs no sharing); `stats` sums them. The store's own numbers (items,
+//! bytes, evictions) come from the region.
+
+use crate::server::Shared;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Per-thread request counters, named as memcached's `stats` names them.
+        #[derive(Debug, Default)]
+        #[repr(align(128))]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            /// Every counter with its name, in `stats` order.
+            pub fn each(&self) -> impl Iterator<Item = (&'static str, &AtomicU64)> {
+                [$((stringify!($name), &self.$name)),*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
+    cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta,
+    get_hits, get_misses, get_expired, get_flushed,
+    delete_misses, delete_hits, incr_misses, incr_hits, decr_misses, decr_hits,
+    cas_misses, cas_hits, cas_badval, touch_hits, touch_misses,
+    store_too_large, store_no_memory,
+    bytes_read, bytes_written,
+    /// Times a connection gave way to others after `-R` requests.
+    conn_yields,
+}
+
+impl Counters {
+    /// Adds one to a counter (relaxed: only `stats` reads them).
+    #[inline]
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to a counter.
+    #[inline]
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Sum of a counter over all workers.
+fn total(shared: &Shared, name: &str) -> u64 {
+    shared
+        .counters
+        .iter()
+        .flat_map(|c| c.each())
+        .filter(|(n, _)| *n == name)
+        .map(|(_, c)| c.load(Ordering::Relaxed))
+        .sum()
+}
+
+fn line(out: &mut Vec<u8>, name: impl std::fmt::Display, value: impl std::fmt::Display) {
+    let mut s = String::new();
+    let _ = write!(s, "STAT {name} {value}\r\n");
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// CPU time of the whole process (user, system) in seconds.
+fn rusage() -> (f64, f64) {
+    use nix::sys::resource::{getrusage, UsageWho};
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(r) => {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+            (secs(r.user_time()), secs(r.system_time()))
+        }
+        Err(_) => (0.0, 0.0),
+    }
+}
+
+/// `stats`: the general statistics.
+pub fn general(shared: &Shared, out: &mut Vec<u8>) {
+    let now = shared.clock.now();
+    let (user, system) = rusage();
+    let store = shared.writer.stats();
+    line(out, "pid", std::process::id());
+    line(out, "uptime", now.saturating_sub(shared.clock.started()));
+    line(out, "time", now);
+    line(out, "version", crate::VERSION);
+    line(out, "libevent", "none (mio)");
+    line(out, "pointer_size", usize::BITS);
+    line(out, "rusage_user", format_args!("{user:.6}"));
+    line(out, "rusage_system", format_args!("{system:.6}"));
+    line(out, "max_connections", shared.settings.max_connections);
+    line(out, "curr_connections", shared.curr_connections.load(Ordering::Relaxed));
+    line(out, "total_connections", shared.total_connections.load(Ordering::Relaxed));
+    line(out, "rejected_connections", shared.rejected_connections.load(Ordering::Relaxed));
+    line(out, "connection_structures", shared.curr_connections.load(Ordering::Relaxed));
+    let names: Vec<&str> = shared.counters[0].each().map(|(n, _)| n).collect();
+    for name in names {
+        if name == "conn_yields" {
+            continue; // memcached prints it after `threads`
+        }
+        line(out, name, total(shared, name));
+    }
+    line(out, "limit_maxbytes", store.region_bytes);
+    line(out, "accepting_conns", 1);
+    line(out, "threads", shared.settings.threads);
+    line(out, "conn_yields", total(shared, "conn_yields"));
+    line(out, "bytes", store.bytes);
+    line(out, "curr_items", store.items);
+    line(out, "total_items", store.total_items);
+    line(out, "expired_unfetched", store.expired_unfetched);
+    line(out, "evicted_unfetched", store.evicted_unfetched);
+    line(out, "evictions", store.evictions);
+    line(out, "reclaimed", store.reclaimed);
+    // Shoal's own: the store's shape (docs/PROTOCOL.md).
+    line(out, "index_evictions", store.index_evictions);
+    line(out, "segments", store.segments);
+    line(out, "segments_free", store.segments_free);
+    line(out, "segment_bytes", store.segment_bytes);
+    line(out, "index_bytes", store.index_bytes);
+    line(out, "segments_evicted", store.segments_evicted);
+    line(out, "segments_reclaimed", store.segments_reclaimed);
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats settings`.
+pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
+    let s = &shared.settings;
+    let tcp_port = s.tcp.first().map_or(0, |(_, p)| *p);
+    let on = |b: bool| if b { "yes" } else { "no" };
+    line(out, "maxbytes", s.region_bytes);
+    line(out, "maxconns", s.max_connections);
+    line(out, "tcpport", tcp_port);
+    line(out, "udpport", s.udp.as_ref().map_or(0, |(_, p)| *p));
+    line(out, "inter", s.tcp.first().map_or("NULL", |(h, _)| h.as_str()));
+    line(out, "verbosity", shared.verbosity.load(Ordering::Relaxed));
+    line(out, "evictions", if s.evict { "on" } else { "off" });
+    line(
+        out,
+        "domain_socket",
+        s.unix_socket.as_ref().map_or("NULL".into(), |(p, _)| p.display().to_string()),
+    );
+    line(out, "umask", format_args!("{:o}", s.unix_socket.as_ref().map_or(0o700, |(_, m)| *m)));
+    line(out, "num_threads", s.threads);
+    line(out, "stat_key_prefix", ":");
+    line(out, "detail_enabled", "no");
+    line(out, "reqs_per_event", s.reqs_per_event);
+    line(out, "cas_enabled", on(s.use_cas));
+    line(out, "tcp_backlog", s.backlog);
+    line(out, "binding_protocol", "ascii");
+    line(out, "item_size_max", s.max_item_bytes);
+    line(out, "flush_enabled", on(s.enable_flush));
+    line(out, "shutdown_command", on(s.enable_shutdown));
+    line(out, "memory_file", shared.writer.path().display());
+    line(out, "region_bytes", s.region_bytes);
+    line(out, "avg_item_bytes", s.avg_item_bytes);
+    line(out, "test_mode", on(s.test_mode));
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats items`: Shoal has no slab classes; it reports its store as one class, 1 (what
+/// memcached prints per class, for the whole store).
+pub fn items(shared: &Shared, out: &mut Vec<u8>) {
+    let store = shared.writer.stats();
+    if store.items > 0 {
+        line(out, "items:1:number", store.items);
+        line(out, "items:1:evicted", store.evictions);
+        line(out, "items:1:evicted_unfetched", store.evicted_unfetched);
+        line(out, "items:1:expired_unfetched", store.expired_unfetched);
+        line(out, "items:1:reclaimed", store.reclaimed);
+        line(out, "items:1:outofmemory", total(shared, "store_no_memory"));
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats slabs`: segments play the part of slab pages (one class of 1 MiB pages).
+pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
+    let store = shared.writer.stats();
+    let used = store.segments - store.segments_free;
+    if used > 0 {
+        line(out, "1:chunk_size", store.segment_bytes);
+        line(out, "1:total_pages", used);
+        line(out, "1:used_chunks", store.items);
+        line(out, "1:mem_requested", store.bytes);
+    }
+    line(out, "active_slabs", usize::from(used > 0));
+    line(out, "total_malloced", used * store.segment_bytes);
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats conns`: one block per open connection.
+pub fn conns(shared: &Shared, out: &mut Vec<u8>) {
+    let now = shared.clock.now();
+    for (id, conn) in shared.conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        line(out, format_args!("{id}:addr"), &conn.addr);
+        line(out, format_args!("{id}:state"), "conn_parse_cmd");
+        let last = conn.last_cmd.load(Ordering::Relaxed) as u32;
+        line(out, format_args!("{id}:secs_since_last_cmd"), now.saturating_sub(last));
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats reset`: zeroes the request counters (the store's own totals stay, as memcached's
+/// `curr_items` and `total_items` do).
+pub fn reset(shared: &Shared) {
+    for c in shared.counters.iter() {
+        for (_, counter) in c.each() {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+    shared.total_connections.store(0, Ordering::Relaxed);
+    shared.rejected_connections.store(0, Ordering::Relaxed);
+}

@@ -1,0 +1,82 @@
+"""Starting and stopping real servers on loopback for the Python test suites.
+
+Both kinds speak memcached's protocol: `memcached` (Debian's binary) and `shoal server` (the
+release build in target/release). Each is started on a free TCP port with UDP off, waited for
+until it accepts connections, and killed when the `with` block ends.
+
+    with Server.shoal("--test-mode") as s:      # or Server.memcached()
+        sock = s.connect()
+"""
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOAL = Path(os.environ.get("SHOAL_BIN", ROOT / "target" / "release" / "shoal"))
+MEMCACHED = os.environ.get("MEMCACHED_BIN", "memcached")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server process listening on 127.0.0.1:`port`."""
+
+    def __init__(self, argv, port, kind):
+        self.argv, self.port, self.kind = argv, port, kind
+        self.proc = None
+
+    @classmethod
+    def shoal(cls, *extra, port=None, memory_mb=64):
+        port = port or free_port()
+        argv = [str(SHOAL), "server", "-p", str(port), "-U", "0", "-l", "127.0.0.1",
+                "-m", str(memory_mb), *extra]
+        return cls(argv, port, "shoal")
+
+    @classmethod
+    def memcached(cls, *extra, port=None, memory_mb=64):
+        port = port or free_port()
+        argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(memory_mb),
+                *extra]
+        if os.geteuid() == 0:
+            argv += ["-u", "root"]
+        return cls(argv, port, "memcached")
+
+    @property
+    def address(self):
+        return ("127.0.0.1", self.port)
+
+    def start(self, timeout=10.0):
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.argv} exited with {self.proc.returncode}")
+            try:
+                socket.create_connection(self.address, timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"{self.argv} did not accept connections within {timeout}s")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def connect(self, timeout=5.0) -> socket.socket:
+        return socket.create_connection(self.address, timeout=timeout)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
