@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Count the items a server holds when full: set new keys (16-byte keys and 100-byte values
 /// by default) until evictions start, a set fails, or `curr_items` stops growing, and report
-/// the most items `stats` showed. Start the server empty.
+/// the most items `stats` showed. The server must start empty.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "fill")]
 pub struct FillOptions {
@@ -132,6 +132,11 @@ pub fn run_fill(options: &FillOptions) -> Result<FillReport, String> {
     let initial = server.stats()?;
     let initial_evictions = counter(&initial, "evictions")?;
     let mut items = counter(&initial, "curr_items")?;
+    if items > 0 {
+        return Err(format!(
+            "{server} already holds {items} items; fill counts what fits in an empty server (restart it)"
+        ));
+    }
     let mut sets = 0;
     let bar = progress_bar("fill", None);
     let stop = loop {
