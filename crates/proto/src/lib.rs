@@ -28,7 +28,7 @@ pub mod meta;
 pub mod text;
 mod token;
 
-pub use meta::{decode_base64, Meta, MetaCmd, MetaFlags};
+pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Store, StoreCmd};
 pub use token::{valid_key, Tokens, KEY_MAX};
 
@@ -80,7 +80,9 @@ pub enum Parse<'a> {
     /// A malformed request. `reply` is the line to send, without `\r\n` (`None`: the request
     /// said `noreply`, and memcached then stays silent even about errors). `consume` bytes must
     /// be dropped; it may exceed the buffer (an oversized value is swallowed as it arrives).
-    Error { reply: Option<&'static str>, consume: usize },
+    /// `forget`: a key whose current value must go too (a `set` or `ms` refused for size: the
+    /// client must not keep reading the value it tried to replace).
+    Error { reply: Option<&'static str>, consume: usize, forget: Option<Forget<'a>> },
     /// memcached closes the connection without a word (a line too long, an HTTP request).
     Close,
 }
@@ -88,13 +90,21 @@ pub enum Parse<'a> {
 impl<'a> Parse<'a> {
     /// An error memcached always reports.
     pub(crate) fn error(reply: &'static str, consume: usize) -> Self {
-        Parse::Error { reply: Some(reply), consume }
+        Parse::Error { reply: Some(reply), consume, forget: None }
     }
 
     /// An error that `noreply` silences.
     pub(crate) fn error_unless(noreply: bool, reply: &'static str, consume: usize) -> Self {
-        Parse::Error { reply: (!noreply).then_some(reply), consume }
+        Parse::Error { reply: (!noreply).then_some(reply), consume, forget: None }
     }
+}
+
+/// A key named by a refused request, as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forget<'a> {
+    pub key: &'a [u8],
+    /// The key is base64 (meta's `b`): decode it with [`decode_base64`].
+    pub base64: bool,
 }
 
 /// An incremental request parser for one connection.

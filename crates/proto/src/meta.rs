@@ -8,7 +8,7 @@
 
 use crate::text::{BAD_CHUNK, TOO_LARGE};
 use crate::token::{parse_i64, parse_u32, parse_u64, valid_key, Tokens, KEY_MAX};
-use crate::{Block, Line, Parse, Request};
+use crate::{Block, Forget, Line, Parse, Request};
 
 const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
 const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
@@ -260,13 +260,32 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         MetaCmd::Arithmetic if !mode_ok(b"I+D-id") => {
             Parse::error("CLIENT_ERROR invalid mode for ma M token", consume)
         }
-        MetaCmd::Set if len > at.max_item_bytes => Parse::error(TOO_LARGE, consume),
+        MetaCmd::Set if len > at.max_item_bytes => Parse::Error {
+            reply: Some(TOO_LARGE),
+            consume,
+            forget: Some(Forget { key, base64: flags.has(b'b') }),
+        },
         MetaCmd::Set => match at.block(len) {
             Block::Ready(data, consumed) => done(Meta { cmd, key, flags, order, data }, consumed),
             Block::Incomplete => Parse::Incomplete,
             Block::Bad(consume) => Parse::error(BAD_CHUNK, consume),
         },
         _ => done(Meta { cmd, key, flags, order, data: b"" }, at.end),
+    }
+}
+
+/// Appends the padded standard base64 of `input` to `out`.
+pub fn encode_base64(input: &[u8], out: &mut Vec<u8>) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for chunk in input.chunks(3) {
+        let word = chunk.iter().enumerate().fold(0u32, |w, (i, &b)| w | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(word >> (18 - 6 * i) & 63) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
     }
 }
 
@@ -327,7 +346,7 @@ mod tests {
 
     fn err(input: &[u8]) -> (&'static str, usize) {
         match one(input) {
-            Parse::Error { reply: Some(reply), consume } => (reply, consume),
+            Parse::Error { reply: Some(reply), consume, .. } => (reply, consume),
             other => panic!("{input:?} gave {other:?}"),
         }
     }
@@ -437,6 +456,9 @@ mod tests {
         ] {
             let n = decode_base64(input, &mut out).unwrap();
             assert_eq!(&out[..n], want, "{input:?}");
+            let mut encoded = Vec::new();
+            encode_base64(want, &mut encoded);
+            assert_eq!(encoded, input, "{want:?}");
         }
         for bad in [&b""[..], b"YQ", b"YQ=", b"Y===", b"YQ==YQ==", b"Y!==", b"===="] {
             assert_eq!(decode_base64(bad, &mut out), None, "{bad:?}");

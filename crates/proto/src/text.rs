@@ -5,7 +5,7 @@
 //! the key and the numbers (`CLIENT_ERROR …`, silenced by `noreply` like every later answer).
 
 use crate::token::{parse_i64, parse_u32, parse_u64, split, valid_key, Tokens};
-use crate::{Block, Line, Parse, Request};
+use crate::{Block, Forget, Line, Parse, Request};
 
 const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
 const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
@@ -229,7 +229,13 @@ fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
         other => other,
     };
     if len > at.max_item_bytes {
-        return Parse::error_unless(noreply, TOO_LARGE, at.through_block(len));
+        // memcached drops the old value only for `set`.
+        let forget = (cmd == StoreCmd::Set).then_some(Forget { key: t[0], base64: false });
+        return Parse::Error {
+            reply: (!noreply).then_some(TOO_LARGE),
+            consume: at.through_block(len),
+            forget,
+        };
     }
     match at.block(len) {
         Block::Ready(data, consumed) => Parse::Done {
@@ -253,7 +259,7 @@ mod tests {
     /// The reply and the bytes consumed for an erroneous `input`.
     fn err(input: &[u8]) -> (Option<&'static str>, usize) {
         match one(input) {
-            Parse::Error { reply, consume } => (reply, consume),
+            Parse::Error { reply, consume, .. } => (reply, consume),
             other => panic!("{input:?} gave {other:?}"),
         }
     }

@@ -120,9 +120,11 @@ pub struct Marks {
     pub stale: bool,
     /// A client was handed the right to recache it (`W`); others see `Z`.
     pub token_sent: bool,
+    /// The key was stored in binary form (meta's `b`): answers show it in base64.
+    pub binary_key: bool,
 }
 
-const MARK_BITS: u32 = 2;
+const MARK_BITS: u32 = 3;
 const _: () = assert!(BUCKET_SLOTS as u32 * MARK_BITS <= 32);
 
 impl Marks {
@@ -130,15 +132,15 @@ impl Marks {
     #[inline]
     pub(crate) fn of(word: u32, i: usize) -> Marks {
         let bits = word >> (i as u32 * MARK_BITS);
-        Marks { stale: bits & 1 != 0, token_sent: bits & 2 != 0 }
+        Marks { stale: bits & 1 != 0, token_sent: bits & 2 != 0, binary_key: bits & 4 != 0 }
     }
 
     /// `word` with slot `i`'s marks replaced by `self`.
     #[inline]
     pub(crate) fn put(self, word: u32, i: usize) -> u32 {
         let shift = i as u32 * MARK_BITS;
-        let bits = u32::from(self.stale) | u32::from(self.token_sent) << 1;
-        word & !(3 << shift) | bits << shift
+        let bits = u32::from(self.stale) | u32::from(self.token_sent) << 1 | u32::from(self.binary_key) << 2;
+        word & !(7 << shift) | bits << shift
     }
 }
 

@@ -1402,9 +1402,11 @@ pub fn touch_expiry(exptime: i64, now: u32) -> u32 {
 }
 
 impl NewItem {
-    /// A new version of a live item with its flags and expiry (marks cleared, fresh CAS).
+    /// A new version of a live item with its flags, expiry and key form (not stale, no token
+    /// out, fresh CAS).
     pub fn keeping(info: ItemInfo, value: Value) -> NewItem {
-        NewItem { value, flags: info.flags, expiry: Some(info.expiry), cas: None, marks: Marks::default() }
+        let marks = Marks { binary_key: info.marks.binary_key, ..Marks::default() };
+        NewItem { value, flags: info.flags, expiry: Some(info.expiry), cas: None, marks }
     }
 }
 

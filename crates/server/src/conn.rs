@@ -196,11 +196,9 @@ impl Conn {
                     }
                     self.start += consumed;
                 }
-                Parse::Error { reply, consume } => {
+                Parse::Error { reply, consume, forget } => {
                     *budget -= 1;
-                    if let Some(line) = reply {
-                        crate::exec::reply(&mut self.out, line.as_bytes());
-                    }
+                    cx.refuse(reply, forget, &mut self.out);
                     let available = self.end - self.start;
                     if consume <= available {
                         self.start += consume;

@@ -3,7 +3,7 @@
 //! datagram; the answer is split into as many datagrams as it needs, each with the request's
 //! id, its sequence number and the total.
 
-use crate::exec::{reply, Context};
+use crate::exec::Context;
 use crate::server::Shared;
 use shoal_proto::{Parse, Parser};
 use std::net::UdpSocket;
@@ -65,10 +65,8 @@ fn answer(cx: &mut Context<'_>, datagram: &[u8], out: &mut Vec<u8>) -> Option<u1
                 cx.execute(request, out);
                 body = &body[consumed..];
             }
-            Parse::Error { reply: line, consume } => {
-                if let Some(line) = line {
-                    reply(out, line.as_bytes());
-                }
+            Parse::Error { reply, consume, forget } => {
+                cx.refuse(reply, forget, out);
                 body = body.get(consume..).unwrap_or_default();
             }
             Parse::Incomplete | Parse::Close => break,

@@ -27,7 +27,9 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 reply(out, b"CLIENT_ERROR flush_all not allowed");
             } else {
                 Counters::bump(&cx.counters.cmd_flush);
-                shared.writer.flush(delay.unwrap_or(0));
+                // memcached's delayed flush takes effect a second early (its deadline is
+                // `realtime(delay) - 1`): `flush_all 1` is immediate.
+                shared.writer.flush(delay.map_or(0, |d| if d > 0 { d - 1 } else { d }));
                 reply_unless(noreply, out, b"OK");
             }
         }

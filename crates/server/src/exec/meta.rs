@@ -11,14 +11,19 @@
 
 use super::{push_u64, reply, store_error, Context};
 use crate::stats::Counters;
-use shoal_proto::{Meta, MetaCmd, MetaFlags, KEY_MAX};
+use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, KEY_MAX};
 use shoal_region::{
     absolute_expiry, counter_text, parse_counter, touch_expiry, Change, ItemInfo, Mark, Marks, NewItem, Value,
 };
 
 /// What `mg` found, after any change it made.
 struct Found {
+    /// The item as it is now.
     info: ItemInfo,
+    /// Its expiry before this request, and whether this request created it (`N`): `t`
+    /// shows the TTL as of its place among the flags.
+    old_expiry: u32,
+    created: bool,
     /// Whether the item had handed out its recache token before this request (`Z`).
     token_was_sent: bool,
     /// This client wins the right to recache (`W`).
@@ -36,13 +41,20 @@ pub fn execute(cx: &mut Context<'_>, m: Meta<'_>, out: &mut Vec<u8>) {
         MetaCmd::Set => set(cx, &m, &key, out),
         MetaCmd::Delete => delete(cx, &m, &key, out),
         MetaCmd::Arithmetic => arithmetic(cx, &m, &key, out),
-        MetaCmd::Debug => debug(cx, &m, &key, out),
+        MetaCmd::Debug => debug(cx, &key, out),
     }
 }
 
 /// Appends the flags common to every answer, `O` (opaque) and `k` (key), in request order,
-/// plus those `extra` knows how to write.
-fn flags_out(m: &Meta<'_>, out: &mut Vec<u8>, mut extra: impl FnMut(u8, &mut Vec<u8>)) {
+/// plus those `extra` knows how to write. The key is shown as the item holds it: in base64
+/// (followed by `b`) if it was stored with `b`.
+fn flags_out(
+    m: &Meta<'_>,
+    key: &[u8],
+    binary: bool,
+    out: &mut Vec<u8>,
+    mut extra: impl FnMut(u8, &mut Vec<u8>),
+) {
     for token in m.order.clone() {
         match token[0] {
             b'O' => {
@@ -51,13 +63,43 @@ fn flags_out(m: &Meta<'_>, out: &mut Vec<u8>, mut extra: impl FnMut(u8, &mut Vec
             }
             b'k' => {
                 out.extend_from_slice(b" k");
-                out.extend_from_slice(m.key);
-                if m.flags.has(b'b') {
+                if binary {
+                    encode_base64(key, out);
                     out.extend_from_slice(b" b");
+                } else {
+                    out.extend_from_slice(key);
                 }
             }
             letter => extra(letter, out),
         }
+    }
+}
+
+/// memcached applies `T` (new TTL) and `N` (TTL of an item this request created) as it meets
+/// them among the flags: `t` shows the TTL as of its place, and the last of them wins.
+struct TtlWalk<'f> {
+    flags: &'f MetaFlags<'f>,
+    created: bool,
+    now: u32,
+    expiry: u32,
+}
+
+impl TtlWalk<'_> {
+    fn step(&mut self, letter: u8) {
+        let ttl = match letter {
+            b'T' => self.flags.ttl,
+            b'N' if self.created => self.flags.vivify,
+            _ => None,
+        };
+        if let Some(ttl) = ttl {
+            self.expiry = touch_expiry(ttl, self.now);
+        }
+    }
+
+    /// The expiry after every flag.
+    fn last(mut self, m: &Meta<'_>) -> u32 {
+        m.order.clone().for_each(|t| self.step(t[0]));
+        self.expiry
     }
 }
 
@@ -86,12 +128,18 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let mut found = if changes {
         None
     } else {
-        cx.lookup(key, bump).map(|info| Found { info, token_was_sent: info.marks.token_sent, won: false })
+        cx.lookup(key, bump).map(|info| Found {
+            info,
+            old_expiry: info.expiry,
+            created: false,
+            token_was_sent: info.marks.token_sent,
+            won: false,
+        })
     };
     // A stale item whose token is still to be handed out changes state: do it atomically.
     let hands_out_token = found.as_ref().is_some_and(|h| h.info.marks.stale && !h.info.marks.token_sent);
     if changes || hands_out_token {
-        found = get_and_change(cx, f, key, now, bump);
+        found = get_and_change(cx, m, key, now, bump);
     }
     let touched = f.ttl.is_some();
     if touched {
@@ -103,7 +151,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         Counters::bump(if touched { &c.touch_misses } else { &c.get_misses });
         if !f.has(b'q') {
             out.extend_from_slice(b"EN");
-            flags_out(m, out, |_, _| {});
+            flags_out(m, key, f.has(b'b'), out, |_, _| {});
             out.extend_from_slice(b"\r\n");
         }
         return;
@@ -119,9 +167,12 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     }
     let cas = cx.visible_cas(info.cas);
     let last_access = if info.last_access == 0 { cx.shared.clock.started() } else { info.last_access };
-    flags_out(m, out, |letter, out| match letter {
+    let start = if hit.created { 0 } else { hit.old_expiry };
+    let mut ttl = TtlWalk { flags: f, created: hit.created, now, expiry: start };
+    flags_out(m, key, info.marks.binary_key, out, |letter, out| match letter {
         b's' => flag_number(out, b's', value_len),
-        b't' => ttl_out(out, info.expiry, now),
+        b't' => ttl_out(out, ttl.expiry, now),
+        b'T' | b'N' => ttl.step(letter),
         b'c' => flag_number(out, b'c', cas),
         b'f' => flag_number(out, b'f', u64::from(info.flags)),
         b'l' => flag_number(out, b'l', u64::from(now.saturating_sub(last_access))),
@@ -145,13 +196,8 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
 }
 
 /// `mg` with `T`, `N` or `R`, or on a stale item: reads and changes the item in one step.
-fn get_and_change(
-    cx: &mut Context<'_>,
-    f: &MetaFlags<'_>,
-    key: &[u8],
-    now: u32,
-    bump: bool,
-) -> Option<Found> {
+fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump: bool) -> Option<Found> {
+    let f = &m.flags;
     let writer = &cx.shared.writer;
     let value = &mut cx.value;
     let result = writer.update(key, &[], true, |current| match current {
@@ -159,7 +205,8 @@ fn get_and_change(
             value.clear();
             value.extend_from_slice(c.value);
             let old = c.info.marks;
-            let expiry = f.ttl.map(|t| touch_expiry(t, now));
+            let expiry =
+                f.ttl.map(|_| TtlWalk { flags: f, created: false, now, expiry: c.info.expiry }.last(m));
             let recache = f.recache.is_some_and(|r| {
                 c.info.expiry != 0 && c.info.expiry < touch_expiry(r, now) && !old.token_sent
             });
@@ -167,13 +214,20 @@ fn get_and_change(
             let marks = Marks { token_sent: old.token_sent || won, ..old };
             let info = ItemInfo { expiry: expiry.unwrap_or(c.info.expiry), marks, ..c.info };
             let change = Change::Mark(Mark { expiry, marks, fetched: bump });
-            (change, Some(Found { info, token_was_sent: old.token_sent, won }))
+            let found = Found {
+                info,
+                old_expiry: c.info.expiry,
+                created: false,
+                token_was_sent: old.token_sent,
+                won,
+            };
+            (change, Some(found))
         }
         None => match f.vivify {
-            Some(ttl) => {
+            Some(_) => {
                 value.clear();
-                let marks = Marks { stale: false, token_sent: true };
-                let expiry = touch_expiry(ttl, now);
+                let marks = Marks { token_sent: true, ..Marks::default() };
+                let expiry = TtlWalk { flags: f, created: true, now, expiry: 0 }.last(m);
                 let item = NewItem {
                     value: Value::Owned(Vec::new()),
                     flags: 0,
@@ -190,7 +244,8 @@ fn get_and_change(
                     marks,
                     last_access: now,
                 };
-                (Change::Store(item), Some(Found { info, token_was_sent: false, won: true }))
+                let found = Found { info, old_expiry: 0, created: true, token_was_sent: false, won: true };
+                (Change::Store(item), Some(found))
             }
             None => (Change::Keep, None),
         },
@@ -249,7 +304,7 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         flags: f.client_flags.unwrap_or(0),
         expiry,
         cas: f.new_cas,
-        marks: Marks::default(),
+        marks: Marks { binary_key: f.has(b'b'), ..Marks::default() },
     };
     let concat = matches!(mode, SetMode::Append | SetMode::Prepend);
     let result = writer.update(key, m.data, concat, |current| {
@@ -273,7 +328,7 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
             // An invalidation raced ahead of this (older) value: store it, but marked stale,
             // keeping the newer item's expiry and token state.
             SetMode::Cas if stale_cas => {
-                let marks = Marks { stale: true, token_sent: cur.info.marks.token_sent };
+                let marks = Marks { stale: true, token_sent: cur.info.marks.token_sent, ..fresh.marks };
                 let item = NewItem { expiry: Some(cur.info.expiry), marks, ..fresh.clone() };
                 (Change::Store(item), SetResult::Stored)
             }
@@ -311,7 +366,7 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         SetResult::NotFound => b"NF",
     });
     let cas = new_cas.map_or(0, |cas| cx.visible_cas(cas));
-    flags_out(m, out, |letter, out| {
+    flags_out(m, key, f.has(b'b'), out, |letter, out| {
         if letter == b'c' {
             flag_number(out, b'c', cas);
         }
@@ -341,8 +396,8 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         let expiry = Some(f.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
         if invalidate {
             // Stale, with a new CAS, and a token for the next reader.
-            let marks = Marks { stale: true, token_sent: false };
-            let item = NewItem { expiry, marks, ..NewItem::keeping(cur.info, Value::Current) };
+            let keep = NewItem::keeping(cur.info, Value::Current);
+            let item = NewItem { expiry, marks: Marks { stale: true, ..keep.marks }, ..keep };
             (Change::Store(item), DeleteResult::Deleted)
         } else if f.has(b'x') {
             // Newer memcached: drop the value, keep the item.
@@ -372,17 +427,17 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         DeleteResult::NotFound => b"NF",
         DeleteResult::Exists => b"EX",
     });
-    flags_out(m, out, |_, _| {});
+    flags_out(m, key, f.has(b'b'), out, |_, _| {});
     out.extend_from_slice(b"\r\n");
 }
 
 /// The answer of `ma`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum ArithResult {
-    /// The new value; `created` if `N` made the item.
+    /// The new value; the item's expiry before; `created` if `N` made the item.
     Value {
         n: u64,
-        expiry: u32,
+        old_expiry: u32,
         created: bool,
     },
     NotFound,
@@ -397,12 +452,13 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
     let now = writer.clock();
     let incr = !matches!(f.mode, Some(b'D' | b'd' | b'-'));
     let delta = f.delta.unwrap_or(1);
-    let ttl = f.ttl.map(|t| touch_expiry(t, now));
     let result = writer.update(key, &[], true, |current| {
         let Some(cur) = current else {
-            let Some(vivify) = f.vivify else { return (Change::Keep, ArithResult::NotFound) };
+            if f.vivify.is_none() {
+                return (Change::Keep, ArithResult::NotFound);
+            }
             let n = f.initial.unwrap_or(0);
-            let expiry = ttl.unwrap_or_else(|| touch_expiry(vivify, now));
+            let expiry = TtlWalk { flags: f, created: true, now, expiry: 0 }.last(m);
             let item = NewItem {
                 value: Value::Owned(n.to_string().into_bytes()),
                 flags: 0,
@@ -410,20 +466,20 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
                 cas: f.new_cas,
                 marks: Marks::default(),
             };
-            return (Change::Store(item), ArithResult::Value { n, expiry, created: true });
+            return (Change::Store(item), ArithResult::Value { n, old_expiry: 0, created: true });
         };
         if f.cas.is_some_and(|cas| cas != cur.info.cas) {
             return (Change::Keep, ArithResult::Exists);
         }
         let Some(old) = parse_counter(cur.value) else { return (Change::Keep, ArithResult::NonNumeric) };
         let n = if incr { old.wrapping_add(delta) } else { old.saturating_sub(delta) };
-        let expiry = ttl.unwrap_or(cur.info.expiry);
+        let expiry = TtlWalk { flags: f, created: false, now, expiry: cur.info.expiry }.last(m);
         let item = NewItem {
             expiry: Some(expiry),
             cas: f.new_cas,
             ..NewItem::keeping(cur.info, Value::Owned(counter_text(n, cur.value.len())))
         };
-        (Change::Store(item), ArithResult::Value { n, expiry, created: false })
+        (Change::Store(item), ArithResult::Value { n, old_expiry: cur.info.expiry, created: false })
     });
     let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
     let (result, new_cas) = match result {
@@ -434,7 +490,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
         }
     };
     match result {
-        ArithResult::Value { n, expiry, created } => {
+        ArithResult::Value { n, old_expiry, created } => {
             Counters::bump(hits);
             if f.has(b'q') && !created {
                 return;
@@ -448,9 +504,11 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
                 out.extend_from_slice(b"HD");
             }
             let cas = cx.visible_cas(new_cas.unwrap_or(0));
-            flags_out(m, out, |letter, out| match letter {
+            let mut ttl = TtlWalk { flags: f, created, now, expiry: old_expiry };
+            flags_out(m, key, f.has(b'b'), out, |letter, out| match letter {
                 b'c' => flag_number(out, b'c', cas),
-                b't' => ttl_out(out, expiry, now),
+                b't' => ttl_out(out, ttl.expiry, now),
+                b'T' | b'N' => ttl.step(letter),
                 _ => {}
             });
             out.extend_from_slice(b"\r\n");
@@ -470,7 +528,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
                 b"EX"
             };
             out.extend_from_slice(code);
-            flags_out(m, out, |_, _| {});
+            flags_out(m, key, f.has(b'b'), out, |_, _| {});
             out.extend_from_slice(b"\r\n");
         }
     }
@@ -478,7 +536,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
 
 /// `me <key>`: what memcached prints about an item, in its format. `cls` is always 1 (no
 /// slab classes) and `size` is the item's size in its segment.
-fn debug(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
     let now = cx.shared.writer.clock();
     let Some(info) = cx.lookup(key, false) else {
         reply(out, b"EN");
@@ -487,9 +545,15 @@ fn debug(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let exp = if info.expiry == 0 { -1 } else { i64::from(now) - i64::from(info.expiry) };
     let last_access = if info.last_access == 0 { cx.shared.clock.started() } else { info.last_access };
     let size = shoal_region::layout::item_bytes(key.len(), info.value_len, false);
+    let mut shown = Vec::new();
+    if info.marks.binary_key {
+        encode_base64(key, &mut shown);
+    } else {
+        shown.extend_from_slice(key);
+    }
     let line = format!(
         "ME {} exp={exp} la={} cas={} fetch={} cls=1 size={size}",
-        String::from_utf8_lossy(m.key),
+        String::from_utf8_lossy(&shown),
         now.saturating_sub(last_access),
         cx.visible_cas(info.cas),
         if info.fetched { "yes" } else { "no" },

@@ -11,7 +11,7 @@ pub mod text;
 
 use crate::server::Shared;
 use crate::stats::Counters;
-use shoal_proto::{Request, ShutdownMode};
+use shoal_proto::{decode_base64, Forget, Request, ShutdownMode, KEY_MAX};
 use shoal_region::OpError;
 
 /// What the connection does after a request.
@@ -51,6 +51,24 @@ impl<'a> Context<'a> {
             other => return admin::execute(self, other, out),
         }
         Flow::Continue
+    }
+
+    /// Answers a request the parser refused; if it named a value that must go with the
+    /// refusal (a `set` too large), removes it.
+    pub fn refuse(&mut self, line: Option<&str>, forget: Option<Forget<'_>>, out: &mut Vec<u8>) {
+        if let Some(f) = forget {
+            Counters::bump(&self.counters.store_too_large);
+            let mut scratch = [0u8; KEY_MAX];
+            let key = if f.base64 {
+                decode_base64(f.key, &mut scratch).map_or(&[][..], |n| &scratch[..n])
+            } else {
+                f.key
+            };
+            let _ = self.shared.writer.delete(key);
+        }
+        if let Some(line) = line {
+            reply(out, line.as_bytes());
+        }
     }
 }
 

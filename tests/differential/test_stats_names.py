@@ -1,0 +1,40 @@
+"""`stats` on shoal names every counter memcached 1.6 prints that has a meaning for a segment
+store (the list of the server issue); the differential case compares names with memcached and
+is an expected difference, since memcached also prints slab, LRU-crawler and logger counters."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import Server  # noqa: E402
+
+REQUIRED = """cmd_get get_hits get_misses get_expired get_flushed cmd_set cmd_touch delete_misses
+delete_hits incr_misses incr_hits decr_misses decr_hits cas_misses cas_hits cas_badval touch_hits
+touch_misses curr_items total_items bytes limit_maxbytes evictions expired_unfetched
+evicted_unfetched curr_connections total_connections threads uptime time pid version
+rusage_user rusage_system bytes_read bytes_written""".split()
+
+
+def stats(sock, args=""):
+    sock.sendall(f"stats {args}".strip().encode() + b"\r\n")
+    data = b""
+    while not data.endswith(b"END\r\n") and not data.endswith(b"RESET\r\n"):
+        data += sock.recv(65536)
+    return dict(line.split(" ", 2)[1:] for line in data.decode().splitlines() if line.startswith("STAT "))
+
+
+def test_stats_names_the_counters_memcached_users_read():
+    with Server.shoal("-t", "2") as server, server.connect() as sock:
+        sock.sendall(b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\n")
+        while not sock.recv(4096).endswith(b"END\r\nEND\r\n"):
+            pass
+        names = stats(sock)
+        assert [n for n in REQUIRED if n not in names] == []
+        assert int(names["threads"]) == 2
+        assert (int(names["get_hits"]), int(names["get_misses"]), int(names["curr_items"])) == (1, 1, 1)
+        assert int(names["limit_maxbytes"]) == 64 << 20
+        for sub in ("settings", "items", "slabs", "conns"):
+            assert stats(sock, sub), sub
+        sock.sendall(b"stats reset\r\n")
+        assert sock.recv(4096) == b"RESET\r\n"
+        assert int(stats(sock)["get_hits"]) == 0
