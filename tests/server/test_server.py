@@ -1,0 +1,145 @@
+"""`shoal server` as an operator meets it: memcached's flags, the port file, signals and warm
+restart, the unix socket, UDP framing, and the `shm` locality answer read back through the
+region file itself."""
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import SHOAL, Server, free_port  # noqa: E402
+
+
+def talk(sock, request: bytes, until: bytes) -> bytes:
+    sock.sendall(request)
+    data = b""
+    while not data.endswith(until):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    return data
+
+
+def test_help_and_version_exit_zero_and_name_the_unix_socket():
+    out = subprocess.run([SHOAL, "server", "-h"], capture_output=True, text=True, check=True).stdout
+    assert "unix-socket" in out and "-p" in out and "--test-mode" in out
+    out = subprocess.run([SHOAL, "server", "-V"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("shoal ")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-B", "binary"], "not supported yet"),
+    (["-o", "no_such_option"], 'Illegal suboption "no_such_option"'),
+    (["-I", "64m"], "between 512 bytes and 8m"),
+])
+def test_bad_flags_fail_with_the_fix(argv, message):
+    run = subprocess.run([SHOAL, "server", "-p", str(free_port()), *argv], capture_output=True, text=True,
+                         timeout=10)
+    assert run.returncode != 0 and message in run.stderr
+
+
+def test_port_file_names_the_ephemeral_ports(tmp_path):
+    ports = tmp_path / "ports"
+    env = dict(os.environ, MEMCACHED_PORT_FILENAME=str(ports))
+    proc = subprocess.Popen([SHOAL, "server", "-p", "-1", "-U", "-1", "-l", "127.0.0.1"], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while not ports.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        lines = ports.read_text().splitlines()
+        assert [l.split(":")[0] for l in lines] == ["TCP INET", "UDP INET"]
+        tcp, udp = (int(l.split(": ")[1]) for l in lines)
+        with socket.create_connection(("127.0.0.1", tcp)) as s:
+            assert talk(s, b"version\r\n", b"\r\n").startswith(b"VERSION ")
+        # UDP: 8-byte frame header (id, seq, total, reserved), answer framed the same way.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.settimeout(5)
+            with socket.create_connection(("127.0.0.1", tcp)) as s:
+                talk(s, b"set big 7 0 3000\r\n" + b"v" * 3000 + b"\r\n", b"STORED\r\n")
+            u.sendto(struct.pack(">HHHH", 4242, 0, 1, 0) + b"get big\r\n", ("127.0.0.1", udp))
+            frames = []
+            while not frames or len(frames) < frames[0][2]:
+                data, _ = u.recvfrom(65536)
+                frames.append(struct.unpack(">HHHH", data[:8]) + (data[8:],))
+            assert {f[0] for f in frames} == {4242}
+            assert sorted(f[1] for f in frames) == list(range(len(frames))) and len(frames) >= 3
+            body = b"".join(f[4] for f in sorted(frames, key=lambda f: f[1]))
+            assert body == b"VALUE big 7 3000\r\n" + b"v" * 3000 + b"\r\nEND\r\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_unix_socket_with_its_mask(tmp_path):
+    path = tmp_path / "shoal.sock"
+    proc = subprocess.Popen([SHOAL, "server", "-s", str(path), "-a", "770"])
+    try:
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert path.stat().st_mode & 0o777 == 0o770
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(path))
+            assert talk(s, b"set k 0 0 1\r\nx\r\nget k\r\n", b"END\r\n") == b"STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    assert not path.exists(), "the socket file is removed at exit"
+
+
+def test_warm_restart_keeps_every_item(tmp_path):
+    region = tmp_path / "warm.region"
+    port = free_port()
+    keys = [f"key:{i}" for i in range(20000)]
+    with Server.shoal("-e", str(region), port=port) as server, server.connect() as s:
+        batch = b"".join(f"set {k} {i} 0 {len(k)} noreply\r\n{k}\r\n".encode() for i, k in enumerate(keys))
+        talk(s, batch + b"mn\r\n", b"MN\r\n")
+        server.proc.send_signal(signal.SIGUSR1)
+        assert server.proc.wait(timeout=10) == 0
+    started = time.monotonic()
+    with Server.shoal("-e", str(region), port=port) as server, server.connect() as s:
+        ready = time.monotonic() - started
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            data = talk(s, b"get " + " ".join(chunk).encode() + b"\r\n", b"END\r\n")
+            assert data.count(b"VALUE ") == len(chunk), f"missing items in {chunk[0]}..{chunk[-1]}"
+        assert f"VALUE key:7 7 5\r\nkey:7\r\n".encode() in talk(s, b"get key:7\r\n", b"END\r\n")
+    assert ready < 5, f"warm restart took {ready:.1f}s"
+
+
+def test_shm_names_the_region_and_its_cookie():
+    with Server.shoal() as server, server.connect() as s:
+        answer = talk(s, b"shm\r\n", b"\r\n").decode().split()
+        assert answer[0] == "SHM"
+        path, offset, cookie = answer[1], int(answer[2]), int(answer[3])
+        with open(path, "rb") as region:
+            region.seek(offset)
+            assert struct.unpack("<Q", region.read(8))[0] == cookie
+        # A stock memcached answers ERROR, so clients can probe safely.
+    with Server.memcached() as mc, mc.connect() as s:
+        assert talk(s, b"shm\r\n", b"\r\n") == b"ERROR\r\n"
+
+
+def test_debugtime_only_in_test_mode():
+    with Server.shoal() as server, server.connect() as s:
+        assert talk(s, b"debugtime 10\r\n", b"\r\n") == b"ERROR\r\n"
+    with Server.shoal("--test-mode") as server, server.connect() as s:
+        talk(s, b"set k 0 5 1\r\nx\r\n", b"STORED\r\n")
+        assert talk(s, b"debugtime 10\r\n", b"\r\n") == b"OK\r\n"
+        assert talk(s, b"get k\r\n", b"END\r\n") == b"END\r\n"
+
+
+def test_shutdown_needs_dash_a():
+    with Server.shoal() as server, server.connect() as s:
+        assert talk(s, b"shutdown\r\n", b"\r\n") == b"ERROR: shutdown not enabled\r\n"
+    with Server.shoal("-A") as server, server.connect() as s:
+        s.sendall(b"shutdown\r\n")
+        assert s.recv(100) == b""
+        assert server.proc.wait(timeout=10) == 0
