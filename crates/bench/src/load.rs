@@ -238,8 +238,8 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
         None => progress_bar("load", Some(phase.duration.unwrap_or_default().as_millis() as u64)),
     };
     let outcome = clients.run(&phase, source_for, |completed, elapsed| {
-        bar.set_position(if options.requests.is_some() { completed } else { elapsed.as_millis() as u64 });
         bar.set_message(format!("{:.0} req/s", completed as f64 / elapsed.as_secs_f64().max(1e-3)));
+        bar.set_position(if options.requests.is_some() { completed } else { elapsed.as_millis() as u64 });
     });
     bar.finish_and_clear();
     let outcome = outcome?;
