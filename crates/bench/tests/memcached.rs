@@ -133,12 +133,24 @@ fn meta_protocol_mix_counts_every_key_once() {
 #[test]
 fn open_loop_keeps_to_its_rate() {
     let Some(memcached) = Memcached::start("open-loop", 64, false) else { return };
-    let report =
-        memcached.load(&["--rate", "2000", "--duration", "1", "--connections", "2", "--get-ratio", "0.9"]);
-    let requests = report.tally.requests();
-    assert!((1900..=2010).contains(&requests), "{requests} requests at 2000/s for 1 s");
-    assert_eq!(report.tally.behind_schedule, 0);
-    assert!((report.requests_per_second() - 2000.0).abs() < 200.0, "{report}");
+    let report = memcached.load(&[
+        "--rate",
+        "2000",
+        "--duration",
+        "1",
+        "--connections",
+        "2",
+        "--pipeline",
+        "8",
+        "--get-ratio",
+        "0.9",
+    ]);
+    // Two connections take turns every 0.5 ms: 2000 requests are due within the second, and
+    // each was either sent (however late) or is counted as behind schedule.
+    let tally = &report.tally;
+    assert_eq!(tally.requests() + tally.behind_schedule, 2000, "{report}");
+    assert!(tally.behind_schedule < 200, "{report}");
+    assert!(report.requests_per_second() < 2100.0, "{report}");
 }
 
 #[test]
