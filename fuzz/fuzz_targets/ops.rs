@@ -232,7 +232,7 @@ impl Run<'_> {
         if trace() {
             eprintln!("get {:?} -> {by_writer:?}", String::from_utf8_lossy(key));
         }
-        assert_eq!(by_reader, by_writer, "reader and writer disagree on {name}");
+        assert_eq!(by_reader.settled(), by_writer.settled(), "reader and writer disagree on {name}");
         let clock = self.w.clock();
         let entry = self.model.items.get_mut(key);
         match by_writer {
