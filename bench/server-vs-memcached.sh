@@ -115,7 +115,7 @@ rows=(
 common=(--keys 100000 --key-size 16 --value-size 100 --duration "$secs")
 
 for name in "${servers[@]}"; do start "$name"; done
-echo "## Shoal vs memcached: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)"
+echo "## Shoal vs memcached: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty)"
 echo
 echo "\`bench/server-vs-memcached.sh\` (BENCH_SECS=$secs): servers \`-t 1 -m $memory_mb -U 0\` on CPU $server_cpu," \
   "\`shoal bench load ${common[*]}\` on CPU $load_cpu; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)."
