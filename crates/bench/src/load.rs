@@ -49,7 +49,7 @@ pub struct LoadOptions {
     /// Bytes per key (`key:` and the zero-padded key number).
     #[arg(long, default_value_t = 16)]
     pub key_size: usize,
-    /// How keys are drawn: uniform, zipf[:<skew>] or latest[:<skew>] (skew 0.99 by default).
+    /// How keys are drawn: uniform, zipf, zipf:SKEW, latest or latest:SKEW (SKEW 0.99 by default).
     #[arg(long, default_value = "uniform")]
     pub distribution: Distribution,
     /// Bytes per value set: one size, or MIN-MAX for sizes drawn uniformly.
@@ -233,10 +233,8 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
             seed,
         )
     };
-    let bar = match options.requests {
-        Some(requests) => progress_bar("load", Some(requests)),
-        None => progress_bar("load", Some(phase.duration.unwrap_or_default().as_millis() as u64)),
-    };
+    // The bar counts requests with --requests, milliseconds otherwise.
+    let bar = progress_bar("load", Some(options.requests.unwrap_or((options.duration * 1e3) as u64)));
     let outcome = clients.run(&phase, source_for, |completed, elapsed| {
         bar.set_message(format!("{:.0} req/s", completed as f64 / elapsed.as_secs_f64().max(1e-3)));
         bar.set_position(if options.requests.is_some() { completed } else { elapsed.as_millis() as u64 });
