@@ -34,14 +34,15 @@ struct Found {
 pub fn execute(cx: &mut Context<'_>, m: Meta<'_>, out: &mut Vec<u8>) {
     Counters::bump(&cx.counters.cmd_meta);
     let mut scratch = [0u8; KEY_MAX];
-    let key = m.key(&mut scratch).to_vec();
+    // The decoded key borrows the stack scratch: no allocation per command.
+    let key = m.key(&mut scratch);
     match m.cmd {
         MetaCmd::Noop => reply(out, b"MN"),
-        MetaCmd::Get => get(cx, &m, &key, out),
-        MetaCmd::Set => set(cx, &m, &key, out),
-        MetaCmd::Delete => delete(cx, &m, &key, out),
-        MetaCmd::Arithmetic => arithmetic(cx, &m, &key, out),
-        MetaCmd::Debug => debug(cx, &key, out),
+        MetaCmd::Get => get(cx, &m, key, out),
+        MetaCmd::Set => set(cx, &m, key, out),
+        MetaCmd::Delete => delete(cx, &m, key, out),
+        MetaCmd::Arithmetic => arithmetic(cx, &m, key, out),
+        MetaCmd::Debug => debug(cx, key, out),
     }
 }
 
