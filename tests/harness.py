@@ -29,16 +29,17 @@ def free_port() -> int:
 class Server:
     """A server process listening on 127.0.0.1:`port`."""
 
-    def __init__(self, argv, port, kind):
+    def __init__(self, argv, port, kind, stderr=None):
         self.argv, self.port, self.kind = argv, port, kind
+        self.stderr = stderr  # a path that receives the server's stderr, or None to inherit it
         self.proc = None
 
     @classmethod
-    def shoal(cls, *extra, port=None, memory_mb=64):
+    def shoal(cls, *extra, port=None, memory_mb=64, stderr=None):
         port = port or free_port()
         argv = [str(SHOAL), "server", "-p", str(port), "-U", "0", "-l", "127.0.0.1",
                 "-m", str(memory_mb), *extra]
-        return cls(argv, port, "shoal")
+        return cls(argv, port, "shoal", stderr)
 
     @classmethod
     def memcached(cls, *extra, port=None, memory_mb=64):
@@ -54,7 +55,11 @@ class Server:
         return ("127.0.0.1", self.port)
 
     def start(self, timeout=10.0):
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        if self.stderr is None:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        else:
+            with open(self.stderr, "wb") as log:
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -136,6 +136,23 @@ def test_debugtime_only_in_test_mode():
         assert talk(s, b"get k\r\n", b"END\r\n") == b"END\r\n"
 
 
+def test_vv_traces_commands_and_answers_like_memcached(tmp_path):
+    log = tmp_path / "stderr"
+    with Server.shoal("-vv", stderr=log) as server, server.connect() as s:
+        talk(s, b"set a 0 0 1\r\nx\r\nget a b\r\nbogus\r\n", b"ERROR\r\n")
+        s.sendall(b"quit\r\n")
+        assert s.recv(10) == b""
+        deadline = time.monotonic() + 5
+        while "connection closed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    lines = log.read_text().splitlines()
+    fd = next(line.split()[0][1:] for line in lines if line.endswith("new auto-negotiating client connection"))
+    trace = [line for line in lines if line[1:].startswith(fd + " ")]
+    assert trace == [f"<{fd} new auto-negotiating client connection", f"<{fd} set a 0 0 1", f">{fd} STORED",
+                     f"<{fd} get a b", f">{fd} sending key a", f">{fd} END", f"<{fd} bogus", f">{fd} ERROR",
+                     f"<{fd} quit", f"<{fd} connection closed."]
+
+
 def test_shutdown_needs_dash_a():
     with Server.shoal() as server, server.connect() as s:
         assert talk(s, b"shutdown\r\n", b"\r\n") == b"ERROR: shutdown not enabled\r\n"

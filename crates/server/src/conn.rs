@@ -8,6 +8,7 @@
 use crate::exec::{Context, Flow};
 use crate::server::ConnInfo;
 use crate::stats::Counters;
+use crate::trace;
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use shoal_proto::{Parse, Parser, ShutdownMode};
@@ -81,6 +82,8 @@ enum Stopped {
 /// A connection's state.
 pub struct Conn {
     stream: Stream,
+    /// The socket's descriptor, which names the connection in `stats conns` and the `-vv` trace.
+    pub id: u64,
     pub info: Arc<ConnInfo>,
     parser: Parser,
     /// Read buffer; bytes `start..end` are received and not yet consumed.
@@ -100,9 +103,10 @@ pub struct Conn {
 
 impl Conn {
     /// A new connection over `stream`, for a server whose items are at most `max_item_bytes`.
-    pub fn new(stream: Stream, info: Arc<ConnInfo>, max_item_bytes: usize) -> Conn {
+    pub fn new(stream: Stream, id: u64, info: Arc<ConnInfo>, max_item_bytes: usize) -> Conn {
         Conn {
             stream,
+            id,
             info,
             parser: Parser::new(max_item_bytes),
             buf: vec![0; READ_BUFFER],
@@ -160,6 +164,7 @@ impl Conn {
     /// Executes the complete requests in the buffer, within the budget; says why it stopped.
     fn process(&mut self, cx: &mut Context<'_>, budget: &mut usize) -> Stopped {
         let mut executed = false;
+        let tracing = cx.shared.verbosity.load(Ordering::Relaxed) > 1;
         let stopped = loop {
             if *budget == 0 {
                 break Stopped::Budget;
@@ -186,7 +191,16 @@ impl Conn {
                 Parse::Done { request, consumed } => {
                     *budget -= 1;
                     executed = true;
-                    match cx.execute(request, &mut self.out) {
+                    let answered = self.out.len();
+                    let flow = cx.execute(request, &mut self.out);
+                    if tracing {
+                        trace::exchange(
+                            self.id,
+                            &self.buf[self.start..self.start + consumed],
+                            &self.out[answered..],
+                        );
+                    }
+                    match flow {
                         Flow::Continue => {}
                         Flow::Close => self.closing = true,
                         Flow::Shutdown(mode) => {
@@ -198,7 +212,11 @@ impl Conn {
                 }
                 Parse::Error { reply, consume, forget } => {
                     *budget -= 1;
+                    let answered = self.out.len();
                     cx.refuse(reply, forget, &mut self.out);
+                    if tracing {
+                        trace::exchange(self.id, &self.buf[self.start..self.end], &self.out[answered..]);
+                    }
                     let available = self.end - self.start;
                     if consume <= available {
                         self.start += consume;

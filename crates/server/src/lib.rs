@@ -22,6 +22,7 @@ pub mod exec;
 pub mod net;
 pub mod server;
 pub mod stats;
+pub mod trace;
 pub mod udp;
 
 pub use config::{ServerArgs, Settings};

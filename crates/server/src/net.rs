@@ -9,6 +9,7 @@
 use crate::conn::{Conn, Status, Stream};
 use crate::exec::Context;
 use crate::server::{stop, ConnInfo, Shared};
+use crate::trace;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 use shoal_proto::ShutdownMode;
@@ -336,7 +337,7 @@ impl<'a> Worker<'a> {
             let info =
                 Arc::new(ConnInfo { addr, last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())) });
             self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
-            self.conns[i] = Some(Conn::new(stream, info, self.shared.settings.max_item_bytes));
+            self.conns[i] = Some(Conn::new(stream, id, info, self.shared.settings.max_item_bytes));
             // Data may have arrived before registration: look now.
             self.drive(i);
         }
@@ -363,6 +364,9 @@ impl<'a> Worker<'a> {
     fn close(&mut self, i: usize) {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
         let _ = self.poll.registry().deregister(conn.stream().source());
+        if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
+            trace::closed(conn.id);
+        }
         let mut conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
         drop(conns);

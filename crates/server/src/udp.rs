@@ -12,8 +12,9 @@ use std::thread;
 use std::time::Duration;
 
 /// memcached's largest UDP answer datagram, frame header included.
-const MAX_DATAGRAM: usize = 1400;
-const HEADER: usize = 8;
+pub const MAX_DATAGRAM: usize = 1400;
+/// The frame header's length.
+pub const HEADER: usize = 8;
 
 /// Serves UDP requests on its own thread until the server stops.
 pub fn spawn(shared: Arc<Shared>, socket: UdpSocket) -> thread::JoinHandle<()> {
@@ -33,31 +34,42 @@ fn serve(shared: &Shared, socket: &UdpSocket) {
     while !shared.stopping() {
         let Ok((n, peer)) = socket.recv_from(&mut datagram) else { continue };
         let Some(request_id) = answer(&mut cx, &datagram[..n], &mut out) else { continue };
-        let chunks: Vec<&[u8]> = out.chunks(MAX_DATAGRAM - HEADER).collect();
-        let total = chunks.len().min(u16::MAX as usize) as u16;
-        for (seq, chunk) in chunks.iter().take(total as usize).enumerate() {
-            frame.clear();
-            frame.extend_from_slice(&request_id.to_be_bytes());
-            frame.extend_from_slice(&(seq as u16).to_be_bytes());
-            frame.extend_from_slice(&total.to_be_bytes());
-            frame.extend_from_slice(&[0, 0]);
-            frame.extend_from_slice(chunk);
-            let _ = socket.send_to(&frame, peer);
-        }
+        for_each_frame(request_id, &out, &mut frame, |frame| {
+            let _ = socket.send_to(frame, peer);
+        });
+    }
+}
+
+/// The request id and body of a datagram, if it is a whole request: memcached drops a frame
+/// shorter than its header and requests spread over several datagrams.
+pub fn request(datagram: &[u8]) -> Option<(u16, &[u8])> {
+    let (header, body) = datagram.split_at_checked(HEADER)?;
+    let id = u16::from_be_bytes([header[0], header[1]]);
+    let total = u16::from_be_bytes([header[4], header[5]]);
+    (total == 1).then_some((id, body))
+}
+
+/// Splits an answer into datagrams of at most [`MAX_DATAGRAM`] bytes, each behind its frame
+/// header, and hands them to `send` in order (in `frame`, reused). An answer needing more
+/// than 65 535 datagrams is cut there, as the header cannot count further.
+pub fn for_each_frame(request_id: u16, answer: &[u8], frame: &mut Vec<u8>, mut send: impl FnMut(&[u8])) {
+    let total = answer.len().div_ceil(MAX_DATAGRAM - HEADER).min(u16::MAX as usize) as u16;
+    for (seq, chunk) in answer.chunks(MAX_DATAGRAM - HEADER).take(total as usize).enumerate() {
+        frame.clear();
+        frame.extend_from_slice(&request_id.to_be_bytes());
+        frame.extend_from_slice(&(seq as u16).to_be_bytes());
+        frame.extend_from_slice(&total.to_be_bytes());
+        frame.extend_from_slice(&[0, 0]);
+        frame.extend_from_slice(chunk);
+        send(frame);
     }
 }
 
 /// Executes the requests of one datagram into `out`; the request id if there is an answer to
-/// send. Malformed frames, and requests spread over several datagrams (which memcached does not
-/// support either), are dropped.
+/// send (see [`request`] for the datagrams dropped).
 fn answer(cx: &mut Context<'_>, datagram: &[u8], out: &mut Vec<u8>) -> Option<u16> {
     out.clear();
-    let (header, mut body) = datagram.split_at_checked(HEADER)?;
-    let id = u16::from_be_bytes([header[0], header[1]]);
-    let total = u16::from_be_bytes([header[4], header[5]]);
-    if total != 1 {
-        return None;
-    }
+    let (id, mut body) = request(datagram)?;
     let mut parser = Parser::new(cx.shared.settings.max_item_bytes);
     while !body.is_empty() {
         match parser.parse(body) {
@@ -73,4 +85,32 @@ fn answer(cx: &mut Context<'_>, datagram: &[u8], out: &mut Vec<u8>) -> Option<u1
         }
     }
     (!out.is_empty()).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_need_a_whole_header_and_one_datagram() {
+        assert_eq!(request(b"\x01\x02\0\0\0\x01\0\0get a\r\n"), Some((0x0102, &b"get a\r\n"[..])));
+        assert_eq!(request(b"\x01\x02\0\0\0\x02\0\0get a\r\n"), None);
+        assert_eq!(request(b"\x01\x02\0\0\0"), None);
+    }
+
+    #[test]
+    fn answers_split_into_numbered_datagrams() {
+        let answer: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let mut frames = Vec::new();
+        for_each_frame(7, &answer, &mut Vec::new(), |f| frames.push(f.to_vec()));
+        assert_eq!(frames.len(), 3);
+        let mut joined = Vec::new();
+        for (seq, f) in frames.iter().enumerate() {
+            assert!(f.len() <= MAX_DATAGRAM);
+            assert_eq!(&f[..HEADER], &[0, 7, 0, seq as u8, 0, 3, 0, 0]);
+            joined.extend_from_slice(&f[HEADER..]);
+        }
+        assert_eq!(joined, answer);
+        for_each_frame(7, b"", &mut Vec::new(), |_| panic!("an empty answer sends nothing"));
+    }
 }

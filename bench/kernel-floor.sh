@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What the kernel alone costs per request on this machine, beside memcached and Shoal.
+#
+# Two measuring sticks (bench/kernel-floor/*.c, built here with gcc) answer every `get` with
+# a fixed 100-byte value and store nothing: `epoll` does one epoll_wait, recv and send per
+# request; `uring` submits its sends and receives through io_uring, one io_uring_enter per
+# batch. memcached, `shoal server` and both sticks run at once, pinned to CPU 0, with `-t 1`;
+# `shoal bench load` (pinned to CPU 1) drives each in turn: get of 100-byte values at 1 and 50
+# connections. Server CPU per request comes from each server's `stats` rusage, as in
+# bench/server-vs-memcached.sh. Prints a markdown table; JSON reports stay in target/bench/.
+#
+#   BENCH_SECS  seconds per row and server (default 5)
+# Needs gcc, liburing-dev, memcached and jq (apt-get install gcc liburing-dev memcached jq).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=${BENCH_SECS:-5}
+out=target/bench/kernel-floor-$(date -u +%Y%m%dT%H%M%SZ)
+say() { printf '%s\n' "$*" >&2; }
+
+[ -f /usr/include/liburing.h ] || { say "liburing is needed: apt-get install liburing-dev"; exit 1; }
+command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
+mkdir -p "$out"
+gcc -O2 -Wall -o "$out/epoll" bench/kernel-floor/epoll.c
+gcc -O2 -Wall -o "$out/uring" bench/kernel-floor/uring.c -luring
+cargo build --release --quiet -p shoal
+shoal=target/release/shoal
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+as_root=(); [ "$(id -u)" = 0 ] && as_root=(-u root)
+declare -A port
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+for name in memcached shoal epoll uring; do
+  port[$name]=$(free_port)
+  case $name in
+    memcached) command=(memcached -p "${port[$name]}" -U 0 -l 127.0.0.1 -t 1 -m 1024 "${as_root[@]}") ;;
+    shoal) command=("$shoal" server -p "${port[$name]}" -U 0 -l 127.0.0.1 -t 1 -m 1024) ;;
+    *) command=("$out/$name" "${port[$name]}") ;;
+  esac
+  taskset -c 0 "${command[@]}" >"$out/$name.log" 2>&1 &
+  pids+=($!)
+done
+sleep 1
+
+echo "| connections | server | req/s | server CPU µs/req | ÷ memcached |"
+echo "|---:|---|---:|---:|---:|"
+for conns in 1 50; do
+  base=
+  for name in memcached shoal epoll uring; do
+    prefill=(); [[ $name = memcached || $name = shoal ]] && prefill=(--prefill)
+    say "get, $conns connection(s): $name"
+    taskset -c 1 "$shoal" bench load --server "127.0.0.1:${port[$name]}" "${prefill[@]}" \
+      --get-ratio 1 --value-size 100 -c "$conns" --duration "$secs" --json >"$out/$name-$conns.json"
+    read -r rps cpu < <(jq -r '"\(.requests_per_second) \(.server_cpu_us_per_request)"' "$out/$name-$conns.json")
+    base=${base:-$cpu}
+    awk -v c="$conns" -v n="$name" -v r="$rps" -v u="$cpu" -v b="$base" \
+      'BEGIN { printf "| %s | %s | %.0f | %.2f | %.2f |\n", c, n, r, u, u / b }'
+  done
+done
