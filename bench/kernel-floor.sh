@@ -6,15 +6,17 @@
 # request; `uring` submits its sends and receives through io_uring, one io_uring_enter per
 # batch. memcached, `shoal server` and both sticks run at once, pinned to CPU 0, with `-t 1`;
 # `shoal bench load` (pinned to CPU 1) drives each in turn: get of 100-byte values at 1 and 50
-# connections. Server CPU per request comes from each server's `stats` rusage, as in
+# connections, round after round. Server CPU per request comes from each server's `stats` rusage, as in
 # bench/server-vs-memcached.sh. Prints a markdown table; JSON reports stay in target/bench/.
 #
-#   BENCH_SECS  seconds per row and server (default 5)
+#   BENCH_SECS    seconds per row and server (default 5)
+#   BENCH_ROUNDS  rounds, each running every row once; the table gives medians (default 3)
 # Needs gcc, liburing-dev, memcached and jq (apt-get install gcc liburing-dev memcached jq).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${BENCH_SECS:-5}
+rounds=${BENCH_ROUNDS:-3}
 out=target/bench/kernel-floor-$(date -u +%Y%m%dT%H%M%SZ)
 say() { printf '%s\n' "$*" >&2; }
 
@@ -43,16 +45,27 @@ for name in memcached shoal epoll uring; do
 done
 sleep 1
 
+for round in $(seq "$rounds"); do
+  for conns in 1 50; do
+    for name in memcached shoal epoll uring; do
+      prefill=(); [[ $round = 1 && ($name = memcached || $name = shoal) ]] && prefill=(--prefill)
+      say "round $round/$rounds, get, $conns connection(s): $name"
+      taskset -c 1 "$shoal" bench load --server "127.0.0.1:${port[$name]}" "${prefill[@]}" \
+        --get-ratio 1 --value-size 100 -c "$conns" --duration "$secs" --json \
+        >"$out/$name-$conns-$round.json"
+    done
+  done
+done
+
+# The median of the rounds per server and connection count, as a markdown table.
 echo "| connections | server | req/s | server CPU µs/req | ÷ memcached |"
 echo "|---:|---|---:|---:|---:|"
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for conns in 1 50; do
   base=
   for name in memcached shoal epoll uring; do
-    prefill=(); [[ $name = memcached || $name = shoal ]] && prefill=(--prefill)
-    say "get, $conns connection(s): $name"
-    taskset -c 1 "$shoal" bench load --server "127.0.0.1:${port[$name]}" "${prefill[@]}" \
-      --get-ratio 1 --value-size 100 -c "$conns" --duration "$secs" --json >"$out/$name-$conns.json"
-    read -r rps cpu < <(jq -r '"\(.requests_per_second) \(.server_cpu_us_per_request)"' "$out/$name-$conns.json")
+    rps=$(jq -r .requests_per_second "$out/$name-$conns"-*.json | median)
+    cpu=$(jq -r .server_cpu_us_per_request "$out/$name-$conns"-*.json | median)
     base=${base:-$cpu}
     awk -v c="$conns" -v n="$name" -v r="$rps" -v u="$cpu" -v b="$base" \
       'BEGIN { printf "| %s | %s | %.0f | %.2f | %.2f |\n", c, n, r, u, u / b }'
