@@ -140,7 +140,12 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     // A stale item whose token is still to be handed out changes state: do it atomically.
     let hands_out_token = found.as_ref().is_some_and(|h| h.info.marks.stale && !h.info.marks.token_sent);
     if changes || hands_out_token {
+        // The first read already marked the item fetched: `h` reports what it saw.
+        let fetched_before = found.as_ref().map(|h| h.info.fetched);
         found = get_and_change(cx, m, key, now, bump);
+        if let (Some(fetched), Some(hit)) = (fetched_before, found.as_mut()) {
+            hit.info.fetched = fetched;
+        }
     }
     let touched = f.ttl.is_some();
     if touched {
