@@ -58,6 +58,9 @@ for round in $(seq "$rounds"); do
 done
 
 # The median of the rounds per server and connection count, as a markdown table.
+echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty), medians of $rounds rounds" \
+  "of ${secs} s per row; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+echo
 echo "| connections | server | req/s | server CPU µs/req | ÷ memcached |"
 echo "|---:|---|---:|---:|---:|"
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -6,7 +6,8 @@
 # (`shoal bench load`) is pinned to CPU 1. Rows: get, set, 10-key multiget and pipelined get
 # (depth 8), each at 1 and 50 connections, 100 000 keys of 16 bytes, 100-byte values; then
 # the items that fit at -m 1024 (`shoal bench fill`, on freshly started servers).
-# Prints markdown tables on stdout; every run's JSON and the servers' logs are kept in
+# Prints markdown tables on stdout (`| bench/rewrite-doc.sh server-vs-memcached` puts them into
+# docs/BENCHMARKS.md); every run's JSON and the servers' logs are kept in
 # target/bench/server-vs-memcached-<time>/.
 #
 # Without a `shoal server` to run it says so and measures memcached alone.
@@ -115,9 +116,8 @@ rows=(
 common=(--keys 100000 --key-size 16 --value-size 100 --duration "$secs")
 
 for name in "${servers[@]}"; do start "$name"; done
-echo "## Shoal vs memcached: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty)"
-echo
-echo "\`bench/server-vs-memcached.sh\` (BENCH_SECS=$secs): servers \`-t 1 -m $memory_mb -U 0\` on CPU $server_cpu," \
+echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty)," \
+  "\`bench/server-vs-memcached.sh\` (BENCH_SECS=$secs): servers \`-t 1 -m $memory_mb -U 0\` on CPU $server_cpu," \
   "\`shoal bench load ${common[*]}\` on CPU $load_cpu; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)."
 echo "memcached: $("$memcached" -V)."
 echo
@@ -154,4 +154,4 @@ done
 mc_items=$(cell "$out/fill-memcached.json" .items %d) sh_items=$(cell "$out/fill-shoal.json" .items %d)
 echo "| items | $mc_items | $sh_items | $(ratio "$sh_items" "$mc_items") |"
 echo
-echo "Reports: $out/"
+echo "Reports: \`$out/\`"
