@@ -88,6 +88,20 @@ impl Mapping {
         unsafe { &*self.base.add(off).cast::<T>() }
     }
 
+    /// Asks the CPU to start loading the cache line at `off` (in bounds), so that a batch of
+    /// lookups overlaps its memory misses. A hint only: it changes nothing anyone can observe.
+    #[inline]
+    pub(crate) fn prefetch(&self, off: usize) {
+        self.check(off, 1, 1);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `prefetcht0` needs SSE, which every x86_64 CPU has; it never faults and
+        // reads nothing into the program's state, and the address lies inside the mapping.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.base.wrapping_add(off).cast::<i8>());
+        }
+    }
+
     /// The aligned word at `off`.
     ///
     /// # Safety

@@ -593,6 +593,13 @@ impl Writer {
         self.read(key, value, true)
     }
 
+    /// Starts loading what a lookup of `key` will touch first; a multiget calls it a few keys
+    /// ahead of its lookups.
+    #[inline]
+    pub fn prefetch(&self, key: &[u8]) {
+        self.region.prefetch(key);
+    }
+
     /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
     /// time as they were (meta's `u`). A hit reports the state before this read.
     pub fn read(&self, key: &[u8], value: &mut Vec<u8>, bump: bool) -> Result<Lookup, OpError> {

@@ -51,10 +51,20 @@ impl Context<'_> {
     }
 }
 
+/// Keys of a multiget whose index buckets are being loaded while the current one is looked up.
+const PREFETCH_AHEAD: usize = 4;
+
 /// `get`/`gets`/`gat`/`gats`: a `VALUE` block per key found, then `END`.
 pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
     let c = cx.counters;
+    // Looking keys up a few ahead lets their index misses overlap instead of queueing (a
+    // single key has nothing to overlap with).
+    let mut ahead = get.keys.clone().skip(1);
+    ahead.by_ref().take(PREFETCH_AHEAD).for_each(|key| cx.shared.writer.prefetch(key));
     for key in get.keys {
+        if let Some(next) = ahead.next() {
+            cx.shared.writer.prefetch(next);
+        }
         let info = match get.touch {
             Some(exptime) => {
                 Counters::bump(&c.cmd_touch);
