@@ -88,17 +88,12 @@ impl Mapping {
         unsafe { &*self.base.add(off).cast::<T>() }
     }
 
-    /// Asks the CPU to start loading the cache line at `off` (in bounds), so that a batch of
-    /// lookups overlaps its memory misses. A hint only: it changes nothing anyone can observe.
+    /// Asks the CPU to start loading the cache line at `off`, so that a batch of lookups
+    /// overlaps its memory misses. A hint: an offset outside the mapping is ignored.
     #[inline]
     pub(crate) fn prefetch(&self, off: usize) {
-        self.check(off, 1, 1);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `prefetcht0` needs SSE, which every x86_64 CPU has; it never faults and
-        // reads nothing into the program's state, and the address lies inside the mapping.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.base.wrapping_add(off).cast::<i8>());
+        if off < self.len {
+            prefetch_line(self.base.wrapping_add(off));
         }
     }
 
@@ -191,6 +186,21 @@ impl Drop for Mapping {
             libc::munmap(self.base.cast(), self.len);
         }
     }
+}
+
+/// Asks the CPU to start loading the cache line holding `address` into its caches. A hint
+/// only: it changes nothing anyone can observe, whatever the address.
+#[inline]
+pub(crate) fn prefetch_line<T>(address: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` needs SSE, which every x86_64 CPU has; it never faults (not even on
+    // an unmapped address) and reads nothing into the program's state.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(address.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
 }
 
 #[cfg(test)]

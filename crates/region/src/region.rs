@@ -166,12 +166,31 @@ impl Region {
         KeyHash { buckets: [first, second], tag: h as u16 }
     }
 
-    /// Starts loading the index buckets `key` may live in, so that the lookups of a batch
-    /// (a multiget) take their cache misses together rather than one after another.
+    /// Starts loading the index buckets `hash` names, so that the lookups of a batch (a
+    /// multiget) take their cache misses together rather than one after another.
     #[inline]
-    pub fn prefetch(&self, key: &[u8]) {
-        for &b in self.hash(key).candidates() {
+    pub fn prefetch_buckets(&self, hash: &KeyHash) {
+        for &b in hash.candidates() {
             self.map.prefetch(self.layout.bucket_offset(b));
+        }
+    }
+
+    /// Starts loading the first bytes of the items `hash`'s buckets point to under its tag
+    /// (best after [`Region::prefetch_buckets`] had time to bring the buckets in). The slots
+    /// are read without validation: a stale one costs only a wasted prefetch.
+    #[inline]
+    pub fn prefetch_items(&self, hash: &KeyHash) {
+        for &b in hash.candidates() {
+            for cell in &self.bucket(b).slots {
+                match Slot::decode(cell.load(Ordering::Relaxed)) {
+                    Some(slot) if slot.tag == hash.tag && slot.segment < self.layout.segment_count => {
+                        let at = self.item_offset(slot);
+                        self.map.prefetch(at);
+                        self.map.prefetch(at + 64);
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 

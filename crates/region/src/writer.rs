@@ -24,6 +24,7 @@ use crate::layout::{
     BUCKET_SLOTS, ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER,
     SEALED_OFFSET, SLOT_ACCESSED,
 };
+use crate::mapping::prefetch_line;
 use crate::region::{Found, ItemInfo, KeyHash, Lookup, Region};
 use crate::seqlock::{backoff, write_lock, write_try_lock, write_unlock};
 use std::collections::VecDeque;
@@ -593,11 +594,23 @@ impl Writer {
         self.read(key, value, true)
     }
 
-    /// Starts loading what a lookup of `key` will touch first; a multiget calls it a few keys
-    /// ahead of its lookups.
+    /// Starts loading the index buckets a lookup of `key` reads first (and this writer's
+    /// access times beside them). A multiget calls it several keys ahead of its lookups, then
+    /// [`Writer::prefetch_item`] a few keys ahead, so that their memory misses overlap.
     #[inline]
-    pub fn prefetch(&self, key: &[u8]) {
-        self.region.prefetch(key);
+    pub fn prefetch_index(&self, key: &[u8]) {
+        let hash = self.region.hash(key);
+        self.region.prefetch_buckets(&hash);
+        for &b in hash.candidates() {
+            prefetch_line(&self.last_access[b * BUCKET_SLOTS]);
+        }
+    }
+
+    /// Starts loading the item a lookup of `key` will copy, as its (already loaded) index
+    /// buckets point to it.
+    #[inline]
+    pub fn prefetch_item(&self, key: &[u8]) {
+        self.region.prefetch_items(&self.region.hash(key));
     }
 
     /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access

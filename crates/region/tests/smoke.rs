@@ -40,3 +40,29 @@ fn an_impossible_configuration_leaves_no_file_behind() {
     assert!(matches!(Writer::create(&path, &tiny, true), Err(shoal_region::RegionError::Config(_))));
     assert!(!std::path::Path::new(&path).exists());
 }
+
+#[test]
+fn prefetching_changes_nothing_a_lookup_sees() {
+    let w = Writer::create_anonymous(&Config::default(), true).unwrap();
+    let keys: Vec<Vec<u8>> = (0..2000).map(|i| format!("key:{i}").into_bytes()).collect();
+    for key in keys.iter().step_by(2) {
+        w.set(key, key, 0, 0).unwrap();
+    }
+    for key in keys.iter().step_by(3) {
+        w.delete(key).unwrap();
+    }
+    let mut v = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        w.prefetch_index(key);
+        w.prefetch_item(key);
+        let hit = w.get(key, &mut v).unwrap().hit().is_some();
+        assert_eq!(hit, i % 2 == 0 && i % 3 != 0, "key {i}");
+        if hit {
+            assert_eq!(&v, key);
+        }
+    }
+    for odd in [&b""[..], &[0xff; 250][..], &[0; 251][..]] {
+        w.prefetch_index(odd);
+        w.prefetch_item(odd);
+    }
+}

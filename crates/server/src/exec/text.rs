@@ -51,19 +51,26 @@ impl Context<'_> {
     }
 }
 
-/// Keys of a multiget whose index buckets are being loaded while the current one is looked up.
-const PREFETCH_AHEAD: usize = 4;
+/// How many keys ahead of its lookups a multiget loads their index buckets, and their items.
+const INDEX_AHEAD: usize = 8;
+const ITEMS_AHEAD: usize = 4;
 
 /// `get`/`gets`/`gat`/`gats`: a `VALUE` block per key found, then `END`.
 pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
     let c = cx.counters;
-    // Looking keys up a few ahead lets their index misses overlap instead of queueing (a
-    // single key has nothing to overlap with).
-    let mut ahead = get.keys.clone().skip(1);
-    ahead.by_ref().take(PREFETCH_AHEAD).for_each(|key| cx.shared.writer.prefetch(key));
+    // Loading the index buckets of keys several ahead, and the items of keys a few ahead, lets
+    // their memory misses overlap instead of queueing (a single key has nothing to overlap).
+    let writer = &cx.shared.writer;
+    let mut index_ahead = get.keys.clone().skip(1);
+    let mut items_ahead = get.keys.clone().skip(1);
+    index_ahead.by_ref().take(INDEX_AHEAD).for_each(|key| writer.prefetch_index(key));
+    items_ahead.by_ref().take(ITEMS_AHEAD).for_each(|key| writer.prefetch_item(key));
     for key in get.keys {
-        if let Some(next) = ahead.next() {
-            cx.shared.writer.prefetch(next);
+        if let Some(next) = index_ahead.next() {
+            writer.prefetch_index(next);
+        }
+        if let Some(next) = items_ahead.next() {
+            writer.prefetch_item(next);
         }
         let info = match get.touch {
             Some(exptime) => {
