@@ -146,8 +146,11 @@ def test_vv_traces_commands_and_answers_like_memcached(tmp_path):
         while "connection closed" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.02)
     lines = log.read_text().splitlines()
-    fd = next(line.split()[0][1:] for line in lines if line.endswith("new auto-negotiating client connection"))
-    trace = [line for line in lines if line[1:].startswith(fd + " ")]
+    # The harness's readiness probe connected (and closed) first, maybe with the same fd.
+    first = next(i for i, line in enumerate(lines) if line.endswith(" set a 0 0 1"))
+    fd = lines[first].split()[0][1:]
+    opened = max(i for i, line in enumerate(lines[:first]) if line == f"<{fd} new auto-negotiating client connection")
+    trace = [line for line in lines[opened:] if line[1:].startswith(fd + " ")]
     assert trace == [f"<{fd} new auto-negotiating client connection", f"<{fd} set a 0 0 1", f">{fd} STORED",
                      f"<{fd} get a b", f">{fd} sending key a", f">{fd} END", f"<{fd} bogus", f">{fd} ERROR",
                      f"<{fd} quit", f"<{fd} connection closed."]
