@@ -23,6 +23,8 @@ mod error;
 #[cfg(not(loom))]
 pub mod expiry;
 #[cfg(not(loom))]
+pub mod hints;
+#[cfg(not(loom))]
 pub mod key;
 #[cfg(not(loom))]
 pub mod layout;

@@ -4,6 +4,7 @@
 //! and expiry and flushes are judged by the server's clock in the header, not the reader's.
 
 use crate::error::{OpError, RegionError};
+use crate::hints::Location;
 use crate::layout::{Layout, COOKIE_OFFSET};
 use crate::region::{Lookup, Region};
 use std::fs::File;
@@ -48,6 +49,24 @@ impl Reader {
     #[inline]
     pub fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<Lookup, OpError> {
         Ok(self.region.get(key, value)?.0)
+    }
+
+    /// Looks `key` up like [`Reader::get`], and says where a hit was found (for
+    /// [`crate::hints::HintsWriter::record`]).
+    #[inline]
+    pub fn get_located(
+        &self,
+        key: &[u8],
+        value: &mut Vec<u8>,
+    ) -> Result<(Lookup, Option<Location>), OpError> {
+        let (lookup, found) = self.region.get(key, value)?;
+        Ok((lookup, found.as_ref().map(Location::of)))
+    }
+
+    /// Whether a writer is attached (or died attached): false once a server detached cleanly,
+    /// after which nothing in the region changes any more.
+    pub fn writer_attached(&self) -> bool {
+        self.region.header().clean.load(Ordering::Acquire) == 0
     }
 
     /// The region's geometry.

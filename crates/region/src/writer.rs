@@ -18,6 +18,7 @@
 
 use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
+use crate::hints::Location;
 use crate::key::check_key;
 use crate::layout::{
     derived_cas, filler_size, filler_word, item_bytes, state, ItemHeader, Layout, Marks, SegmentMeta, Slot,
@@ -621,21 +622,43 @@ impl Writer {
         let access = &self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index];
         info.last_access = access.load(Ordering::Relaxed);
         if bump {
-            if f.word & SLOT_ACCESSED == 0 {
-                // A failed exchange means the slot changed meanwhile: nothing to mark.
-                let _ = self.region.bucket(f.bucket).slots[f.slot_index].compare_exchange(
-                    f.word,
-                    f.word | SLOT_ACCESSED,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-            }
-            let now = self.clock();
-            if now.saturating_sub(info.last_access) >= ACCESS_UPDATE_INTERVAL {
-                access.store(now, Ordering::Relaxed);
-            }
+            self.bump(f.bucket, f.slot_index, f.word, info.last_access);
         }
         Ok(Lookup::Hit(info))
+    }
+
+    /// Marks the slot read (the accessed bit, if it still holds `word`) and moves its access
+    /// time on, at most every [`ACCESS_UPDATE_INTERVAL`] seconds (`last_access` is its current one).
+    #[inline]
+    fn bump(&self, bucket: usize, slot: usize, word: u64, last_access: u32) {
+        if word & SLOT_ACCESSED == 0 {
+            // A failed exchange means the slot changed meanwhile: nothing to mark.
+            let cell = &self.region.bucket(bucket).slots[slot];
+            let _ = cell.compare_exchange(word, word | SLOT_ACCESSED, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        let now = self.clock();
+        if now.saturating_sub(last_access) >= ACCESS_UPDATE_INTERVAL {
+            self.last_access[bucket * BUCKET_SLOTS + slot].store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks the item a reader found at `location` as read, as [`Writer::read`] does for its
+    /// own hits (second chance in eviction, `h`, `l`), if the slot still holds what the reader
+    /// saw. Locations come from clients' hints areas, so anything out of range is ignored.
+    pub fn mark_read(&self, location: Location) {
+        if location.bucket >= self.region.layout.bucket_count || location.slot >= BUCKET_SLOTS {
+            return;
+        }
+        let (bucket, slot) = (location.bucket, location.slot);
+        let word = self.region.bucket(bucket).slots[slot].load(Ordering::Relaxed);
+        if Slot::decode(word).is_some() && word & !SLOT_ACCESSED == location.word & !SLOT_ACCESSED {
+            self.bump(
+                bucket,
+                slot,
+                word,
+                self.last_access[bucket * BUCKET_SLOTS + slot].load(Ordering::Relaxed),
+            );
+        }
     }
 
     /// The general operation behind every other: finds the live item under `key` (its value
