@@ -64,6 +64,9 @@ pub enum Request<'a> {
     Stats(Tokens<'a>),
     /// Shoal extension `shm`: locality discovery (region path, cookie).
     Shm,
+    /// Shoal extension `shm hints <path>`: a client that reads through shared memory names
+    /// its hints area (local gets and hits for the server to fold in).
+    ShmHints(&'a [u8]),
     /// Shoal extension `debugtime <seconds>`: moves the server clock, for tests.
     DebugTime(i64),
     /// A meta command (`mg ms md ma mn me`).

@@ -165,6 +165,7 @@ impl Conn {
     fn process(&mut self, cx: &mut Context<'_>, budget: &mut usize) -> Stopped {
         let mut executed = false;
         let tracing = cx.shared.verbosity.load(Ordering::Relaxed) > 1;
+        cx.conn = self.id;
         let stopped = loop {
             if *budget == 0 {
                 break Stopped::Budget;

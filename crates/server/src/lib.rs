@@ -19,6 +19,7 @@
 pub mod config;
 pub mod conn;
 pub mod exec;
+pub mod hints;
 pub mod net;
 pub mod server;
 pub mod stats;

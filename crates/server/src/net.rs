@@ -367,6 +367,7 @@ impl<'a> Worker<'a> {
         if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
             trace::closed(conn.id);
         }
+        self.shared.hints.unregister(conn.id, &self.shared.writer, self.shared.local_reads());
         let mut conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
         drop(conns);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  main thread: accept ──► round-robin ──► worker 1..t (mio poll, connections, execute)
-//!  clock thread: once a second ──► Writer::tick(now + debugtime offset)
+//!  clock thread: every 100 ms ──► Writer::tick(now + debugtime offset), fold clients' hints
 //!  udp thread:   datagrams ──► execute ──► framed replies
 //!  signal thread: SIGINT/SIGTERM/SIGUSR1 ──► stop flag ──► everyone drains and returns
 //! ```
@@ -11,6 +11,7 @@
 //! restarting on the same `-e` file is a warm restart with every item in place.
 
 use crate::config::Settings;
+use crate::hints::Hints;
 use crate::net::{self, Listeners};
 use crate::stats::Counters;
 use shoal_region::{Config, Writer};
@@ -74,8 +75,11 @@ pub struct Shared {
     pub writer: Writer,
     pub settings: Settings,
     pub clock: Clock,
-    /// One set per worker, and one for UDP.
+    /// One set per worker, one for UDP, and one for reads clients served themselves through
+    /// shared memory (see [`Shared::local_reads`]).
     pub counters: Vec<Counters>,
+    /// Clients' hints areas: what they read through shared memory.
+    pub hints: Hints,
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
@@ -89,6 +93,11 @@ impl Shared {
     /// Asks every thread to stop.
     pub fn request_stop(&self, how: u8) {
         let _ = self.stop.compare_exchange(stop::RUNNING, how, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The counters that clients' reads through shared memory are folded into.
+    pub fn local_reads(&self) -> &Counters {
+        &self.counters[self.settings.threads + 1]
     }
 
     /// Whether a stop was asked for.
@@ -151,7 +160,8 @@ pub fn run(settings: Settings) -> Result<(), String> {
     writer.tick(clock.now());
     let shared = Arc::new(Shared {
         writer,
-        counters: (0..=settings.threads).map(|_| Counters::default()).collect(),
+        counters: (0..settings.threads + 2).map(|_| Counters::default()).collect(),
+        hints: Hints::default(),
         verbosity: AtomicU32::new(u32::from(settings.verbose)),
         settings,
         clock,
@@ -212,6 +222,7 @@ fn spawn_clock_thread(shared: Arc<Shared>) -> thread::JoinHandle<()> {
                 if now != shared.writer.clock() {
                     shared.writer.tick(now);
                 }
+                shared.hints.fold(&shared.writer, shared.local_reads());
             }
         })
         .expect("spawning the clock thread")

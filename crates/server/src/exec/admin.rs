@@ -1,9 +1,10 @@
 //! Commands about the server rather than items: `stats`, `flush_all`, `version`, `verbosity`,
 //! `quit`, `shutdown`, and Shoal's `shm` and `debugtime`.
 
-use super::{push_u64, reply, reply_unless, Context, Flow};
+use super::{push_u64, reply, reply_unless, Context, Flow, NO_CONNECTION};
 use crate::stats::{self, Counters};
 use shoal_proto::{Request, ShutdownMode};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
 /// Executes a request that is not about items.
@@ -61,6 +62,20 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             out.push(b' ');
             push_u64(out, shared.writer.cookie());
             out.extend_from_slice(b"\r\n");
+        }
+        Request::ShmHints(path) => {
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+            let registered = match cx.conn {
+                NO_CONNECTION => Err("hints need a connection".to_string()),
+                conn => shared.hints.register(conn, path),
+            };
+            match registered {
+                Ok(()) => reply(out, b"OK"),
+                Err(why) => {
+                    out.extend_from_slice(b"SERVER_ERROR ");
+                    reply(out, why.as_bytes());
+                }
+            }
         }
         Request::DebugTime(seconds) => {
             if !shared.settings.test_mode {

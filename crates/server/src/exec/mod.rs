@@ -31,12 +31,17 @@ pub struct Context<'a> {
     pub counters: &'a Counters,
     /// Reused for every value read, so a get allocates nothing once warm.
     pub value: Vec<u8>,
+    /// The connection whose requests are executed ([`NO_CONNECTION`] for UDP).
+    pub conn: u64,
 }
+
+/// [`Context::conn`] for requests that came in datagrams.
+pub const NO_CONNECTION: u64 = u64::MAX;
 
 impl<'a> Context<'a> {
     /// A context for one worker thread.
     pub fn new(shared: &'a Shared, counters: &'a Counters) -> Self {
-        Context { shared, counters, value: Vec::new() }
+        Context { shared, counters, value: Vec::new(), conn: NO_CONNECTION }
     }
 
     /// Executes one request, appending its answer (if any) to `out`.

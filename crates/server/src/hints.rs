@@ -1,0 +1,64 @@
+//! Reads that clients served themselves through shared memory, folded into the server.
+//!
+//! A client that reads the region directly registers its hints area over its connection
+//! (`shm hints <path>`, see `shoal_region::hints` for the area itself). Every 100 ms the clock
+//! thread drains each area: its gets, hits and misses are added to the server's counters (so
+//! `stats` shows them within a second), and every item it hit is marked read in the index, as
+//! a network get would mark it, so eviction keeps it. The area goes when its connection
+//! closes, after one last drain.
+
+use crate::stats::Counters;
+use shoal_region::hints::HintsReader;
+use shoal_region::Writer;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// The registered hints areas, by connection.
+#[derive(Default)]
+pub struct Hints {
+    areas: Mutex<BTreeMap<u64, HintsReader>>,
+}
+
+impl Hints {
+    /// Registers (or replaces) connection `conn`'s hints area at `path`.
+    pub fn register(&self, conn: u64, path: &Path) -> Result<(), String> {
+        let area = HintsReader::open(path)?;
+        self.areas.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, area);
+        Ok(())
+    }
+
+    /// Drains every area into `counters` and the index.
+    pub fn fold(&self, writer: &Writer, counters: &Counters) {
+        for area in self.areas.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
+            drain(area, writer, counters);
+        }
+    }
+
+    /// Drops connection `conn`'s area, if it has one, after draining it a last time.
+    pub fn unregister(&self, conn: u64, writer: &Writer, counters: &Counters) {
+        let removed = self.areas.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        if let Some(mut area) = removed {
+            drain(&mut area, writer, counters);
+        }
+    }
+
+    /// How many areas are registered.
+    pub fn len(&self) -> usize {
+        self.areas.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn drain(area: &mut HintsReader, writer: &Writer, counters: &Counters) {
+    let counted = area.drain(|location| writer.mark_read(location));
+    Counters::add(&counters.cmd_get, counted.gets);
+    Counters::add(&counters.get_hits, counted.hits);
+    Counters::add(&counters.get_misses, counted.misses);
+    Counters::add(&counters.get_expired, counted.expired);
+    Counters::add(&counters.get_flushed, counted.flushed);
+}
