@@ -43,11 +43,13 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo build --release -p shoal (the client's tests and the Python suites run it)"
+cargo build --release -p shoal
+
 step "cargo test (release; stress ${SHOAL_STRESS_SECS}s)"
 cargo test --workspace --release
 
 step "Python suites under tests/ against the release shoal server"
-cargo build --release -p shoal
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/
 
 step "loom model check of the bucket read-validate protocol"

@@ -1,0 +1,401 @@
+//! [`Client`]: the calls, each one request and its answer, and the choice between the
+//! region and the network for reads.
+
+use crate::conn::{Address, Connection};
+use crate::error::{Error, Result};
+use crate::local::Local;
+use crate::response::{number, stat, unexpected, ValueHeader};
+use std::time::Duration;
+
+/// How a [`Client`] connects.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Limit on establishing a TCP connection.
+    pub connect_timeout: Option<Duration>,
+    /// Limit on each read or write of the socket.
+    pub io_timeout: Option<Duration>,
+    /// Read through the server's shared memory when it offers it (`shm`) and this process can
+    /// map it; `false` keeps every read on the network.
+    pub local: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            connect_timeout: Some(Duration::from_secs(5)),
+            io_timeout: Some(Duration::from_secs(5)),
+            local: true,
+        }
+    }
+}
+
+/// An item as a get returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The client flags stored with it.
+    pub flags: u32,
+    /// Its CAS unique (for [`Client::cas`]).
+    pub cas: u64,
+}
+
+/// What a storage command did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// `STORED`.
+    Stored,
+    /// `NOT_STORED`: the condition of add, replace, append or prepend did not hold.
+    NotStored,
+    /// `EXISTS`: a cas whose unique no longer matches.
+    Exists,
+    /// `NOT_FOUND`: a cas of a key that is not there.
+    NotFound,
+}
+
+/// A meta command's answers: each line (`HD`, `VA 2 f0`, `EN`, …) with its value, if any.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetaReply {
+    /// The status line without `\r\n`.
+    pub line: String,
+    /// The value block of a `VA` answer.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A client for one server. Reads (`get`, `get_many`) come from the server's region when the
+/// server is on this host and shares it; everything else goes over the connection, which is
+/// opened again, with discovery, on the call after one that failed.
+pub struct Client {
+    address: Address,
+    options: Options,
+    conn: Option<Connection>,
+    local: Option<Local>,
+}
+
+/// Keys per `gets` line of a network multiget.
+const KEYS_PER_LINE: usize = 100;
+
+impl Client {
+    /// Connects to `address` (`host:port` or a unix socket path) and, unless
+    /// `options.local` is off, looks for the server's region.
+    pub fn connect(address: &str, options: Options) -> Result<Client> {
+        let address = Address::parse(address)?;
+        let mut client = Client { address, options, conn: None, local: None };
+        client.connection()?;
+        Ok(client)
+    }
+
+    /// Whether reads are served from the server's shared memory right now.
+    pub fn is_local(&mut self) -> bool {
+        self.local_region().is_some()
+    }
+
+    /// The region reads come from, if they are local.
+    pub fn local_region_path(&mut self) -> Option<std::path::PathBuf> {
+        self.local_region().map(|l| l.path().to_path_buf())
+    }
+
+    /// The item under `key`, if there is one.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Item>> {
+        check_key(key)?;
+        if let Some(local) = self.local_region() {
+            if let Some(found) = local.get(key) {
+                return Ok(found);
+            }
+        }
+        Ok(self.network_get(&[key])?.pop().map(|(_, item)| item))
+    }
+
+    /// The items under `keys` that exist, with their keys, in the order asked.
+    pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        let mut found = Vec::with_capacity(keys.len());
+        let mut remote = Vec::new();
+        for &key in keys {
+            match self.local_region().and_then(|local| local.get(key)) {
+                Some(Some(item)) => found.push((key.to_vec(), item)),
+                Some(None) => {}
+                None => remote.push(key),
+            }
+        }
+        for chunk in remote.chunks(KEYS_PER_LINE) {
+            found.extend(self.network_get(chunk)?);
+        }
+        Ok(found)
+    }
+
+    /// Gets `key` and sets its expiry (`gat`); always over the network.
+    pub fn gat(&mut self, exptime: i64, key: &[u8]) -> Result<Option<Item>> {
+        check_key(key)?;
+        let line = format!("gats {exptime} ");
+        Ok(self.retrieve(line.as_bytes(), &[key])?.pop().map(|(_, item)| item))
+    }
+
+    /// `set`.
+    pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
+        self.store("set", key, value, flags, exptime, None)
+    }
+
+    /// `add`: only if the key is absent.
+    pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
+        self.store("add", key, value, flags, exptime, None)
+    }
+
+    /// `replace`: only if the key is present.
+    pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
+        self.store("replace", key, value, flags, exptime, None)
+    }
+
+    /// `append` to an existing value.
+    pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<Stored> {
+        self.store("append", key, value, 0, 0, None)
+    }
+
+    /// `prepend` to an existing value.
+    pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<Stored> {
+        self.store("prepend", key, value, 0, 0, None)
+    }
+
+    /// `cas`: store only if the item's unique is still `cas`.
+    pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64, cas: u64) -> Result<Stored> {
+        self.store("cas", key, value, flags, exptime, Some(cas))
+    }
+
+    /// `delete`; whether there was an item.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        let request = request_line(&[b"delete ", key]);
+        self.exchange(&request, |line| match line {
+            b"DELETED" => Ok(true),
+            b"NOT_FOUND" => Ok(false),
+            other => Err(unexpected(other, "DELETED or NOT_FOUND")),
+        })
+    }
+
+    /// `incr`; the new value, or `None` without an item.
+    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>> {
+        self.arith("incr", key, delta)
+    }
+
+    /// `decr` (stops at 0); the new value, or `None` without an item.
+    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>> {
+        self.arith("decr", key, delta)
+    }
+
+    /// `touch`: a new expiry; whether there was an item.
+    pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool> {
+        check_key(key)?;
+        let request = request_line(&[b"touch ", key, format!(" {exptime}").as_bytes()]);
+        self.exchange(&request, |line| match line {
+            b"TOUCHED" => Ok(true),
+            b"NOT_FOUND" => Ok(false),
+            other => Err(unexpected(other, "TOUCHED or NOT_FOUND")),
+        })
+    }
+
+    /// `flush_all [delay]`.
+    pub fn flush_all(&mut self, delay: Option<u32>) -> Result<()> {
+        let request = match delay {
+            Some(d) => format!("flush_all {d}\r\n"),
+            None => "flush_all\r\n".to_string(),
+        };
+        self.exchange(request.as_bytes(), |line| match line {
+            b"OK" => Ok(()),
+            other => Err(unexpected(other, "OK")),
+        })
+    }
+
+    /// `stats [group]`: every `STAT` line as name and value, in the server's order.
+    pub fn stats(&mut self, group: Option<&str>) -> Result<Vec<(String, String)>> {
+        let request = match group {
+            Some(g) => format!("stats {g}\r\n"),
+            None => "stats\r\n".to_string(),
+        };
+        self.with_connection(|conn| {
+            conn.send(request.as_bytes())?;
+            let mut stats = Vec::new();
+            loop {
+                let line = conn.line()?;
+                if line == b"END" {
+                    return Ok(stats);
+                }
+                stats.push(stat(line).ok_or_else(|| unexpected(line, "STAT lines"))?);
+            }
+        })
+    }
+
+    /// The server's version string.
+    pub fn version(&mut self) -> Result<String> {
+        self.exchange(b"version\r\n", |line| match line.strip_prefix(b"VERSION ") {
+            Some(v) => Ok(String::from_utf8_lossy(v).into_owned()),
+            None => Err(unexpected(line, "VERSION")),
+        })
+    }
+
+    /// Sends one meta command (`mg k v f`, `ms k 2 T60` with `value`, …) and returns its answer,
+    /// or `None` when a quiet (`q`) command had nothing to say. A `mn` is sent behind it, so a
+    /// quiet command never leaves the caller waiting.
+    pub fn meta(&mut self, command: &str, value: Option<&[u8]>) -> Result<Option<MetaReply>> {
+        if command.contains(['\r', '\n']) {
+            return Err(Error::Protocol("a meta command is one line, without \\r or \\n".into()));
+        }
+        let mut request = Vec::with_capacity(command.len() + value.map_or(0, |v| v.len()) + 8);
+        request.extend_from_slice(command.as_bytes());
+        request.extend_from_slice(b"\r\n");
+        if let Some(v) = value {
+            request.extend_from_slice(v);
+            request.extend_from_slice(b"\r\n");
+        }
+        request.extend_from_slice(b"mn\r\n");
+        self.with_connection(|conn| {
+            conn.send(&request)?;
+            let mut reply = None;
+            loop {
+                let line = conn.line()?;
+                if line == b"MN" {
+                    return Ok(reply);
+                }
+                let text = String::from_utf8_lossy(line).into_owned();
+                let data_len = text
+                    .strip_prefix("VA ")
+                    .and_then(|rest| number::<usize>(rest.split(' ').next()?.as_bytes()));
+                let mut value = None;
+                if let Some(n) = data_len {
+                    let mut data = Vec::with_capacity(n);
+                    conn.data(n, &mut data)?;
+                    value = Some(data);
+                }
+                reply = Some(MetaReply { line: text, value });
+            }
+        })
+    }
+
+    fn store(
+        &mut self,
+        cmd: &str,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: Option<u64>,
+    ) -> Result<Stored> {
+        check_key(key)?;
+        let mut request = Vec::with_capacity(key.len() + value.len() + 64);
+        request.extend_from_slice(cmd.as_bytes());
+        request.push(b' ');
+        request.extend_from_slice(key);
+        request.extend_from_slice(format!(" {flags} {exptime} {}", value.len()).as_bytes());
+        if let Some(unique) = cas {
+            request.extend_from_slice(format!(" {unique}").as_bytes());
+        }
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(value);
+        request.extend_from_slice(b"\r\n");
+        self.exchange(&request, |line| match line {
+            b"STORED" => Ok(Stored::Stored),
+            b"NOT_STORED" => Ok(Stored::NotStored),
+            b"EXISTS" => Ok(Stored::Exists),
+            b"NOT_FOUND" => Ok(Stored::NotFound),
+            other => Err(unexpected(other, "STORED")),
+        })
+    }
+
+    fn arith(&mut self, cmd: &str, key: &[u8], delta: u64) -> Result<Option<u64>> {
+        check_key(key)?;
+        let request = request_line(&[cmd.as_bytes(), b" ", key, format!(" {delta}").as_bytes()]);
+        self.exchange(&request, |line| match line {
+            b"NOT_FOUND" => Ok(None),
+            other => number(other).map(Some).ok_or_else(|| unexpected(other, "a number")),
+        })
+    }
+
+    fn network_get(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
+        self.retrieve(b"gets ", keys)
+    }
+
+    /// Sends `<command prefix><keys>` and reads the `VALUE` blocks up to `END`.
+    fn retrieve(&mut self, prefix: &[u8], keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
+        let mut request = prefix.to_vec();
+        for (i, key) in keys.iter().enumerate() {
+            if i > 0 {
+                request.push(b' ');
+            }
+            request.extend_from_slice(key);
+        }
+        request.extend_from_slice(b"\r\n");
+        self.with_connection(|conn| {
+            conn.send(&request)?;
+            let mut found = Vec::new();
+            loop {
+                let line = conn.line()?;
+                if line == b"END" {
+                    return Ok(found);
+                }
+                let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
+                let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
+                let mut value = Vec::with_capacity(len);
+                conn.data(len, &mut value)?;
+                found.push((key, Item { value, flags, cas }));
+            }
+        })
+    }
+
+    /// Sends a request whose answer is one line, and interprets that line.
+    fn exchange<T>(&mut self, request: &[u8], answer: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
+        self.with_connection(|conn| {
+            conn.send(request)?;
+            answer(conn.line()?)
+        })
+    }
+
+    /// Runs `talk` on the connection (opening one first if needed). A connection-level error
+    /// drops the connection and the region with it: the next call starts afresh.
+    fn with_connection<T>(&mut self, talk: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let result = talk(self.connection()?);
+        if result.as_ref().is_err_and(Error::is_connection) {
+            self.conn = None;
+            self.local = None;
+        }
+        result
+    }
+
+    /// The open connection, or a new one (with discovery).
+    fn connection(&mut self) -> Result<&mut Connection> {
+        if self.conn.is_none() {
+            let mut conn =
+                Connection::open(&self.address, self.options.connect_timeout, self.options.io_timeout)?;
+            self.local = if self.options.local { Local::discover(&mut conn)? } else { None };
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("just opened"))
+    }
+
+    /// The region, if reads may be local now. A region that is no longer current (the server
+    /// restarted, stopped or died) sends the client back to the server for a new answer.
+    fn local_region(&mut self) -> Option<&mut Local> {
+        if self.local.as_mut().is_some_and(|l| !l.is_current()) {
+            self.local = None;
+            self.conn = None;
+            // Rediscover now; if the server is unreachable the read goes to the network and
+            // reports the failure there.
+            let _ = self.connection();
+        }
+        self.local.as_mut()
+    }
+}
+
+/// A request line made of `parts` and `\r\n`.
+fn request_line(parts: &[&[u8]]) -> Vec<u8> {
+    let mut line = parts.concat();
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+/// Refuses keys the text protocol cannot carry, before anything is sent.
+fn check_key(key: &[u8]) -> Result<()> {
+    if shoal_proto::valid_key(key) {
+        Ok(())
+    } else {
+        Err(Error::InvalidKey(key.to_vec()))
+    }
+}

@@ -1,0 +1,180 @@
+//! One connection to a server: a TCP or unix-socket stream with timeouts, and a read buffer
+//! that hands out answer lines and value blocks.
+
+use crate::error::{Error, Result};
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where a server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    /// `host:port`.
+    Tcp(String),
+    /// The path of a unix socket.
+    Unix(PathBuf),
+}
+
+impl Address {
+    /// `host:port` (`[v6]:port` too), or a path (containing a `/`) for a unix socket.
+    pub fn parse(text: &str) -> Result<Address> {
+        if text.contains('/') {
+            return Ok(Address::Unix(PathBuf::from(text)));
+        }
+        match text.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(Address::Tcp(text.to_string()))
+            }
+            _ => Err(Error::Address(format!("{text:?} is neither host:port nor a unix socket path"))),
+        }
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(a) => f.write_str(a),
+            Address::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A connected stream and what was read from it but not consumed yet.
+pub struct Connection {
+    stream: Stream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Connection {
+    /// Connects, with `connect_timeout` for TCP and `io_timeout` on every read and write.
+    pub fn open(
+        address: &Address,
+        connect_timeout: Option<Duration>,
+        io_timeout: Option<Duration>,
+    ) -> Result<Connection> {
+        let stream = match address {
+            Address::Tcp(a) => {
+                let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{a} resolves to no address"));
+                let mut connected = None;
+                for addr in a.to_socket_addrs()? {
+                    let attempt = match connect_timeout {
+                        Some(t) => TcpStream::connect_timeout(&addr, t),
+                        None => TcpStream::connect(addr),
+                    };
+                    match attempt {
+                        Ok(s) => {
+                            connected = Some(s);
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                let s = connected.ok_or(last)?;
+                s.set_nodelay(true)?;
+                s.set_read_timeout(io_timeout)?;
+                s.set_write_timeout(io_timeout)?;
+                Stream::Tcp(s)
+            }
+            Address::Unix(path) => {
+                let s = UnixStream::connect(path)?;
+                s.set_read_timeout(io_timeout)?;
+                s.set_write_timeout(io_timeout)?;
+                Stream::Unix(s)
+            }
+        };
+        Ok(Connection { stream, buf: vec![0; 16 << 10], start: 0, end: 0 })
+    }
+
+    /// Sends `request` whole.
+    pub fn send(&mut self, request: &[u8]) -> Result<()> {
+        match &mut self.stream {
+            Stream::Tcp(s) => s.write_all(request)?,
+            Stream::Unix(s) => s.write_all(request)?,
+        }
+        Ok(())
+    }
+
+    /// The next answer line, without its `\r\n`.
+    pub fn line(&mut self) -> Result<&[u8]> {
+        let mut scanned = 0;
+        loop {
+            let unread = &self.buf[self.start + scanned..self.end];
+            if let Some(at) = unread.iter().position(|&b| b == b'\n') {
+                let line_end = self.start + scanned + at;
+                let line = self.start..line_end;
+                self.start = line_end + 1;
+                let line = &self.buf[line];
+                return Ok(line.strip_suffix(b"\r").unwrap_or(line));
+            }
+            scanned = self.end - self.start;
+            self.fill()?;
+        }
+    }
+
+    /// The next `n` bytes and the `\r\n` after them, appended to `into`.
+    pub fn data(&mut self, n: usize, into: &mut Vec<u8>) -> Result<()> {
+        while self.end - self.start < n + 2 {
+            self.fill()?;
+        }
+        let block = &self.buf[self.start..self.start + n + 2];
+        if &block[n..] != b"\r\n" {
+            return Err(Error::Protocol("a value block did not end in \\r\\n".into()));
+        }
+        into.extend_from_slice(&block[..n]);
+        self.start += n + 2;
+        Ok(())
+    }
+
+    /// Reads more, making room first (and growing the buffer for a large value).
+    fn fill(&mut self) -> Result<()> {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+            if self.end == self.buf.len() {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+        }
+        let read = match &mut self.stream {
+            Stream::Tcp(s) => s.read(&mut self.buf[self.end..]),
+            Stream::Unix(s) => s.read(&mut self.buf[self.end..]),
+        };
+        match read {
+            Ok(0) => Err(Error::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ))),
+            Ok(n) => {
+                self.end += n;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(Error::Io(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(Address::parse("127.0.0.1:11211").unwrap(), Address::Tcp("127.0.0.1:11211".into()));
+        assert_eq!(Address::parse("[::1]:11211").unwrap(), Address::Tcp("[::1]:11211".into()));
+        assert_eq!(Address::parse("/tmp/mc.sock").unwrap(), Address::Unix("/tmp/mc.sock".into()));
+        for bad in ["localhost", ":11211", "host:port", "host:70000", ""] {
+            assert!(matches!(Address::parse(bad), Err(Error::Address(_))), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! # shoal-client: a client for one memcached-protocol server
+//!
+//! Owns the client side of DESIGN §5 for a single server (routing across many is a later
+//! crate): memcached's text protocol over TCP or a unix socket for every command, raw meta
+//! commands, and — Nahanni's idea — reads served straight from the server's shared-memory
+//! region when the server runs on this host.
+//!
+//! ```text
+//!   Client::connect ──► Connection (TCP / unix) ──► `shm` ──► SHM <path> <offset> <cookie>
+//!                                                  │         (stock memcached: ERROR)
+//!                          Local::discover ◄───────┘ Reader::open(path) read-only, cookie
+//!                                                    checked, hints area registered
+//!   get / get_many ──► Local (region, no system call) ──hit/miss──► HintsWriter ──► server
+//!                 └──► Connection (`gets`) when not local           folds into stats and
+//!   set, delete, incr, … ──► Connection                             eviction every 100 ms
+//! ```
+//!
+//! Local reads answer exactly what a network `gets` would: the same value, flags and CAS,
+//! and expiry and `flush_all` judged by the server's clock in the region. Before each local
+//! read the client checks that the region is still the live one it discovered (see
+//! [`local`]); after a restart, a replacement by stock memcached or a broken connection it
+//! asks the server again and goes on correctly, locally or not.
+
+mod client;
+mod conn;
+mod error;
+pub mod local;
+mod response;
+
+pub use client::{Client, Item, MetaReply, Options, Stored};
+pub use conn::Address;
+pub use error::{Error, Result};

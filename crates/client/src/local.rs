@@ -1,0 +1,138 @@
+//! Reads through the server's shared memory: discovery, the freshness checks that keep them
+//! correct across restarts, and the hints that make them count at the server.
+//!
+//! A client reads locally only while all of these hold, checked before every local read:
+//! the region's cookie and writer generation are what discovery found (a server restarted on
+//! the region, warm or cold, changes the generation; a new region has another cookie), a
+//! writer is attached (a server that stopped cleanly detached), and the server clock in the
+//! header has moved within [`STALE_CLOCK`] (the server publishes it every 100 ms when the
+//! second changes; a server that died without detaching stops moving it). Otherwise the client
+//! drops the region and asks the server again, over a new connection.
+
+use crate::conn::Connection;
+use crate::error::Result;
+use crate::Item;
+use shoal_region::hints::HintsWriter;
+use shoal_region::layout::COOKIE_OFFSET;
+use shoal_region::{Lookup, Reader};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long the region's clock may stand still before the server is presumed dead.
+pub const STALE_CLOCK: Duration = Duration::from_secs(3);
+
+/// A server's region, mapped read-only, and this client's hints area registered with it.
+pub struct Local {
+    reader: Reader,
+    path: PathBuf,
+    cookie: u64,
+    generation: u64,
+    hints: HintsWriter,
+    clock: u32,
+    clock_moved: Instant,
+    /// Where a read copies its value.
+    value: Vec<u8>,
+}
+
+/// What `shm` said.
+struct ShmAnswer {
+    path: PathBuf,
+    offset: usize,
+    cookie: u64,
+}
+
+impl ShmAnswer {
+    /// `SHM <path> <cookie offset> <cookie>` (the path may hold spaces); `None` for anything
+    /// else, such as stock memcached's `ERROR`.
+    fn parse(line: &[u8]) -> Option<ShmAnswer> {
+        let rest = std::str::from_utf8(line.strip_prefix(b"SHM ")?).ok()?;
+        let mut fields = rest.rsplitn(3, ' ');
+        let cookie = fields.next()?.parse().ok()?;
+        let offset = fields.next()?.parse().ok()?;
+        let path = PathBuf::from(fields.next()?);
+        Some(ShmAnswer { path, offset, cookie })
+    }
+}
+
+impl Local {
+    /// Asks the server behind `conn` for its region and attaches to it if this process can
+    /// read it and everything matches; `Ok(None)` means reads stay on the network.
+    pub fn discover(conn: &mut Connection) -> Result<Option<Local>> {
+        conn.send(b"shm\r\n")?;
+        let Some(answer) = ShmAnswer::parse(conn.line()?) else { return Ok(None) };
+        if answer.offset != COOKIE_OFFSET {
+            return Ok(None); // another layout than the one this client was built for
+        }
+        // Permissions, an unknown layout version, a vanished file: all mean "network".
+        let Ok(reader) = Reader::open(&answer.path) else { return Ok(None) };
+        if reader.cookie() != answer.cookie || !reader.writer_attached() {
+            return Ok(None);
+        }
+        let Ok(hints) = HintsWriter::create() else { return Ok(None) };
+        let mut request = b"shm hints ".to_vec();
+        request.extend_from_slice(hints.path().as_os_str().as_encoded_bytes());
+        request.extend_from_slice(b"\r\n");
+        conn.send(&request)?;
+        if conn.line()? != b"OK" {
+            return Ok(None); // a server that cannot fold our hints in: local hits would not count
+        }
+        let (generation, clock) = (reader.generation(), reader.clock());
+        Ok(Some(Local {
+            reader,
+            path: answer.path,
+            cookie: answer.cookie,
+            generation,
+            hints,
+            clock,
+            clock_moved: Instant::now(),
+            value: Vec::new(),
+        }))
+    }
+
+    /// The region's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Whether the region is still the live one discovery found.
+    pub fn is_current(&mut self) -> bool {
+        let r = &self.reader;
+        if r.cookie() != self.cookie || r.generation() != self.generation || !r.writer_attached() {
+            return false;
+        }
+        let clock = r.clock();
+        if clock != self.clock {
+            (self.clock, self.clock_moved) = (clock, Instant::now());
+            return true;
+        }
+        self.clock_moved.elapsed() < STALE_CLOCK
+    }
+
+    /// Looks `key` up in the region, counting the read in the hints area; `None` when the
+    /// region could not answer (a writer held the key's bucket too long): ask the server.
+    #[inline]
+    pub fn get(&mut self, key: &[u8]) -> Option<Option<Item>> {
+        let (lookup, location) = self.reader.get_located(key, &mut self.value).ok()?;
+        self.hints.record(&lookup, location);
+        Some(match lookup {
+            Lookup::Hit(info) => {
+                Some(Item { value: std::mem::take(&mut self.value), flags: info.flags, cas: info.cas })
+            }
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shm_answers() {
+        let a = ShmAnswer::parse(b"SHM /dev/shm/a b.region 16 12345").unwrap();
+        assert_eq!((a.path, a.offset, a.cookie), (PathBuf::from("/dev/shm/a b.region"), 16, 12345));
+        for other in [&b"ERROR"[..], b"SHM", b"SHM /x 16", b"SHM /x y 1", b"SHM /x 16 -1", b"SHM \xff 1 2"] {
+            assert!(ShmAnswer::parse(other).is_none(), "{}", String::from_utf8_lossy(other));
+        }
+    }
+}

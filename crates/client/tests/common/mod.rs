@@ -1,0 +1,116 @@
+//! Real servers for the client's tests: `shoal server` (the release build in target/release,
+//! or $SHOAL_BIN) and Debian's memcached, on loopback, killed on drop.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    pub scratch: PathBuf,
+}
+
+/// The `shoal` binary the tests run.
+pub fn shoal_bin() -> PathBuf {
+    let bin = std::env::var_os("SHOAL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/shoal"));
+    assert!(bin.exists(), "{} is missing: build it first (cargo build --release -p shoal)", bin.display());
+    bin
+}
+
+impl Server {
+    /// `shoal server` with `args`, on `port` (0: an ephemeral one).
+    pub fn shoal(test: &str, port: u16, args: &[&str]) -> Server {
+        let mut command = Command::new(shoal_bin());
+        command.arg("server").args(args);
+        Server::start(test, command, port)
+    }
+
+    /// Debian's memcached, on `port` (0: an ephemeral one).
+    pub fn memcached(test: &str, port: u16) -> Server {
+        let mut command = Command::new("/usr/bin/memcached");
+        command.args(["-m", "64"]);
+        if std::fs::metadata("/proc/self").unwrap().uid() == 0 {
+            command.args(["-u", "root"]);
+        }
+        Server::start(test, command, port)
+    }
+
+    fn start(test: &str, mut command: Command, port: u16) -> Server {
+        let scratch = std::env::temp_dir().join(format!("shoal-client-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).unwrap();
+        let ports = scratch.join("ports");
+        let _ = std::fs::remove_file(&ports);
+        let port_arg = if port == 0 { "-1".to_string() } else { port.to_string() };
+        command
+            .args(["-U", "0", "-l", "127.0.0.1", "-p", &port_arg])
+            .env("MEMCACHED_PORT_FILENAME", &ports)
+            .stdout(Stdio::null());
+        // Killed and waited for on drop, like every server here.
+        let mut server = Server { child: command.spawn().expect("the server starts"), port: 0, scratch };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while server.port == 0 {
+            assert!(Instant::now() < deadline, "the server did not start listening");
+            std::thread::sleep(Duration::from_millis(10));
+            let text = std::fs::read_to_string(&ports).unwrap_or_default();
+            if let Some(port) = text.lines().find_map(|l| l.strip_prefix("TCP INET: ")) {
+                server.port = port.parse().unwrap();
+            }
+        }
+        server
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Sends `signal` (`"USR1"`, `"TERM"`, …) and waits for the process to end.
+    pub fn stop_with(mut self, signal: &str) {
+        let sent = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status();
+        assert!(sent.unwrap().success(), "kill -{signal}");
+        self.child.wait().unwrap();
+    }
+
+    /// One raw request and the answer up to `until`, over a fresh connection.
+    pub fn raw(&self, request: &[u8], until: &[u8]) -> Vec<u8> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.address()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request).unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !answer.ends_with(until) {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        answer
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// Polls `condition` for up to `seconds`.
+pub fn eventually(seconds: u64, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
