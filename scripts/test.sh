@@ -49,6 +49,11 @@ cargo build --release -p shoal
 step "cargo test (release; stress ${SHOAL_STRESS_SECS}s)"
 cargo test --workspace --release
 
+step "the shoal Python package (crates/python), its fmt and clippy"
+cargo fmt --manifest-path crates/python/Cargo.toml -- --check
+cargo clippy --manifest-path crates/python/Cargo.toml --all-targets -- -D warnings
+scripts/python-package.sh
+
 step "Python suites under tests/ against the release shoal server"
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/
 

@@ -1,0 +1,459 @@
+//! # shoal (Python): `shoal.Client`, a pymemcache-like client over shoal-client
+//!
+//! Owns the Python face of the client (DESIGN §5): argument conversion (keys as `str` or
+//! `bytes`, values as `bytes` or `str`), pymemcache's return conventions, and exceptions.
+//! Every call copies its arguments out of Python objects and then releases the interpreter
+//! lock while shoal-client talks to the server (or reads its shared memory):
+//!
+//! ```text
+//!   Python ──► Client.get(key) ──► key bytes ──► detach (no GIL) ──► shoal_client::Client
+//!                                                                    ├─► region (local read)
+//!   value / None ◄── bytes object ◄── attach ◄──────────────────────┴─► socket (network)
+//! ```
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use shoal_client::{Error as ClientError, Item, Options, Stored};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+create_exception!(shoal, Error, PyException, "Base class of every error shoal.Client raises.");
+create_exception!(shoal, IllegalInput, Error, "A key or argument the protocol cannot carry.");
+create_exception!(shoal, ServerError, Error, "The server refused the request (its answer is the message).");
+create_exception!(
+    shoal,
+    ConnectionFailed,
+    Error,
+    "The connection failed, broke or timed out; the next call connects again."
+);
+create_exception!(shoal, ProtocolError, Error, "The server answered something unexpected.");
+
+fn raise(e: ClientError) -> PyErr {
+    let message = e.to_string();
+    match e {
+        ClientError::InvalidKey(_) | ClientError::Address(_) => IllegalInput::new_err(message),
+        ClientError::Server(_) => ServerError::new_err(message),
+        ClientError::Io(_) => ConnectionFailed::new_err(message),
+        ClientError::Protocol(_) => ProtocolError::new_err(message),
+    }
+}
+
+/// Key bytes from a `str` (UTF-8) or `bytes`.
+fn key_bytes(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    text_or_bytes(key, "keys")
+}
+
+/// Value bytes from `bytes` or a `str` (UTF-8).
+fn value_bytes(value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    text_or_bytes(value, "values")
+}
+
+fn text_or_bytes(object: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if let Ok(b) = object.cast::<PyBytes>() {
+        Ok(b.as_bytes().to_vec())
+    } else if let Ok(s) = object.cast::<PyString>() {
+        Ok(s.to_cow()?.as_bytes().to_vec())
+    } else {
+        let type_name = object.get_type().name()?;
+        Err(PyTypeError::new_err(format!("{what} are bytes or str, not {type_name}")))
+    }
+}
+
+/// `host:port` or a unix socket path from `("host", port)` or a string.
+fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok((host, port)) = server.extract::<(String, u16)>() {
+        return Ok(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") });
+    }
+    server
+        .extract::<String>()
+        .map_err(|_| PyTypeError::new_err("server is (host, port), \"host:port\" or a unix socket path"))
+}
+
+/// A client for one memcached-protocol server. Reads come from the server's shared memory
+/// when it runs on this host and offers it (see `is_local()`); everything else, and reads of
+/// any other server, go over the network.
+///
+/// `Client(server, connect_timeout=5.0, timeout=5.0, local=True)`: `server` is
+/// `("host", port)`, `"host:port"` or a unix socket path; timeouts in seconds (None: wait
+/// forever); `local=False` keeps every read on the network.
+#[pyclass(module = "shoal", frozen)]
+struct Client {
+    inner: Mutex<Option<shoal_client::Client>>,
+}
+
+/// The time in seconds an optional float names.
+fn seconds(value: Option<f64>) -> PyResult<Option<Duration>> {
+    value
+        .map(|s| {
+            Duration::try_from_secs_f64(s).map_err(|e| IllegalInput::new_err(format!("timeout {s}: {e}")))
+        })
+        .transpose()
+}
+
+impl Client {
+    /// Runs `call` on the client without the interpreter lock.
+    fn call<T: Send>(
+        &self,
+        py: Python<'_>,
+        call: impl FnOnce(&mut shoal_client::Client) -> shoal_client::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut guard: MutexGuard<'_, _> = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            match guard.as_mut() {
+                Some(client) => call(client).map_err(raise),
+                None => Err(Error::new_err("the client is closed")),
+            }
+        })
+    }
+
+    fn store(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        store: impl FnOnce(&mut shoal_client::Client, &[u8], &[u8]) -> shoal_client::Result<Stored> + Send,
+    ) -> PyResult<Stored> {
+        let (key, value) = (key_bytes(key)?, value_bytes(value)?);
+        self.call(py, |c| store(c, &key, &value))
+    }
+}
+
+fn bytes<'py>(py: Python<'py>, value: &[u8]) -> Bound<'py, PyAny> {
+    PyBytes::new(py, value).into_any()
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (server, connect_timeout=Some(5.0), timeout=Some(5.0), local=true))]
+    fn new(
+        py: Python<'_>,
+        server: &Bound<'_, PyAny>,
+        connect_timeout: Option<f64>,
+        timeout: Option<f64>,
+        local: bool,
+    ) -> PyResult<Client> {
+        let address = address(server)?;
+        let options =
+            Options { connect_timeout: seconds(connect_timeout)?, io_timeout: seconds(timeout)?, local };
+        let client = py.detach(|| shoal_client::Client::connect(&address, options)).map_err(raise)?;
+        Ok(Client { inner: Mutex::new(Some(client)) })
+    }
+
+    /// Whether reads are served from the server's shared memory right now.
+    fn is_local(&self, py: Python<'_>) -> PyResult<bool> {
+        self.call(py, |c| Ok(c.is_local()))
+    }
+
+    /// The value under `key` (bytes), or `default`.
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = key_bytes(key)?;
+        Ok(match self.call(py, |c| c.get(&key))? {
+            Some(item) => Some(bytes(py, &item.value)),
+            None => default,
+        })
+    }
+
+    /// `(value, cas)` for `key`, or `(default, cas_default)`.
+    #[pyo3(signature = (key, default=None, cas_default=None))]
+    fn gets<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+        cas_default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let key = key_bytes(key)?;
+        match self.call(py, |c| c.get(&key))? {
+            Some(item) => (bytes(py, &item.value), item.cas).into_pyobject(py),
+            None => (default, cas_default).into_pyobject(py),
+        }
+    }
+
+    /// `{key: value}` for the keys that exist, keyed as given.
+    fn get_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
+        self.many(py, keys, |py, item| Ok(bytes(py, &item.value)))
+    }
+
+    /// `{key: (value, cas)}` for the keys that exist, keyed as given.
+    fn gets_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
+        self.many(py, keys, |py, item| Ok((bytes(py, &item.value), item.cas).into_pyobject(py)?.into_any()))
+    }
+
+    /// Stores `value` under `key`; True.
+    #[pyo3(signature = (key, value, expire=0, noreply=None, flags=None))]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<bool> {
+        let _ = noreply; // every call waits for its answer, so results are always real
+        let stored = self.store(py, key, value, |c, k, v| c.set(k, v, flags.unwrap_or(0), expire))?;
+        Ok(stored == Stored::Stored)
+    }
+
+    /// Stores every `{key: value}`; the keys that were not stored (a list).
+    #[pyo3(signature = (values, expire=0, noreply=None, flags=None))]
+    fn set_many<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyDict>,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let mut failed = Vec::new();
+        for (key, value) in values.iter() {
+            if !self.set(py, &key, &value, expire, noreply, flags)? {
+                failed.push(key);
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Stores only if `key` is absent; whether it was stored.
+    #[pyo3(signature = (key, value, expire=0, noreply=None, flags=None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<bool> {
+        let _ = noreply;
+        Ok(self.store(py, key, value, |c, k, v| c.add(k, v, flags.unwrap_or(0), expire))? == Stored::Stored)
+    }
+
+    /// Stores only if `key` is present; whether it was stored.
+    #[pyo3(signature = (key, value, expire=0, noreply=None, flags=None))]
+    fn replace(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<bool> {
+        let _ = noreply;
+        Ok(self.store(py, key, value, |c, k, v| c.replace(k, v, flags.unwrap_or(0), expire))?
+            == Stored::Stored)
+    }
+
+    /// Appends to an existing value; whether there was one.
+    #[pyo3(signature = (key, value, expire=0, noreply=None, flags=None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<bool> {
+        let _ = (expire, noreply, flags); // memcached ignores them for append
+        Ok(self.store(py, key, value, |c, k, v| c.append(k, v))? == Stored::Stored)
+    }
+
+    /// Prepends to an existing value; whether there was one.
+    #[pyo3(signature = (key, value, expire=0, noreply=None, flags=None))]
+    fn prepend(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<bool> {
+        let _ = (expire, noreply, flags);
+        Ok(self.store(py, key, value, |c, k, v| c.prepend(k, v))? == Stored::Stored)
+    }
+
+    /// Stores if the item's unique is still `cas`: True stored, False changed meanwhile,
+    /// None no such key.
+    #[pyo3(signature = (key, value, cas, expire=0, noreply=None, flags=None))]
+    #[allow(clippy::too_many_arguments)] // pymemcache's signature
+    fn cas(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        cas: u64,
+        expire: i64,
+        noreply: Option<bool>,
+        flags: Option<u32>,
+    ) -> PyResult<Option<bool>> {
+        let _ = noreply;
+        Ok(match self.store(py, key, value, |c, k, v| c.cas(k, v, flags.unwrap_or(0), expire, cas))? {
+            Stored::Stored => Some(true),
+            Stored::Exists | Stored::NotStored => Some(false),
+            Stored::NotFound => None,
+        })
+    }
+
+    /// Deletes `key`; whether it existed.
+    #[pyo3(signature = (key, noreply=None))]
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>, noreply: Option<bool>) -> PyResult<bool> {
+        let _ = noreply;
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.delete(&key))
+    }
+
+    /// Deletes every key; True.
+    #[pyo3(signature = (keys, noreply=None))]
+    fn delete_many(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Bound<'_, PyAny>>,
+        noreply: Option<bool>,
+    ) -> PyResult<bool> {
+        for key in &keys {
+            self.delete(py, key, noreply)?;
+        }
+        Ok(true)
+    }
+
+    /// Adds `value` to a decimal value; the new value, or None without the key.
+    #[pyo3(signature = (key, value, noreply=None))]
+    fn incr(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: u64,
+        noreply: Option<bool>,
+    ) -> PyResult<Option<u64>> {
+        let _ = noreply;
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.incr(&key, value))
+    }
+
+    /// Subtracts `value` (stopping at 0); the new value, or None without the key.
+    #[pyo3(signature = (key, value, noreply=None))]
+    fn decr(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: u64,
+        noreply: Option<bool>,
+    ) -> PyResult<Option<u64>> {
+        let _ = noreply;
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.decr(&key, value))
+    }
+
+    /// Gives `key` a new expiry; whether it existed.
+    #[pyo3(signature = (key, expire=0, noreply=None))]
+    fn touch(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        expire: i64,
+        noreply: Option<bool>,
+    ) -> PyResult<bool> {
+        let _ = noreply;
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.touch(&key, expire))
+    }
+
+    /// Invalidates every item, now or after `delay` seconds; True.
+    #[pyo3(signature = (delay=0, noreply=None))]
+    fn flush_all(&self, py: Python<'_>, delay: u32, noreply: Option<bool>) -> PyResult<bool> {
+        let _ = noreply;
+        self.call(py, |c| c.flush_all((delay > 0).then_some(delay)))?;
+        Ok(true)
+    }
+
+    /// `stats [args]` as a dict of str to int, float or str.
+    #[pyo3(signature = (*args))]
+    fn stats<'py>(&self, py: Python<'py>, args: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
+        let group = (!args.is_empty()).then(|| args.join(" "));
+        let stats = self.call(py, |c| c.stats(group.as_deref()))?;
+        let dict = PyDict::new(py);
+        for (name, value) in stats {
+            if let Ok(n) = value.parse::<i64>() {
+                dict.set_item(name, n)?;
+            } else if let Ok(x) = value.parse::<f64>() {
+                dict.set_item(name, x)?;
+            } else {
+                dict.set_item(name, value)?;
+            }
+        }
+        Ok(dict)
+    }
+
+    /// The server's version (str).
+    fn version(&self, py: Python<'_>) -> PyResult<String> {
+        self.call(py, |c| c.version())
+    }
+
+    /// Closes the connection (and unmaps the region); later calls raise.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc: Bound<'_, PyAny>,
+        _value: Bound<'_, PyAny>,
+        _tb: Bound<'_, PyAny>,
+    ) {
+        self.close(py);
+    }
+}
+
+impl Client {
+    /// A multiget's hits as a dict keyed by the caller's own key objects.
+    fn many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<Bound<'py, PyAny>>,
+        entry: impl Fn(Python<'py>, &Item) -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let raw: Vec<Vec<u8>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
+        let found = self.call(py, |c| {
+            let refs: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
+            c.get_many(&refs)
+        })?;
+        let dict = PyDict::new(py);
+        for (key, item) in found {
+            if let Some(i) = raw.iter().position(|k| *k == key) {
+                dict.set_item(&keys[i], entry(py, &item)?)?;
+            }
+        }
+        Ok(dict)
+    }
+}
+
+/// The `shoal` module.
+#[pymodule]
+fn shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("IllegalInput", py.get_type::<IllegalInput>())?;
+    m.add("ServerError", py.get_type::<ServerError>())?;
+    m.add("ConnectionFailed", py.get_type::<ConnectionFailed>())?;
+    m.add("ProtocolError", py.get_type::<ProtocolError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
