@@ -8,6 +8,7 @@
 //!   pipelining, multigets, key distributions, closed or open loop; reports throughput,
 //!   latency percentiles, hits, misses, errors and the server's CPU time per request.
 //! - `shoal bench fill` ([`fill`]): how many items of a given size fit in the server.
+//! - `shoal bench latency` ([`latency`]): one client read through shared memory vs TCP.
 //!
 //! ```text
 //!  options ─► KeySpace, KeyChooser (uniform | zipf | latest), ValueSize
@@ -27,6 +28,7 @@ mod connection;
 pub mod engine;
 pub mod fill;
 pub mod keys;
+pub mod latency;
 pub mod load;
 pub mod pin;
 mod progress;
@@ -52,27 +54,22 @@ enum BenchCommand {
     Load(load::LoadOptions),
     /// Count the items that fit in a server: set new keys until it evicts.
     Fill(fill::FillOptions),
+    /// Latency of one client read through Shoal's shared memory, over TCP to Shoal, and over
+    /// TCP to memcached, measured by the same client.
+    Latency(latency::LatencyOptions),
 }
 
-/// Runs a `shoal bench` subcommand and prints its report on stdout.
+/// Runs a `shoal bench` subcommand and prints its report on stdout, as text or (`--json`) JSON.
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    match args.command {
-        BenchCommand::Load(options) => {
-            let report = load::run_load(&options)?;
-            if options.json {
-                println!("{:#}", report.to_json());
-            } else {
-                print!("{report}");
-            }
-        }
-        BenchCommand::Fill(options) => {
-            let report = fill::run_fill(&options)?;
-            if options.json {
-                println!("{:#}", report.to_json());
-            } else {
-                print!("{report}");
-            }
-        }
+    let (text, json, as_json) = match args.command {
+        BenchCommand::Load(o) => load::run_load(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+        BenchCommand::Fill(o) => fill::run_fill(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+        BenchCommand::Latency(o) => latency::run_latency(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+    };
+    if as_json {
+        println!("{json:#}");
+    } else {
+        print!("{text}");
     }
     Ok(())
 }
