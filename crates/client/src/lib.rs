@@ -25,7 +25,7 @@ mod client;
 mod conn;
 mod error;
 pub mod local;
-mod response;
+pub mod response;
 
 pub use client::{Client, Item, MetaReply, Options, Stored};
 pub use conn::Address;

@@ -35,16 +35,20 @@ pub struct Local {
 }
 
 /// What `shm` said.
-struct ShmAnswer {
-    path: PathBuf,
-    offset: usize,
-    cookie: u64,
+#[derive(Debug, PartialEq, Eq)]
+pub struct ShmAnswer {
+    /// The region's path.
+    pub path: PathBuf,
+    /// Where the cookie lies in the region.
+    pub offset: usize,
+    /// The cookie's value.
+    pub cookie: u64,
 }
 
 impl ShmAnswer {
     /// `SHM <path> <cookie offset> <cookie>` (the path may hold spaces); `None` for anything
     /// else, such as stock memcached's `ERROR`.
-    fn parse(line: &[u8]) -> Option<ShmAnswer> {
+    pub fn parse(line: &[u8]) -> Option<ShmAnswer> {
         let rest = std::str::from_utf8(line.strip_prefix(b"SHM ")?).ok()?;
         let mut fields = rest.rsplitn(3, ' ');
         let cookie = fields.next()?.parse().ok()?;

@@ -16,9 +16,13 @@ pub fn unexpected(line: &[u8], expected: &str) -> Error {
 /// A `VALUE <key> <flags> <bytes> [<cas>]` header.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ValueHeader<'a> {
+    /// The key.
     pub key: &'a [u8],
+    /// The client flags.
     pub flags: u32,
+    /// The length of the value block that follows.
     pub len: usize,
+    /// The CAS unique (`gets`), or 0.
     pub cas: u64,
 }
 

@@ -1,0 +1,61 @@
+//! A client's hints area is untrusted input to the server: whatever bytes a client puts in
+//! it, opening and draining it, and applying its locations to a region, must not panic,
+//! must read at most one ring of entries per drain, and must leave every stored item readable.
+//!
+//! Input: the area's contents (padded or cut to its size), then drained twice.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use shoal_region::hints::{HintsReader, HINTS_BYTES, RING_ENTRIES};
+use shoal_region::{Config, Writer};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::OnceLock;
+
+fn region() -> &'static Writer {
+    static REGION: OnceLock<Writer> = OnceLock::new();
+    REGION.get_or_init(|| {
+        let config = Config { region_bytes: 8 << 20, ..Config::default() };
+        let w = Writer::create_anonymous(&config, true).unwrap();
+        for i in 0..1000 {
+            w.set(format!("key:{i}").as_bytes(), b"value", 0, 0).unwrap();
+        }
+        w
+    })
+}
+
+/// A sealed memfd holding `bytes`, as a client would hand it over.
+fn area(bytes: &[u8]) -> std::fs::File {
+    // SAFETY: memfd_create with a valid name; the result is checked and owned once.
+    let fd = unsafe { libc::memfd_create(c"fuzz-hints".as_ptr(), libc::MFD_ALLOW_SEALING) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor nothing else owns.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut contents = bytes.to_vec();
+    contents.resize(HINTS_BYTES, 0);
+    file.write_all(&contents).unwrap();
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    assert_eq!(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) }, 0);
+    file
+}
+
+fuzz_target!(|bytes: &[u8]| {
+    let w = region();
+    let file = area(bytes);
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let Ok(mut reader) = HintsReader::open(std::path::Path::new(&path)) else { return };
+    for _ in 0..2 {
+        let mut entries = 0;
+        reader.drain(|location| {
+            entries += 1;
+            w.mark_read(location);
+        });
+        assert!(entries <= RING_ENTRIES);
+    }
+    let mut value = Vec::new();
+    for i in (0..1000).step_by(97) {
+        assert!(w.get(format!("key:{i}").as_bytes(), &mut value).unwrap().hit().is_some());
+        assert_eq!(value, b"value");
+    }
+});
