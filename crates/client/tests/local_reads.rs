@@ -284,3 +284,34 @@ fn reads_through_shared_memory_keep_the_hit_ratio_of_network_reads() {
         "network {over_network}, shared memory {through_memory}"
     );
 }
+
+#[test]
+fn a_region_this_user_may_not_read_means_network_reads() {
+    if let Ok(address) = std::env::var("SHOAL_READ_AS_NOBODY") {
+        // The child's part, running as nobody: the region file is root's, mode 0600.
+        let mut c = Client::connect(&address, Options::default()).unwrap();
+        assert!(!c.is_local(), "a region this user may not read is not used");
+        assert_eq!(c.get(b"k").unwrap().unwrap().value, b"over the network");
+        return;
+    }
+    if std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok() != Some(0) {
+        eprintln!("SKIPPED: needs root to run a client as another user (CI runs as root)");
+        return;
+    }
+    let server = Server::shoal("permissions", 0, &[]);
+    let mut owner = local(&server);
+    owner.set(b"k", b"over the network", 0, 0).unwrap();
+    let child = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "a_region_this_user_may_not_read_means_network_reads", "--nocapture"])
+        .env("SHOAL_READ_AS_NOBODY", server.address())
+        .output()
+        .unwrap();
+    assert!(
+        child.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
+}
