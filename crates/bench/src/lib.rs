@@ -5,7 +5,8 @@
 //! claim of the project is made with, side by side with memcached (`bench/` has the scripts).
 //!
 //! - `shoal bench load` ([`load`]): a get/set mix over many connections and threads, with
-//!   pipelining, multigets, key distributions, closed or open loop; reports throughput,
+//!   pipelining, multigets, key distributions, closed or open loop, or gets through Shoal's
+//!   shared memory ([`shm_load`], `--through shm`); reports throughput,
 //!   latency percentiles, hits, misses, errors and the server's CPU time per request.
 //! - `shoal bench fill` ([`fill`]): how many items of a given size fit in the server.
 //! - `shoal bench latency` ([`latency`]): one client read through shared memory vs TCP.
@@ -34,6 +35,7 @@ pub mod pin;
 mod progress;
 pub mod protocol;
 pub mod random;
+pub mod shm_load;
 pub mod tally;
 pub mod target;
 pub mod workload;

@@ -70,9 +70,23 @@ pub struct LoadOptions {
     /// Pin generator threads to these CPUs, in turn (taskset's syntax: 1 or 0,2 or 0-3).
     #[arg(long)]
     pub pin: Option<CpuList>,
+    /// How gets reach the server: `network` (the protocol, every request), or `shm` (gets
+    /// read through Shoal's shared memory by shoal-client, one client per connection and
+    /// thread; sets over its connection).
+    #[arg(long, value_enum, default_value_t = Through::Network)]
+    pub through: Through,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The path gets take (`--through`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Through {
+    /// memcached's protocol over the connection.
+    Network,
+    /// Shoal's shared memory, through shoal-client.
+    Shm,
 }
 
 pub(crate) fn at_least_one(text: &str) -> Result<usize, String> {
@@ -129,7 +143,7 @@ impl LoadReport {
             "connections": o.connections, "threads": o.threads, "pipeline": o.pipeline,
             "multiget": o.multiget, "get_ratio": o.get_ratio, "keys": o.keys, "key_size": o.key_size,
             "value_size": o.value_size.to_string(), "distribution": o.distribution.to_string(),
-            "rate": o.rate, "prefill": o.prefill,
+            "rate": o.rate, "prefill": o.prefill, "through": format!("{:?}", o.through).to_lowercase(),
             "seconds": self.elapsed.as_secs_f64(), "requests": t.requests(),
             "requests_per_second": self.requests_per_second(),
             "gets": t.gets, "sets": t.sets, "hits": t.hits, "misses": t.misses, "errors": t.errors,
@@ -145,9 +159,10 @@ impl fmt::Display for LoadReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = &self.options;
         let t = &self.tally;
-        let schedule = match o.rate {
-            Some(rate) => format!("open loop at {rate} req/s"),
-            None => "closed loop".to_owned(),
+        let schedule = match (o.rate, o.through) {
+            (Some(rate), _) => format!("open loop at {rate} req/s"),
+            (None, Through::Network) => "closed loop".to_owned(),
+            (None, Through::Shm) => "closed loop, gets through shared memory".to_owned(),
         };
         writeln!(
             f,
@@ -235,10 +250,14 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
     };
     // The bar counts requests with --requests, milliseconds otherwise.
     let bar = progress_bar("load", Some(options.requests.unwrap_or((options.duration * 1e3) as u64)));
-    let outcome = clients.run(&phase, source_for, |completed, elapsed| {
+    let tick = |completed: u64, elapsed: Duration| {
         bar.set_message(format!("{:.0} req/s", completed as f64 / elapsed.as_secs_f64().max(1e-3)));
         bar.set_position(if options.requests.is_some() { completed } else { elapsed.as_millis() as u64 });
-    });
+    };
+    let outcome = match options.through {
+        Through::Network => clients.run(&phase, source_for, tick),
+        Through::Shm => crate::shm_load::run(options, space, tick),
+    };
     bar.finish_and_clear();
     let outcome = outcome?;
     let stats_after = cpu_seconds(&options.target.server);
