@@ -341,7 +341,11 @@ impl Client {
     }
 
     /// Sends a request whose answer is one line, and interprets that line.
-    fn exchange<T>(&mut self, request: &[u8], answer: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
+    pub(crate) fn exchange<T>(
+        &mut self,
+        request: &[u8],
+        answer: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
         self.with_connection(|conn| {
             conn.send(request)?;
             answer(conn.line()?)
@@ -350,7 +354,10 @@ impl Client {
 
     /// Runs `talk` on the connection (opening one first if needed). A connection-level error
     /// drops the connection and the region with it: the next call starts afresh.
-    fn with_connection<T>(&mut self, talk: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_connection<T>(
+        &mut self,
+        talk: impl FnOnce(&mut Connection) -> Result<T>,
+    ) -> Result<T> {
         let result = talk(self.connection()?);
         if result.as_ref().is_err_and(Error::is_connection) {
             self.conn = None;
@@ -385,14 +392,14 @@ impl Client {
 }
 
 /// A request line made of `parts` and `\r\n`.
-fn request_line(parts: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn request_line(parts: &[&[u8]]) -> Vec<u8> {
     let mut line = parts.concat();
     line.extend_from_slice(b"\r\n");
     line
 }
 
 /// Refuses keys the text protocol cannot carry, before anything is sent.
-fn check_key(key: &[u8]) -> Result<()> {
+pub(crate) fn check_key(key: &[u8]) -> Result<()> {
     if shoal_proto::valid_key(key) {
         Ok(())
     } else {

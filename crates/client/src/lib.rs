@@ -24,9 +24,11 @@
 mod client;
 mod conn;
 mod error;
+mod lease;
 pub mod local;
 pub mod response;
 
 pub use client::{Client, Item, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
+pub use lease::{FillOptions, Lease, LeaseStored};
