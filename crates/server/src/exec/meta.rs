@@ -211,7 +211,8 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
             let recache = f.recache.is_some_and(|r| {
                 c.info.expiry != 0 && c.info.expiry < touch_expiry(r, now) && !old.token_sent
             });
-            let won = !old.token_sent && (old.stale || recache);
+            // A Shoal lease record (a hold-off, a value kept after delete) is a miss to win.
+            let won = !old.token_sent && (old.stale || old.hidden || recache);
             let marks = Marks { token_sent: old.token_sent || won, ..old };
             let info = ItemInfo { expiry: expiry.unwrap_or(c.info.expiry), marks, ..c.info };
             let change = Change::Mark(Mark { expiry, marks, fetched: bump });
@@ -229,13 +230,7 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
                 value.clear();
                 let marks = Marks { token_sent: true, ..Marks::default() };
                 let expiry = TtlWalk { flags: f, created: true, now, expiry: 0 }.last(m);
-                let item = NewItem {
-                    value: Value::Owned(Vec::new()),
-                    flags: 0,
-                    expiry: Some(expiry),
-                    cas: None,
-                    marks,
-                };
+                let item = placeholder(expiry, marks);
                 let info = ItemInfo {
                     flags: 0,
                     cas: 0,
@@ -260,6 +255,20 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
         }
         _ => None,
     }
+}
+
+/// An empty item holding a recache token (`mg … N`, a `lease-get` miss, a delete hold-off),
+/// expiring at `expiry`.
+pub(crate) fn placeholder(expiry: u32, marks: Marks) -> NewItem {
+    NewItem { value: Value::Owned(Vec::new()), flags: 0, expiry: Some(expiry), cas: None, marks }
+}
+
+/// The live item's value kept as stale (`md … I`; `hidden` for a value `delete` keeps for
+/// lease clients), with a new CAS (so outstanding tokens are void) and a token for the next
+/// reader.
+pub(crate) fn stale_copy(info: ItemInfo, expiry: Option<u32>, hidden: bool) -> NewItem {
+    let keep = NewItem::keeping(info, Value::Current);
+    NewItem { expiry, marks: Marks { stale: true, hidden, ..keep.marks }, ..keep }
 }
 
 /// What `ms` stores over, given its mode.
@@ -396,9 +405,7 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         }
         let expiry = Some(f.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
         if invalidate {
-            // Stale, with a new CAS, and a token for the next reader.
-            let keep = NewItem::keeping(cur.info, Value::Current);
-            let item = NewItem { expiry, marks: Marks { stale: true, ..keep.marks }, ..keep };
+            let item = stale_copy(cur.info, expiry, false);
             (Change::Store(item), DeleteResult::Deleted)
         } else if f.has(b'x') {
             // Newer memcached: drop the value, keep the item.
