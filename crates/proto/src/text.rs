@@ -108,19 +108,10 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         b"touch" => key_and_number(at, args, parse_i64, BAD_EXPTIME, |key, exptime, noreply| {
             Request::Touch { key, exptime, noreply }
         }),
-        b"delete" if args.clone().nth(1) == Some(b"hold") => {
-            // Shoal's hold-off: `delete <key> hold <seconds> [noreply]`.
-            let (t, n) = split::<4>(args);
-            if !(3..=4).contains(&n) || (n == 4 && t[3] != b"noreply") {
-                return error();
-            }
-            let noreply = n == 4;
-            match parse_u32(t[2]) {
-                Some(hold) if valid_key(t[0]) => done(Request::Delete { key: t[0], hold, noreply }),
-                _ => Parse::error_unless(noreply, BAD_FORMAT, at.end),
-            }
-        }
         b"delete" => {
+            if let Some(request) = hold_off(args.clone()) {
+                return done(request);
+            }
             let (t, n) = split::<3>(args);
             if !(1..=3).contains(&n) {
                 return error();
@@ -184,6 +175,19 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         }
         _ => error(),
     }
+}
+
+/// Shoal's `delete <key> hold <seconds> [noreply]`, exactly; anything else that is not a
+/// memcached `delete` gets memcached's answer.
+fn hold_off(args: Tokens<'_>) -> Option<Request<'_>> {
+    let (t, n) = split::<4>(args);
+    let noreply = match n {
+        3 => false,
+        4 if t[3] == b"noreply" => true,
+        _ => return None,
+    };
+    let hold = parse_u32(t[2]).filter(|_| t[1] == b"hold" && valid_key(t[0]))?;
+    Some(Request::Delete { key: t[0], hold, noreply })
 }
 
 /// memcached's `noreply` test: the last of the `n` tokens is exactly `noreply`.
@@ -460,7 +464,7 @@ mod tests {
         {
             assert_eq!(err(&[line, b"x\r\n"].concat()), (Some(BAD_FORMAT), line.len()), "{line:?}");
         }
-        assert_eq!(err(b"lease-set k 1 0 0 1025\r\n"), (Some(TOO_LARGE), 25 + 1027));
+        assert_eq!(err(b"lease-set k 1 0 0 1025\r\n"), (Some(TOO_LARGE), 24 + 1027));
         assert_eq!(one(b"lease-set k 1 0 0 5\r\nab"), Parse::Incomplete);
     }
 
@@ -471,12 +475,15 @@ mod tests {
             request(b"delete k hold 0 noreply\r\n"),
             Request::Delete { key: b"k", hold: 0, noreply: true }
         );
-        assert_eq!(err(b"delete k hold\r\n"), (Some("ERROR"), 15));
+        // Any other form gets memcached's answer.
+        let usage = Some("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+        assert_eq!(err(b"delete k hold\r\n"), (usage, 15));
+        assert_eq!(err(b"delete k hold -5\r\n"), (usage, 18));
+        assert_eq!(err(b"delete k held 5\r\n"), (usage, 17));
         assert_eq!(err(b"delete k hold 5 x\r\n"), (Some("ERROR"), 19));
         assert_eq!(err(b"delete k hold 5 noreply x\r\n"), (Some("ERROR"), 27));
-        assert_eq!(err(b"delete k hold -5\r\n"), (Some(BAD_FORMAT), 18));
-        assert_eq!(err(b"delete k hold x noreply\r\n"), (None, 25));
-        assert_eq!(err(b"delete k\x01 hold 5\r\n"), (Some(BAD_FORMAT), 20));
+        assert_eq!(err(b"delete k hold x noreply\r\n"), (Some("ERROR"), 25));
+        assert_eq!(err(b"delete k\x01 hold 5\r\n"), (usage, 18));
     }
 
     #[test]

@@ -36,7 +36,7 @@ enum Lease {
 /// A fresh value, as opposed to a lease record, a stale value or an `mg … N` placeholder.
 fn fresh(info: &ItemInfo) -> bool {
     let m = info.marks;
-    !m.hidden && !m.stale && !(m.token_sent && info.value_len == 0)
+    !m.hidden && !m.stale && (!m.token_sent || info.value_len > 0)
 }
 
 /// `lease-get <key> [stale]`.
@@ -196,7 +196,7 @@ pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32) -> Result<bool, OpErr
 mod tests {
     use super::*;
 
-    fn info(marks: Marks, value_len: u32) -> ItemInfo {
+    fn info(marks: Marks, value_len: usize) -> ItemInfo {
         ItemInfo { flags: 0, cas: 5, expiry: 0, value_len, fetched: false, marks, last_access: 0 }
     }
 
