@@ -218,6 +218,11 @@ def herd(address, mode, readers=200, processes=4, invalidations=10, period=1.0, 
     }
 
 
+def median_figures(runs):
+    """Each figure's median over several runs of one mode (one of the runs' values)."""
+    return {k: percentile([r[k] for r in runs], 50) if k != "mode" else v for k, v in runs[0].items()}
+
+
 def percentile(samples, p):
     if not samples:
         return 0.0
@@ -254,26 +259,29 @@ def main():
     ap.add_argument("--wait-ms", type=float, default=10, help="wait after a hot miss")
     ap.add_argument("--think-ms", type=float, default=10,
                     help="mean pause of a reader between two rounds (uniform, 0 to twice this)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs of each mode, alternating which goes first; figures are medians")
     ap.add_argument("--server-cpu", default="0")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     pin = ["taskset", "-c", args.server_cpu] if shutil.which("taskset") else []
     server = Server.shoal("-t", "1")
     server.argv = pin + server.argv
-    figures = []
+    runs = {"plain": [], "leases": []}
     with server:
         quiet = uncontended(server.address)
-        for mode in ("plain", "leases"):
-            figures.append(herd(server.address, mode, args.readers, args.processes, args.invalidations,
-                                args.period, args.fill_ms, args.wait_ms, args.think_ms))
+        for r in range(args.rounds):
+            for mode in ("plain", "leases") if r % 2 == 0 else ("leases", "plain"):
+                runs[mode].append(herd(server.address, mode, args.readers, args.processes, args.invalidations,
+                                       args.period, args.fill_ms, args.wait_ms, args.think_ms))
     if args.json:
-        print(json.dumps({"herd": figures, "uncontended_us": quiet}, indent=2))
+        print(json.dumps({"herd": runs, "uncontended_us": quiet}, indent=2))
         return
-    plain, leases = figures
+    plain, leases = (median_figures(runs[mode]) for mode in ("plain", "leases"))
     print(f"{args.readers} readers in {args.processes} processes, {args.invalidations} invalidations "
           f"every {args.period} s, fill {args.fill_ms} ms, hot-miss wait {args.wait_ms} ms, "
-          f"think time {args.think_ms} ms\n")
-    print("| | without leases | with leases | ratio |")
+          f"think time {args.think_ms} ms; medians of {args.rounds} runs per mode\n")
+    print("| | without leases | with leases | without ÷ with |")
     print("|---|---:|---:|---:|")
     rows = [("database queries per invalidation", "queries_per_invalidation", "{:.1f}"),
             ("database queries per second at peak", "peak_queries_per_second", "{:d}"),
