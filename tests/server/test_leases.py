@@ -193,3 +193,24 @@ def test_herd_fills_once_per_invalidation_with_leases(mode, at_most, at_least):
     assert per_invalidation >= at_least, figures
     if at_most is not None:
         assert per_invalidation <= at_most, figures
+
+
+def test_meta_commands_treat_lease_records_as_missing(conn):
+    conn.lease_get(b"p")  # a placeholder
+    assert conn.call(b"delete h hold 30\r\n") == b"NOT_FOUND"  # a hold-off
+    for key in (b"p", b"h"):
+        assert conn.call(b"mg %s v T30\r\n" % key) == b"EN"
+        assert conn.call(b"ms %s 1 MR\r\nx\r\n" % key) == b"NS"
+        assert conn.call(b"ms %s 1 MA\r\nx\r\n" % key) == b"NS"
+        assert conn.call(b"ms %s 1 ME\r\nx\r\n" % key) == b"NS"
+        assert conn.call(b"ma %s\r\n" % key) == b"NF"
+        assert conn.call(b"touch %s 10\r\n" % key) == b"NOT_FOUND"
+    # A value kept stale after a delete may be replaced by add.
+    assert conn.set(b"s", b"v") == b"STORED"
+    assert conn.call(b"delete s\r\n") == b"DELETED"
+    assert conn.call(b"ms s 1 ME\r\nx\r\n") == b"HD"
+    assert conn.get(b"s") == b"x"
+    # md removes a lease record (voiding its token) and says there was no item.
+    _, token, _, _ = conn.lease_get(b"q")
+    assert conn.call(b"md q\r\n") == b"NF"
+    assert conn.lease_set(b"q", token, b"late") == b"NOT_STORED"

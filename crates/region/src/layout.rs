@@ -144,6 +144,13 @@ impl Marks {
         }
     }
 
+    /// Whether an item with these marks refuses `add`: any item does, except a value kept
+    /// stale (and hidden) after a delete, which `add` may replace.
+    #[inline]
+    pub fn refuses_add(self) -> bool {
+        !(self.hidden && self.stale)
+    }
+
     /// `word` with slot `i`'s marks replaced by `self`.
     #[inline]
     pub(crate) fn put(self, word: u32, i: usize) -> u32 {

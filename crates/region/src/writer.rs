@@ -689,7 +689,7 @@ impl Writer {
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
         let item = self.new_item(Value::Given, flags, exptime);
         self.apply(key, value, false, |current| match current {
-            Some(c) if !(c.info.marks.hidden && c.info.marks.stale) => (Change::Keep, Store::NotStored),
+            Some(c) if c.info.marks.refuses_add() => (Change::Keep, Store::NotStored),
             _ => (Change::Store(item.clone()), Store::Stored),
         })
     }

@@ -47,7 +47,8 @@ fn hidden_items_are_lease_records_only_read_modify_writes_see() {
     let w = Writer::create_anonymous(&Config::default(), true).unwrap();
     let r = Reader::open(w.path()).unwrap();
     let record = |marks| {
-        let item = NewItem { value: Value::Owned(b"old".to_vec()), flags: 0, expiry: Some(0), cas: None, marks };
+        let item =
+            NewItem { value: Value::Owned(b"old".to_vec()), flags: 0, expiry: Some(0), cas: None, marks };
         w.update(b"k", &[], false, |_| (Change::Store(item.clone()), ())).unwrap();
     };
     let mut v = Vec::new();

@@ -142,7 +142,6 @@ enum LeaseSet {
 pub fn set(cx: &mut Context<'_>, s: &Store<'_>, token: u64, out: &mut Vec<u8>) {
     let c = cx.counters;
     let writer = &cx.shared.writer;
-    Counters::bump(&c.cmd_set);
     let expiry = absolute_expiry(s.exptime, writer.clock());
     let value = NewItem { value: Value::Given, flags: s.flags, expiry, cas: None, marks: Marks::default() };
     let result = writer.update(s.key, s.data, false, |current| match current {
