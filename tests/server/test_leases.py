@@ -214,3 +214,11 @@ def test_meta_commands_treat_lease_records_as_missing(conn):
     _, token, _, _ = conn.lease_get(b"q")
     assert conn.call(b"md q\r\n") == b"NF"
     assert conn.lease_set(b"q", token, b"late") == b"NOT_STORED"
+
+
+def test_settings_show_the_lease_intervals(conn):
+    conn.sock.sendall(b"stats settings\r\n")
+    lines = []
+    while (line := conn.line()) != b"END":
+        lines.append(line)
+    assert b"STAT lease_ttl 3" in lines and b"STAT stale_ttl 5" in lines
