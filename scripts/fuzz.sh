@@ -4,7 +4,8 @@
 # Needs the nightly toolchain (installed if missing) and cargo-fuzz (installed if missing).
 # A crash, panic, leak or hang (an input running over 20 s) fails the script; the input that
 # did it is left in fuzz/artifacts/<target>/ (reproduce: cargo +nightly fuzz run <target> <file>).
-# The corpus grows in fuzz/corpus/<target>/ and is reused by later runs.
+# The corpus grows in fuzz/corpus/<target>/ and is reused by later runs; fuzz/dict/<target>.dict,
+# when present, gives the target's protocol words to libFuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,7 +43,10 @@ for target in $targets; do
   # -timeout: one input running longer than this is reported as a hang.
   # The progress lines of every new corpus entry are dropped; the rest (and any failure) is shown.
   set +e
-  cargo +nightly fuzz run "$target" -- -max_total_time="$secs" -timeout=20 -print_final_stats=1 2>&1 |
+  # A dictionary of the target's protocol words, if it has one (fuzz/dict/<target>.dict).
+  dict=()
+  [ -f "fuzz/dict/$target.dict" ] && dict=(-dict="fuzz/dict/$target.dict")
+  cargo +nightly fuzz run "$target" -- "${dict[@]}" -max_total_time="$secs" -timeout=20 -print_final_stats=1 2>&1 |
     grep --line-buffered -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE)'
   status=${PIPESTATUS[0]}
   set -e

@@ -43,8 +43,12 @@ pub enum Request<'a> {
     Get(Get<'a>),
     /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
     Store(Store<'a>),
-    /// `delete <key> [0] [noreply]`.
-    Delete { key: &'a [u8], noreply: bool },
+    /// `delete <key> [0] [noreply]`, or Shoal's `delete <key> hold <seconds> [noreply]`:
+    /// `hold` seconds during which `add` of the key is refused (0: none).
+    Delete { key: &'a [u8], hold: u32, noreply: bool },
+    /// Shoal/mcrouter `lease-get <key> [stale]`: a value, or a lease token or hot miss;
+    /// `stale`: the caller takes a stale value along with a miss.
+    LeaseGet { key: &'a [u8], stale: bool },
     /// `incr`/`decr <key> <delta> [noreply]`.
     Arith { incr: bool, key: &'a [u8], delta: u64, noreply: bool },
     /// `touch <key> <exptime> [noreply]`.

@@ -33,9 +33,12 @@ pub enum StoreCmd {
     Prepend,
     /// Store only if the item's CAS unique is still this one.
     Cas(u64),
+    /// Shoal/mcrouter `lease-set`: store only if this lease token is still the key's.
+    LeaseSet(u64),
 }
 
-/// `<cmd> <key> <flags> <exptime> <bytes> [cas] [noreply]` and its data block.
+/// `<cmd> <key> <flags> <exptime> <bytes> [cas] [noreply]` (or `lease-set <key> <token>
+/// <flags> <exptime> <bytes> [noreply]`) and its data block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Store<'a> {
     pub cmd: StoreCmd,
@@ -71,6 +74,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         b"append" => Some(StoreCmd::Append),
         b"prepend" => Some(StoreCmd::Prepend),
         b"cas" => Some(StoreCmd::Cas(0)),
+        b"lease-set" => Some(StoreCmd::LeaseSet(0)),
         _ => None,
     };
     if let Some(cmd) = store_cmd {
@@ -81,6 +85,16 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         b"gets" => get(at, args, true, false),
         b"gat" => get(at, args, false, true),
         b"gats" => get(at, args, true, true),
+        b"lease-get" => {
+            let (t, n) = split::<2>(args);
+            if !(1..=2).contains(&n) {
+                return error();
+            }
+            if !valid_key(t[0]) || (n == 2 && t[1] != b"stale") {
+                return Parse::error(BAD_FORMAT, at.end);
+            }
+            done(Request::LeaseGet { key: t[0], stale: n == 2 })
+        }
         b"incr" | b"decr" => {
             let incr = command == b"incr";
             key_and_number(
@@ -95,6 +109,9 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             Request::Touch { key, exptime, noreply }
         }),
         b"delete" => {
+            if let Some(request) = hold_off(args.clone()) {
+                return done(request);
+            }
             let (t, n) = split::<3>(args);
             if !(1..=3).contains(&n) {
                 return error();
@@ -109,7 +126,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             if !valid_key(t[0]) {
                 return Parse::error_unless(noreply, BAD_FORMAT, at.end);
             }
-            done(Request::Delete { key: t[0], noreply })
+            done(Request::Delete { key: t[0], hold: 0, noreply })
         }
         b"flush_all" => {
             let (t, n) = split::<2>(args);
@@ -164,6 +181,19 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
     }
 }
 
+/// Shoal's `delete <key> hold <seconds> [noreply]`, exactly; anything else that is not a
+/// memcached `delete` gets memcached's answer.
+fn hold_off(args: Tokens<'_>) -> Option<Request<'_>> {
+    let (t, n) = split::<4>(args);
+    let noreply = match n {
+        3 => false,
+        4 if t[3] == b"noreply" => true,
+        _ => return None,
+    };
+    let hold = parse_u32(t[2]).filter(|_| t[1] == b"hold" && valid_key(t[0]))?;
+    Some(Request::Delete { key: t[0], hold, noreply })
+}
+
 /// memcached's `noreply` test: the last of the `n` tokens is exactly `noreply`.
 /// `<command> <key> <number> [noreply]`, the shape of `incr`, `decr` and `touch`: the wrong
 /// number of arguments is `ERROR`, a bad key `CLIENT_ERROR bad command line format`, a bad
@@ -213,7 +243,7 @@ fn get<'a>(at: &Line<'a>, mut args: Tokens<'a>, cas: bool, touch: bool) -> Parse
 
 fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
     let (t, n) = split::<6>(args);
-    let arity = if cmd == StoreCmd::Cas(0) { 5 } else { 4 };
+    let arity = if matches!(cmd, StoreCmd::Cas(_) | StoreCmd::LeaseSet(_)) { 5 } else { 4 };
     if n != arity && n != arity + 1 {
         return Parse::error("ERROR", at.end);
     }
@@ -222,12 +252,20 @@ fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
     if !valid_key(t[0]) {
         return bad();
     }
-    let (Some(flags), Some(exptime), Some(len)) = (parse_u32(t[1]), parse_i64(t[2]), Line::size(t[3])) else {
+    // `lease-set` carries its token before the flags, `cas` its unique after the size.
+    let (fields, number) = match cmd {
+        StoreCmd::LeaseSet(_) => (&t[2..5], t[1]),
+        _ => (&t[1..4], t[4]),
+    };
+    let (Some(flags), Some(exptime), Some(len)) =
+        (parse_u32(fields[0]), parse_i64(fields[1]), Line::size(fields[2]))
+    else {
         return bad();
     };
     let cmd = match cmd {
-        StoreCmd::Cas(_) => match parse_u64(t[4]) {
-            Some(unique) => StoreCmd::Cas(unique),
+        StoreCmd::Cas(_) | StoreCmd::LeaseSet(_) => match parse_u64(number) {
+            Some(n) if matches!(cmd, StoreCmd::Cas(_)) => StoreCmd::Cas(n),
+            Some(n) => StoreCmd::LeaseSet(n),
             None => return bad(),
         },
         other => other,
@@ -392,10 +430,10 @@ mod tests {
         assert_eq!(err(b"touch k x\r\n"), (Some(BAD_EXPTIME), 11));
         assert_eq!(err(b"touch k\r\n"), (Some("ERROR"), 9));
         for ok in [&b"delete k\r\n"[..], b"delete k 0\r\n"] {
-            assert_eq!(request(ok), Request::Delete { key: b"k", noreply: false });
+            assert_eq!(request(ok), Request::Delete { key: b"k", hold: 0, noreply: false });
         }
         for ok in [&b"delete k noreply\r\n"[..], b"delete k 0 noreply\r\n"] {
-            assert_eq!(request(ok), Request::Delete { key: b"k", noreply: true });
+            assert_eq!(request(ok), Request::Delete { key: b"k", hold: 0, noreply: true });
         }
         let usage = Some("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
         assert_eq!(err(b"delete k 1\r\n"), (usage, 12));
@@ -403,6 +441,53 @@ mod tests {
         assert_eq!(err(b"delete k 1 noreply\r\n"), (None, 20));
         assert_eq!(err(b"delete k 0 noreply x\r\n"), (Some("ERROR"), 22));
         assert_eq!(err(b"delete\r\n"), (Some("ERROR"), 8));
+    }
+
+    #[test]
+    fn leases() {
+        assert_eq!(request(b"lease-get k\r\n"), Request::LeaseGet { key: b"k", stale: false });
+        assert_eq!(request(b"lease-get k stale\r\n"), Request::LeaseGet { key: b"k", stale: true });
+        assert_eq!(err(b"lease-get\r\n"), (Some("ERROR"), 11));
+        assert_eq!(err(b"lease-get k stale x\r\n"), (Some("ERROR"), 21));
+        assert_eq!(err(b"lease-get k fresh\r\n"), (Some(BAD_FORMAT), 19));
+        assert_eq!(err(b"lease-get k\x01\r\n"), (Some(BAD_FORMAT), 14));
+        let Request::Store(s) = request(b"lease-set k 18446744073709551615 7 -1 3 noreply\r\nabc\r\n") else {
+            panic!()
+        };
+        let want = Store {
+            cmd: StoreCmd::LeaseSet(u64::MAX),
+            key: b"k",
+            flags: 7,
+            exptime: -1,
+            data: b"abc",
+            noreply: true,
+        };
+        assert_eq!(s, want);
+        assert_eq!(err(b"lease-set k 5 0 0\r\n"), (Some("ERROR"), 19));
+        for line in [&b"lease-set k x 0 0 1\r\n"[..], b"lease-set k -1 0 0 1\r\n", b"lease-set k 1 x 0 1\r\n"]
+        {
+            assert_eq!(err(&[line, b"x\r\n"].concat()), (Some(BAD_FORMAT), line.len()), "{line:?}");
+        }
+        assert_eq!(err(b"lease-set k 1 0 0 1025\r\n"), (Some(TOO_LARGE), 24 + 1027));
+        assert_eq!(one(b"lease-set k 1 0 0 5\r\nab"), Parse::Incomplete);
+    }
+
+    #[test]
+    fn delete_hold_off() {
+        assert_eq!(request(b"delete k hold 30\r\n"), Request::Delete { key: b"k", hold: 30, noreply: false });
+        assert_eq!(
+            request(b"delete k hold 0 noreply\r\n"),
+            Request::Delete { key: b"k", hold: 0, noreply: true }
+        );
+        // Any other form gets memcached's answer.
+        let usage = Some("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+        assert_eq!(err(b"delete k hold\r\n"), (usage, 15));
+        assert_eq!(err(b"delete k hold -5\r\n"), (usage, 18));
+        assert_eq!(err(b"delete k held 5\r\n"), (usage, 17));
+        assert_eq!(err(b"delete k hold 5 x\r\n"), (Some("ERROR"), 19));
+        assert_eq!(err(b"delete k hold 5 noreply x\r\n"), (Some("ERROR"), 27));
+        assert_eq!(err(b"delete k hold x noreply\r\n"), (Some("ERROR"), 25));
+        assert_eq!(err(b"delete k\x01 hold 5\r\n"), (usage, 18));
     }
 
     #[test]

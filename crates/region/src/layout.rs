@@ -17,7 +17,7 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// First 8 bytes of every region file.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHOALRGN");
 /// Version of the layout described in this file. Readers refuse any other.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Hash function identifier stored in the header: XXH3-64 with the header's seed.
 pub const HASH_XXH3_64: u32 = 1;
 
@@ -106,7 +106,7 @@ const _: () = {
 #[repr(C, align(64))]
 pub(crate) struct Bucket {
     pub version: AtomicU32,
-    /// Two bits per slot ([`Marks`]), changed only under the bucket's lock and read within
+    /// Four bits per slot ([`Marks`]), changed only under the bucket's lock and read within
     /// its version like the slots; a slot's marks move and clear with the slot.
     pub marks: AtomicU32,
     pub slots: [AtomicU64; BUCKET_SLOTS],
@@ -122,9 +122,13 @@ pub struct Marks {
     pub token_sent: bool,
     /// The key was stored in binary form (meta's `b`): answers show it in base64.
     pub binary_key: bool,
+    /// A Shoal lease record rather than a cached value: a lease placeholder (`lease-get`
+    /// miss), a delete hold-off, or a value kept stale after `delete`. Plain reads (the
+    /// server's `get`, clients' shared-memory reads) miss it; only read-modify-writes see it.
+    pub hidden: bool,
 }
 
-const MARK_BITS: u32 = 3;
+const MARK_BITS: u32 = 4;
 const _: () = assert!(BUCKET_SLOTS as u32 * MARK_BITS <= 32);
 
 impl Marks {
@@ -132,15 +136,30 @@ impl Marks {
     #[inline]
     pub(crate) fn of(word: u32, i: usize) -> Marks {
         let bits = word >> (i as u32 * MARK_BITS);
-        Marks { stale: bits & 1 != 0, token_sent: bits & 2 != 0, binary_key: bits & 4 != 0 }
+        Marks {
+            stale: bits & 1 != 0,
+            token_sent: bits & 2 != 0,
+            binary_key: bits & 4 != 0,
+            hidden: bits & 8 != 0,
+        }
+    }
+
+    /// Whether an item with these marks refuses `add`: any item does, except a value kept
+    /// stale (and hidden) after a delete, which `add` may replace.
+    #[inline]
+    pub fn refuses_add(self) -> bool {
+        !(self.hidden && self.stale)
     }
 
     /// `word` with slot `i`'s marks replaced by `self`.
     #[inline]
     pub(crate) fn put(self, word: u32, i: usize) -> u32 {
         let shift = i as u32 * MARK_BITS;
-        let bits = u32::from(self.stale) | u32::from(self.token_sent) << 1 | u32::from(self.binary_key) << 2;
-        word & !(7 << shift) | bits << shift
+        let bits = u32::from(self.stale)
+            | u32::from(self.token_sent) << 1
+            | u32::from(self.binary_key) << 2
+            | u32::from(self.hidden) << 3;
+        word & !(0xf << shift) | bits << shift
     }
 }
 

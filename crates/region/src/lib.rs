@@ -51,6 +51,6 @@ pub use reader::Reader;
 pub use region::{ItemInfo, Lookup};
 #[cfg(not(loom))]
 pub use writer::{
-    counter_text, parse_counter, touch_expiry, Change, Config, Current, Delta, Mark, NewItem, Stats, Store,
-    Value, Writer,
+    counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Mark, NewItem, Stats,
+    Store, Value, Writer,
 };

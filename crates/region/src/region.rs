@@ -349,7 +349,11 @@ impl Region {
         crate::key::check_key(key)?;
         let hash = self.hash(key);
         Ok(match self.find(key, &hash, Some(value))? {
-            Some(found) => (self.judge(&found), Some(found)),
+            // Lease records are for read-modify-writes only: a plain read misses them.
+            Some(found) => match self.judge(&found) {
+                Lookup::Hit(info) if info.marks.hidden => (Lookup::Missing, None),
+                lookup => (lookup, Some(found)),
+            },
             None => (Lookup::Missing, None),
         })
     }

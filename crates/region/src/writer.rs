@@ -727,19 +727,20 @@ impl Writer {
         self.update(key, given, need_value, |current| decide(current)).map(|(result, _)| result)
     }
 
-    /// memcached `add`: store only if there is no live item.
+    /// memcached `add`: store only if there is no live item. A lease placeholder or a delete
+    /// hold-off (hidden, not stale) refuses it too; a value kept stale after a delete does not.
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
         let item = self.new_item(Value::Given, flags, exptime);
         self.apply(key, value, false, |current| match current {
-            Some(_) => (Change::Keep, Store::NotStored),
-            None => (Change::Store(item.clone()), Store::Stored),
+            Some(c) if c.info.marks.refuses_add() => (Change::Keep, Store::NotStored),
+            _ => (Change::Store(item.clone()), Store::Stored),
         })
     }
 
     /// memcached `replace`: store only if there is a live item.
     pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
         let item = self.new_item(Value::Given, flags, exptime);
-        self.apply(key, value, false, |current| match current {
+        self.apply(key, value, false, |current| match visible(current) {
             None => (Change::Keep, Store::NotStored),
             Some(_) => (Change::Store(item.clone()), Store::Stored),
         })
@@ -756,7 +757,7 @@ impl Writer {
     }
 
     fn concat(&self, key: &[u8], value: &[u8], how: Value) -> Result<Store, OpError> {
-        self.apply(key, value, true, |current| match current {
+        self.apply(key, value, true, |current| match visible(current) {
             None => (Change::Keep, Store::NotStored),
             Some(c) => (Change::Store(NewItem::keeping(c.info, how.clone())), Store::Stored),
         })
@@ -772,7 +773,7 @@ impl Writer {
         cas: u64,
     ) -> Result<Store, OpError> {
         let item = self.new_item(Value::Given, flags, exptime);
-        self.apply(key, value, false, |current| match current {
+        self.apply(key, value, false, |current| match visible(current) {
             None => (Change::Keep, Store::NotFound),
             Some(c) if c.info.cas != cas => (Change::Keep, Store::Exists),
             Some(_) => (Change::Store(item.clone()), Store::Stored),
@@ -789,18 +790,19 @@ impl Writer {
         self.apply(key, &[], true, |current| counter_change(current, |n| n.saturating_sub(delta)))
     }
 
-    /// memcached `delete`: true if a live item was removed.
+    /// memcached `delete`: true if a live item was removed. A lease record (hidden) goes too,
+    /// so its token is void, but does not count as an item.
     pub fn delete(&self, key: &[u8]) -> Result<bool, OpError> {
         self.apply(key, &[], false, |current| match current {
             None => (Change::Keep, false),
-            Some(_) => (Change::Remove, true),
+            Some(c) => (Change::Remove, !c.info.marks.hidden),
         })
     }
 
     /// memcached `touch`: sets a live item's expiry; true if there was one.
     pub fn touch(&self, key: &[u8], exptime: i64) -> Result<bool, OpError> {
         let expiry = touch_expiry(exptime, self.clock());
-        self.apply(key, &[], false, |current| match current {
+        self.apply(key, &[], false, |current| match visible(current) {
             None => (Change::Keep, false),
             Some(c) => {
                 (Change::Mark(Mark { expiry: Some(expiry), marks: c.info.marks, fetched: false }), true)
@@ -1453,9 +1455,15 @@ impl NewItem {
     }
 }
 
+/// The live item unless it is a lease record ([`Marks::hidden`]), which the memcached
+/// commands other than `add` and `delete` treat as absent.
+pub fn visible(current: Option<Current<'_>>) -> Option<Current<'_>> {
+    current.filter(|c| !c.info.marks.hidden)
+}
+
 /// `incr`/`decr`: the counter's new value, written as memcached does.
 fn counter_change(current: Option<Current<'_>>, op: impl Fn(u64) -> u64) -> Plan<Delta> {
-    let Some(c) = current else { return (Change::Keep, Delta::NotFound) };
+    let Some(c) = visible(current) else { return (Change::Keep, Delta::NotFound) };
     let Some(n) = parse_counter(c.value) else { return (Change::Keep, Delta::NonNumeric) };
     let n = op(n);
     (Change::Store(NewItem::keeping(c.info, Value::Owned(counter_text(n, c.value.len())))), Delta::Value(n))

@@ -66,3 +66,35 @@ fn prefetching_changes_nothing_a_lookup_sees() {
         w.prefetch_item(odd);
     }
 }
+
+#[test]
+fn hidden_items_are_lease_records_only_read_modify_writes_see() {
+    use shoal_region::{Change, Marks, NewItem, Value};
+    let w = Writer::create_anonymous(&Config::default(), true).unwrap();
+    let r = Reader::open(w.path()).unwrap();
+    let record = |marks| {
+        let item =
+            NewItem { value: Value::Owned(b"old".to_vec()), flags: 0, expiry: Some(0), cas: None, marks };
+        w.update(b"k", &[], false, |_| (Change::Store(item.clone()), ())).unwrap();
+    };
+    let mut v = Vec::new();
+    // A hold-off (hidden, not stale): plain reads miss, add is refused, delete removes it
+    // without counting it as an item.
+    record(Marks { hidden: true, ..Marks::default() });
+    assert_eq!(r.get(b"k", &mut v).unwrap(), Lookup::Missing);
+    assert_eq!(w.get(b"k", &mut v).unwrap(), Lookup::Missing);
+    let seen = w.update(b"k", &[], true, |c| (Change::Keep, c.map(|c| c.info.marks.hidden))).unwrap().0;
+    assert_eq!(seen, Some(true));
+    assert_eq!(w.add(b"k", b"x", 0, 0).unwrap(), Store::NotStored);
+    assert_eq!(w.replace(b"k", b"x", 0, 0).unwrap(), Store::NotStored);
+    assert_eq!(w.append(b"k", b"x").unwrap(), Store::NotStored);
+    assert_eq!(w.cas(b"k", b"x", 0, 0, 1).unwrap(), Store::NotFound);
+    assert!(!w.touch(b"k", 100).unwrap());
+    assert!(!w.delete(b"k").unwrap());
+    assert_eq!(w.add(b"k", b"x", 0, 0).unwrap(), Store::Stored);
+    // A value kept stale after a delete: add may replace it.
+    record(Marks { hidden: true, stale: true, ..Marks::default() });
+    assert_eq!(w.add(b"k", b"y", 0, 0).unwrap(), Store::Stored);
+    assert!(r.get(b"k", &mut v).unwrap().hit().is_some());
+    assert_eq!(v, b"y");
+}

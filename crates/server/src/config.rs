@@ -124,6 +124,16 @@ pub struct ServerArgs {
     /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
+    /// lease interval in seconds: a `lease-get` token (and the hot misses of other callers)
+    /// lasts this long
+    #[arg(long = "lease-ttl", value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub lease_ttl: u32,
+    /// seconds a deleted value is kept, hidden and stale, for `lease-get <key> stale`
+    /// (0: `delete` removes at once, as memcached does)
+    #[arg(long = "stale-ttl", value_name = "SECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub stale_ttl: u32,
     /// test mode: enables `debugtime <seconds>`, which moves the server clock forward
     #[arg(long = "test-mode")]
     pub test_mode: bool,
@@ -158,6 +168,10 @@ pub struct Settings {
     pub avg_item_bytes: usize,
     pub verbose: u8,
     pub pidfile: Option<PathBuf>,
+    /// Seconds a lease token lasts (`--lease-ttl`).
+    pub lease_ttl: u32,
+    /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
+    pub stale_ttl: u32,
     pub test_mode: bool,
 }
 
@@ -268,6 +282,8 @@ impl ServerArgs {
             avg_item_bytes: self.avg_item_bytes,
             verbose: self.verbose,
             pidfile: self.pidfile.clone(),
+            lease_ttl: self.lease_ttl,
+            stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,
         })
     }

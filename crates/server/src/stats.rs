@@ -158,6 +158,8 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "memory_file", shared.writer.path().display());
     line(out, "region_bytes", s.region_bytes);
     line(out, "avg_item_bytes", s.avg_item_bytes);
+    line(out, "lease_ttl", s.lease_ttl);
+    line(out, "stale_ttl", s.stale_ttl);
     line(out, "test_mode", on(s.test_mode));
     out.extend_from_slice(b"END\r\n");
 }

@@ -13,7 +13,8 @@ use super::{push_u64, reply, store_error, Context};
 use crate::stats::Counters;
 use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, KEY_MAX};
 use shoal_region::{
-    absolute_expiry, counter_text, parse_counter, touch_expiry, Change, ItemInfo, Mark, Marks, NewItem, Value,
+    absolute_expiry, counter_text, parse_counter, touch_expiry, visible, Change, ItemInfo, Mark, Marks,
+    NewItem, Value,
 };
 
 /// What `mg` found, after any change it made.
@@ -206,56 +207,54 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
     let f = &m.flags;
     let writer = &cx.shared.writer;
     let value = &mut cx.value;
-    let result = writer.update(key, &[], true, |current| match current {
-        Some(c) => {
-            value.clear();
-            value.extend_from_slice(c.value);
-            let old = c.info.marks;
-            let expiry =
-                f.ttl.map(|_| TtlWalk { flags: f, created: false, now, expiry: c.info.expiry }.last(m));
-            let recache = f.recache.is_some_and(|r| {
-                c.info.expiry != 0 && c.info.expiry < touch_expiry(r, now) && !old.token_sent
-            });
-            let won = !old.token_sent && (old.stale || recache);
-            let marks = Marks { token_sent: old.token_sent || won, ..old };
-            let info = ItemInfo { expiry: expiry.unwrap_or(c.info.expiry), marks, ..c.info };
-            let change = Change::Mark(Mark { expiry, marks, fetched: bump });
-            let found = Found {
-                info,
-                old_expiry: c.info.expiry,
-                created: false,
-                token_was_sent: old.token_sent,
-                won,
-            };
-            (change, Some(found))
-        }
-        None => match f.vivify {
-            Some(_) => {
+    // Only `N` sees a lease record: to win it, or to learn that the lease is taken.
+    let result =
+        writer.update(key, &[], true, |c| match c.filter(|c| f.vivify.is_some() || !c.info.marks.hidden) {
+            Some(c) => {
                 value.clear();
-                let marks = Marks { token_sent: true, ..Marks::default() };
-                let expiry = TtlWalk { flags: f, created: true, now, expiry: 0 }.last(m);
-                let item = NewItem {
-                    value: Value::Owned(Vec::new()),
-                    flags: 0,
-                    expiry: Some(expiry),
-                    cas: None,
-                    marks,
+                value.extend_from_slice(c.value);
+                let old = c.info.marks;
+                let expiry =
+                    f.ttl.map(|_| TtlWalk { flags: f, created: false, now, expiry: c.info.expiry }.last(m));
+                let recache = f.recache.is_some_and(|r| {
+                    c.info.expiry != 0 && c.info.expiry < touch_expiry(r, now) && !old.token_sent
+                });
+                // A Shoal lease record (a hold-off, a value kept after delete) is a miss to win.
+                let won = !old.token_sent && (old.stale || old.hidden || recache);
+                let marks = Marks { token_sent: old.token_sent || won, ..old };
+                let info = ItemInfo { expiry: expiry.unwrap_or(c.info.expiry), marks, ..c.info };
+                let change = Change::Mark(Mark { expiry, marks, fetched: bump });
+                let found = Found {
+                    info,
+                    old_expiry: c.info.expiry,
+                    created: false,
+                    token_was_sent: old.token_sent,
+                    won,
                 };
-                let info = ItemInfo {
-                    flags: 0,
-                    cas: 0,
-                    expiry,
-                    value_len: 0,
-                    fetched: false,
-                    marks,
-                    last_access: now,
-                };
-                let found = Found { info, old_expiry: 0, created: true, token_was_sent: false, won: true };
-                (Change::Store(item), Some(found))
+                (change, Some(found))
             }
-            None => (Change::Keep, None),
-        },
-    });
+            None => match f.vivify {
+                Some(_) => {
+                    value.clear();
+                    let marks = Marks { token_sent: true, ..Marks::default() };
+                    let expiry = TtlWalk { flags: f, created: true, now, expiry: 0 }.last(m);
+                    let item = placeholder(expiry, marks);
+                    let info = ItemInfo {
+                        flags: 0,
+                        cas: 0,
+                        expiry,
+                        value_len: 0,
+                        fetched: false,
+                        marks,
+                        last_access: now,
+                    };
+                    let found =
+                        Found { info, old_expiry: 0, created: true, token_was_sent: false, won: true };
+                    (Change::Store(item), Some(found))
+                }
+                None => (Change::Keep, None),
+            },
+        });
     match result {
         Ok((Some(mut found), new_cas)) => {
             if let Some(cas) = new_cas {
@@ -265,6 +264,20 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
         }
         _ => None,
     }
+}
+
+/// An empty item holding a recache token (`mg … N`, a `lease-get` miss, a delete hold-off),
+/// expiring at `expiry`.
+pub(crate) fn placeholder(expiry: u32, marks: Marks) -> NewItem {
+    NewItem { value: Value::Owned(Vec::new()), flags: 0, expiry: Some(expiry), cas: None, marks }
+}
+
+/// The live item's value kept as stale (`md … I`; `hidden` for a value `delete` keeps for
+/// lease clients), with a new CAS (so outstanding tokens are void) and a token for the next
+/// reader.
+pub(crate) fn stale_copy(info: ItemInfo, expiry: Option<u32>, hidden: bool) -> NewItem {
+    let keep = NewItem::keeping(info, Value::Current);
+    NewItem { expiry, marks: Marks { stale: true, hidden, ..keep.marks }, ..keep }
 }
 
 /// What `ms` stores over, given its mode.
@@ -314,6 +327,13 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     };
     let concat = matches!(mode, SetMode::Append | SetMode::Prepend);
     let result = writer.update(key, m.data, concat, |current| {
+        // A lease record is there for `add` (a hold-off refuses it) and for a store under
+        // its token; the other modes see no item.
+        let current = match mode {
+            SetMode::Replace | SetMode::Append | SetMode::Prepend => visible(current),
+            SetMode::Add => current.filter(|c| c.info.marks.refuses_add()),
+            SetMode::Set | SetMode::Cas => current,
+        };
         let Some(cur) = current else {
             return match mode {
                 SetMode::Add | SetMode::Set => (Change::Store(fresh.clone()), SetResult::Stored),
@@ -396,14 +416,16 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let invalidate = f.has(b'I');
     let result = writer.update(key, &[], invalidate, |current| {
         let Some(cur) = current else { return (Change::Keep, DeleteResult::NotFound) };
+        if cur.info.marks.hidden {
+            // A lease record goes (its token with it), but it was no item.
+            return (Change::Remove, DeleteResult::NotFound);
+        }
         if f.cas.is_some_and(|cas| cas != cur.info.cas) {
             return (Change::Keep, DeleteResult::Exists);
         }
         let expiry = Some(f.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
         if invalidate {
-            // Stale, with a new CAS, and a token for the next reader.
-            let keep = NewItem::keeping(cur.info, Value::Current);
-            let item = NewItem { expiry, marks: Marks { stale: true, ..keep.marks }, ..keep };
+            let item = stale_copy(cur.info, expiry, false);
             (Change::Store(item), DeleteResult::Deleted)
         } else if f.has(b'x') {
             // Newer memcached: drop the value, keep the item.
@@ -459,7 +481,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
     let incr = !matches!(f.mode, Some(b'D' | b'd' | b'-'));
     let delta = f.delta.unwrap_or(1);
     let result = writer.update(key, &[], true, |current| {
-        let Some(cur) = current else {
+        let Some(cur) = visible(current) else {
             if f.vivify.is_none() {
                 return (Change::Keep, ArithResult::NotFound);
             }

@@ -1,11 +1,13 @@
 //! Executing parsed requests against the region, writing memcached's answers.
 //!
 //! One function per family: [`text`] (storage, retrieval, delete, incr/decr, touch),
-//! [`meta`] (`mg ms md ma mn me`) and [`admin`] (stats, flush_all, version, verbosity, quit,
+//! [`meta`] (`mg ms md ma mn me`), [`lease`] (`lease-get`, `lease-set`, delete hold-off and
+//! stale values) and [`admin`] (stats, flush_all, version, verbosity, quit,
 //! shutdown, and Shoal's `shm` and `debugtime`). Answers are appended to the connection's
 //! output buffer, so a batch of pipelined requests leaves in one write.
 
 pub mod admin;
+pub mod lease;
 pub mod meta;
 pub mod text;
 
@@ -49,7 +51,8 @@ impl<'a> Context<'a> {
         match request {
             Request::Get(get) => text::get(self, get, out),
             Request::Store(store) => text::store(self, store, out),
-            Request::Delete { key, noreply } => text::delete(self, key, noreply, out),
+            Request::Delete { key, hold, noreply } => text::delete(self, key, hold, noreply, out),
+            Request::LeaseGet { key, stale } => lease::get(self, key, stale, out),
             Request::Arith { incr, key, delta, noreply } => text::arith(self, incr, key, delta, noreply, out),
             Request::Touch { key, exptime, noreply } => text::touch(self, key, exptime, noreply, out),
             Request::Meta(m) => meta::execute(self, m, out),

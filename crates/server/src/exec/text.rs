@@ -4,7 +4,7 @@
 use super::{push_u64, reply, reply_unless, store_error, Context};
 use crate::stats::Counters;
 use shoal_proto::{Get, Store, StoreCmd};
-use shoal_region::{touch_expiry, Change, Delta, ItemInfo, Lookup, Mark, OpError, Store as Stored};
+use shoal_region::{touch_expiry, visible, Change, Delta, ItemInfo, Lookup, Mark, OpError, Store as Stored};
 
 impl Context<'_> {
     /// Looks a key up for a read, counting the kind of miss; the value lands in `self.value`.
@@ -29,7 +29,7 @@ impl Context<'_> {
     pub(crate) fn lookup_and_touch(&mut self, key: &[u8], exptime: i64) -> Option<ItemInfo> {
         let expiry = touch_expiry(exptime, self.shared.writer.clock());
         let value = &mut self.value;
-        let result = self.shared.writer.update(key, &[], true, |current| match current {
+        let result = self.shared.writer.update(key, &[], true, |current| match visible(current) {
             Some(c) => {
                 value.clear();
                 value.extend_from_slice(c.value);
@@ -120,6 +120,7 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
             Ok(if cx.lookup(s.key, false).is_some() { Stored::Exists } else { Stored::NotFound })
         }
         StoreCmd::Cas(unique) => w.cas(s.key, s.data, s.flags, s.exptime, unique),
+        StoreCmd::LeaseSet(token) => return super::lease::set(cx, &s, token, out),
     };
     let answer: &[u8] = match result {
         Ok(Stored::Stored) => {
@@ -142,10 +143,16 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
     reply_unless(s.noreply, out, answer);
 }
 
-/// `delete <key>`.
-pub fn delete(cx: &mut Context<'_>, key: &[u8], noreply: bool, out: &mut Vec<u8>) {
+/// `delete <key>`; with a hold-off, or with `--stale-ttl`, the key keeps a lease record
+/// ([`super::lease::delete`]).
+pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32, noreply: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
-    let answer: &[u8] = match cx.shared.writer.delete(key) {
+    let result = if hold > 0 || cx.shared.settings.stale_ttl > 0 {
+        super::lease::delete(cx, key, hold)
+    } else {
+        cx.shared.writer.delete(key)
+    };
+    let answer: &[u8] = match result {
         Ok(true) => {
             Counters::bump(&c.delete_hits);
             b"DELETED"
