@@ -15,7 +15,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
-use shoal_client::{Error as ClientError, Item, Options, Stored};
+use shoal_client::{Error as ClientError, FillOptions, Item, Lease, LeaseStored, Options, Stored};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -306,12 +306,84 @@ impl Client {
         })
     }
 
-    /// Deletes `key`; whether it existed.
-    #[pyo3(signature = (key, noreply=None))]
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>, noreply: Option<bool>) -> PyResult<bool> {
+    /// Deletes `key`; whether it existed. `hold=N` (a Shoal extension) also refuses `add` of
+    /// the key for N seconds.
+    #[pyo3(signature = (key, noreply=None, hold=0))]
+    fn delete(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        noreply: Option<bool>,
+        hold: u32,
+    ) -> PyResult<bool> {
         let _ = noreply;
         let key = key_bytes(key)?;
-        self.call(py, |c| c.delete(&key))
+        match hold {
+            0 => self.call(py, |c| c.delete(&key)),
+            seconds => self.call(py, |c| c.delete_hold(&key, seconds)),
+        }
+    }
+
+    /// Facebook's lease read: `("hit", value, None)`, `("token", stale_or_None, token)` when
+    /// this caller holds the key's lease, or `("hot", stale_or_None, None)` when another does.
+    /// Stale values come only with `stale=True`.
+    #[pyo3(signature = (key, stale=false))]
+    fn lease_get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        stale: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let key = key_bytes(key)?;
+        let value = |item: Option<Item>| item.map(|i| bytes(py, &i.value));
+        match self.call(py, |c| c.lease_get(&key, stale))? {
+            Lease::Hit(item) => ("hit", value(Some(item)), None::<u64>).into_pyobject(py),
+            Lease::Token { token, stale } => ("token", value(stale), Some(token)).into_pyobject(py),
+            Lease::HotMiss { stale } => ("hot", value(stale), None::<u64>).into_pyobject(py),
+        }
+    }
+
+    /// Stores `value` under the lease `token` from `lease_get`: `"stored"`, `"stale_stored"`
+    /// (the token was void but a stale value was replaced) or `"not_stored"`.
+    #[pyo3(signature = (key, token, value, expire=0, flags=0))]
+    fn lease_set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        token: u64,
+        value: &Bound<'_, PyAny>,
+        expire: i64,
+        flags: u32,
+    ) -> PyResult<&'static str> {
+        let (key, value) = (key_bytes(key)?, value_bytes(value)?);
+        Ok(match self.call(py, |c| c.lease_set(&key, token, &value, flags, expire))? {
+            LeaseStored::Stored => "stored",
+            LeaseStored::StaleStored => "stale_stored",
+            LeaseStored::NotStored => "not_stored",
+        })
+    }
+
+    /// The look-aside read with leases: the cached value; or, if this caller wins the key's
+    /// lease, `fill()`'s value (bytes or str), stored; or the value another caller's fill
+    /// stores, waited for up to `max_wait` seconds (a stale value instead if `stale_ok`).
+    /// `fill` must not use this same client (the client is busy with this call).
+    #[pyo3(signature = (key, fill, expire=0, stale_ok=false, max_wait=2.0))]
+    fn get_or_fill<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        fill: Py<PyAny>,
+        expire: i64,
+        stale_ok: bool,
+        max_wait: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = key_bytes(key)?;
+        let max_wait = seconds(Some(max_wait))?.unwrap_or_default();
+        let options = FillOptions { exptime: expire, accept_stale: stale_ok, max_wait };
+        let filled = self.call(py, |c| {
+            c.get_or_fill(&key, options, || Python::attach(|py| value_bytes(fill.bind(py).call0()?.as_any())))
+        })?;
+        Ok(bytes(py, &filled?))
     }
 
     /// Deletes every key; True.
@@ -323,7 +395,7 @@ impl Client {
         noreply: Option<bool>,
     ) -> PyResult<bool> {
         for key in &keys {
-            self.delete(py, key, noreply)?;
+            self.delete(py, key, noreply, 0)?;
         }
         Ok(true)
     }
