@@ -10,6 +10,7 @@
 //!   latency percentiles, hits, misses, errors and the server's CPU time per request.
 //! - `shoal bench fill` ([`fill`]): how many items of a given size fit in the server.
 //! - `shoal bench latency` ([`latency`]): one client read through shared memory vs TCP.
+//! - `shoal bench ycsb` ([`ycsb`]): the Nahanni paper's look-aside experiment (ATRL).
 //!
 //! ```text
 //!  options ─► KeySpace, KeyChooser (uniform | zipf | latest), ValueSize
@@ -39,6 +40,7 @@ pub mod shm_load;
 pub mod tally;
 pub mod target;
 pub mod workload;
+pub mod ycsb;
 
 use clap::{Args, Subcommand};
 
@@ -59,6 +61,9 @@ enum BenchCommand {
     /// Latency of one client read through Shoal's shared memory, over TCP to Shoal, and over
     /// TCP to memcached, measured by the same client.
     Latency(latency::LatencyOptions),
+    /// The Nahanni paper's look-aside experiment: YCSB clients reading through a cache in
+    /// front of SQLite or PostgreSQL; average total read latency and its breakdown.
+    Ycsb(ycsb::YcsbOptions),
 }
 
 /// Runs a `shoal bench` subcommand and prints its report on stdout, as text or (`--json`) JSON.
@@ -67,6 +72,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Load(o) => load::run_load(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Fill(o) => fill::run_fill(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Latency(o) => latency::run_latency(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+        BenchCommand::Ycsb(o) => ycsb::run_ycsb(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
     };
     if as_json {
         println!("{json:#}");

@@ -5,6 +5,7 @@
 use clap::Parser;
 use shoal_bench::fill::{run_fill, FillOptions, FillStop};
 use shoal_bench::load::{run_load, LoadOptions, LoadReport};
+use shoal_bench::ycsb::{run_ycsb, YcsbOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -169,4 +170,38 @@ fn fill_stops_when_memcached_starts_evicting() {
     assert_eq!(report.limit_bytes, Some(8 << 20));
     // 8 MiB of 16-byte keys and 100-byte values (memcached's items are 160-192 bytes here).
     assert!((20_000..60_000).contains(&report.items), "{report}");
+}
+
+#[test]
+fn a_tiny_ycsb_run_over_sqlite_reads_through_memcached() {
+    let Some(memcached) = Memcached::start("ycsb", 64, false) else { return };
+    let sqlite = memcached.scratch.join("ycsb.sqlite");
+    let argv = [
+        "ycsb",
+        "--load",
+        "--cache",
+        "tcp",
+        "--cache-server",
+        &memcached.address,
+        "--sqlite",
+        sqlite.to_str().unwrap(),
+        "--records",
+        "300",
+        "--operations",
+        "400",
+        "--clients",
+        "2",
+        "--rate",
+        "20000",
+        "--workload",
+        "read-heavy",
+    ];
+    let report = run_ycsb(&YcsbOptions::try_parse_from(argv).unwrap()).unwrap();
+    let t = &report.tally;
+    assert_eq!(t.reads + t.writes, 800);
+    assert!(t.reads > 700 && t.hits > 0 && t.hits < t.reads, "{report}");
+    let (atrl, datastore, cache_read, cache_write) = t.atrl_us();
+    assert!(datastore > 0.0 && cache_read > 0.0 && cache_write > 0.0, "{report}");
+    assert!((atrl - (datastore + cache_read + cache_write)).abs() < 1e-9);
+    assert_eq!(report.to_json()["hits"], t.hits);
 }

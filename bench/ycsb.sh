@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The Nahanni paper's look-aside experiment (issue #5's table 2): YCSB's read-only, read-heavy
+# and read-latest workloads × four caches (none, memcached over TCP, Shoal over TCP, Shoal
+# through shared memory) in front of a real PostgreSQL, started here on a free local port.
+#
+#   bench/ycsb.sh [--full] | bench/rewrite-doc.sh ycsb
+#
+# Servers (memcached, shoal, postgres) are pinned to CPU 0, the clients (`shoal bench ycsb`)
+# to CPU 1. Default size: 100 000 records of 1 KB, 3 clients × 20 000 operations at 2000 ops/s
+# each after as many unmeasured ones (about 6 minutes). --full: the paper's million records and 3 × 100 000 operations.
+# PostgreSQL runs with fsync off (a benchmark, not a database to keep). Prints markdown; the
+# JSON of every run stays in target/bench/ycsb-<time>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+records=100000 operations=20000
+if [ "${1:-}" = --full ]; then records=1000000 operations=100000; fi
+warmup=$operations  # unmeasured operations per client first: the cache reaches its steady state
+out=target/bench/ycsb-$(date -u +%Y%m%dT%H%M%SZ)
+say() { printf '%s\n' "$*" >&2; }
+mkdir -p "$out"
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+if [ -z "$pg_bin" ]; then
+  say "installing PostgreSQL (Debian's postgresql package)"
+  apt-get install -y -q postgresql >&2
+  pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+fi
+command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
+cargo build --release --quiet -p shoal
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$pg_dir"; }
+trap cleanup EXIT
+
+# PostgreSQL refuses to run as root: as root, run it as the postgres user the package made.
+pg_dir=$(mktemp -d /tmp/shoal-ycsb-pg.XXXXXX)
+as_pg=()
+if [ "$(id -u)" = 0 ]; then
+  id postgres >/dev/null 2>&1 || useradd --system postgres
+  chown postgres "$pg_dir"
+  as_pg=(runuser -u postgres --)
+fi
+pg_port=$(free_port)
+"${as_pg[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U postgres >"$out/initdb.log" 2>&1
+taskset -c 0 "${as_pg[@]}" "$pg_bin/postgres" -D "$pg_dir/data" -k "$pg_dir" -h 127.0.0.1 -p "$pg_port" \
+  -c fsync=off -c synchronous_commit=off -c shared_buffers=512MB >"$out/postgres.log" 2>&1 &
+pids+=($!)
+shoal_port=$(free_port) memcached_port=$(free_port)
+as_root=(); [ "$(id -u)" = 0 ] && as_root=(-u root)
+taskset -c 0 target/release/shoal server -p "$shoal_port" -U 0 -l 127.0.0.1 -t 1 -m 1024 >"$out/shoal.log" 2>&1 &
+pids+=($!)
+taskset -c 0 memcached -p "$memcached_port" -U 0 -l 127.0.0.1 -t 1 -m 1024 "${as_root[@]}" >"$out/memcached.log" 2>&1 &
+pids+=($!)
+postgres="host=127.0.0.1 port=$pg_port user=postgres dbname=postgres"
+for _ in $(seq 100); do "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break; sleep 0.1; done
+
+ycsb() { taskset -c 1 target/release/shoal bench ycsb --postgres "$postgres" --records "$records" --json "$@"; }
+say "loading $records records into PostgreSQL"
+ycsb --load --cache none --operations 1 >/dev/null
+
+caches=("none|none|--cache none" "memcached|memcached tcp|--cache tcp --cache-server 127.0.0.1:$memcached_port"
+        "shoal-tcp|shoal tcp|--cache tcp --cache-server 127.0.0.1:$shoal_port"
+        "shoal-shm|shoal shared memory|--cache shm --cache-server 127.0.0.1:$shoal_port")
+for workload in read-only read-heavy read-latest; do
+  for cache in "${caches[@]}"; do
+    IFS='|' read -r name label flags <<<"$cache"
+    say "$workload, cache $label"
+    read -ra args <<<"$flags"
+    ycsb --workload "$workload" --operations "$operations" --warmup "$warmup" --label "$label" "${args[@]}" \
+      >"$out/$workload-$name.json"
+  done
+done
+
+echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty): PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}')" \
+  "(fsync off), $records records of 1000 B, 3 clients × $operations measured operations at 2000 ops/s each after" \
+  "$warmup unmeasured ones each (caches flushed before each run, -m 1024); servers on CPU 0, clients on CPU 1; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+echo
+echo "| workload | cache | hit rate | ATRL µs | datastore µs/read | cache read µs/read | cache write µs/read | read p50 µs | read p99 µs | ATRL ÷ memcached | cache read ÷ memcached |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for workload in read-only read-heavy read-latest; do
+  base="$out/$workload-memcached.json"
+  for cache in none memcached shoal-tcp shoal-shm; do
+    jq -r --slurpfile base "$base" '
+      def r2: . * 100 | round / 100;
+      def ratio(a; b): if b == 0 then "—" else (a / b * 1000 | round / 1000 | tostring) end;
+      "| \(.workload) | \(.cache) | \(.hit_rate | r2) | \(.atrl_us | r2) | \(.per_read_us.datastore_read | r2) | \(.per_read_us.cache_read | r2) | \(.per_read_us.cache_write | r2) | \(.read_latency_us.p50 | r2) | \(.read_latency_us.p99 | r2) | \(ratio(.atrl_us; $base[0].atrl_us)) | \(ratio(.per_read_us.cache_read; $base[0].per_read_us.cache_read)) |"' \
+      "$out/$workload-$cache.json"
+  done
+done
+echo
+echo "Reports: \`$out/\`"
