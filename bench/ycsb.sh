@@ -8,8 +8,9 @@
 # Servers (memcached, shoal, postgres) are pinned to CPU 0, the clients (`shoal bench ycsb`)
 # to CPU 1. Default size: 100 000 records of 1 KB, 3 clients × 20 000 operations at 2000 ops/s
 # each after as many unmeasured ones (about 6 minutes). --full: the paper's million records and 3 × 100 000 operations.
-# PostgreSQL runs with fsync off (a benchmark, not a database to keep). Prints markdown; the
-# JSON of every run stays in target/bench/ycsb-<time>/.
+# PostgreSQL runs with fsync off (a benchmark, not a database to keep). Prints markdown and
+# draws docs/ycsb-atrl.png (bench/ycsb-plot.py, matplotlib); the JSON of every run stays in
+# target/bench/ycsb-<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -89,5 +90,10 @@ for workload in read-only read-heavy read-latest; do
       "$out/$workload-$cache.json"
   done
 done
+echo
+python3 -c 'import matplotlib' 2>/dev/null ||
+  python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
+python3 bench/ycsb-plot.py "$out" docs/ycsb-atrl.png
+echo "![ATRL breakdown per workload and cache](ycsb-atrl.png)"
 echo
 echo "Reports: \`$out/\`"
