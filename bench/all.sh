@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every table of docs/BENCHMARKS.md, measured again in one go and written into its section:
+#
+#   bench/all.sh            # about 15 minutes on this 2-core machine
+#   bench/all.sh --full     # the same, with the Nahanni paper's YCSB sizes (an hour or more)
+#
+# Each script starts what it measures (memcached, shoal server, PostgreSQL) and pins servers
+# to CPU 0 and load to CPU 1; bench/rewrite-doc.sh replaces the section between its markers.
+# The region store's figures (`shoal region bench`) are not rewritten here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+full=()
+[ "${1:-}" = --full ] && full=(--full)
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "Shoal vs memcached: CPU per request and items that fit (issue #3)"
+bench/server-vs-memcached.sh | bench/rewrite-doc.sh server-vs-memcached
+step "the kernel's floor per request"
+bench/kernel-floor.sh | bench/rewrite-doc.sh kernel-floor
+step "client reads: shared memory vs TCP (issue #4)"
+bench/client-latency.sh | bench/rewrite-doc.sh client-latency
+step "leases against the thundering herd (issue #6)"
+bench/leases-herd.sh --rounds 2 | bench/rewrite-doc.sh leases
+step "YCSB over PostgreSQL: ATRL (issue #5)"
+bench/ycsb.sh "${full[@]}" | bench/rewrite-doc.sh ycsb
+step "done: git diff docs/ shows what moved"
