@@ -26,7 +26,7 @@ def main():
         sys.exit(f"usage: {sys.argv[0]} <ycsb.sh report directory> <output.png>")
     reports, output = Path(sys.argv[1]), Path(sys.argv[2])
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=120)
-    width, labels, positions = 0.2, [], []
+    width, labels, positions, tallest = 0.2, [], [], 0.0
     for w, workload in enumerate(WORKLOADS):
         for c, cache in enumerate(CACHES):
             path = reports / f"{workload}-{cache}.json"
@@ -40,6 +40,7 @@ def main():
                 ax.bar(x, value, width * 0.9, bottom=bottom, color=colour,
                        label=name if (w, c) == (0, 0) else None)
                 bottom += value
+            tallest = max(tallest, bottom)
             ax.text(x, bottom, report["cache"].replace(" ", "\n", 1), ha="center", va="bottom", fontsize=6)
         labels.append(workload)
         positions.append(w)
@@ -47,7 +48,7 @@ def main():
     ax.set_ylabel("µs per read (ATRL)")
     ax.set_title("Average total read latency and its parts, PostgreSQL behind each cache")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.margins(y=0.2)
+    ax.set_ylim(0, tallest * 1.15)  # room for the labels above the bars
     fig.tight_layout()
     fig.savefig(output)
     print(f"wrote {output}", file=sys.stderr)
