@@ -380,7 +380,11 @@ impl Client {
     /// The region, if reads may be local now. A region that is no longer current (the server
     /// restarted, stopped or died) sends the client back to the server for a new answer.
     fn local_region(&mut self) -> Option<&mut Local> {
-        if self.local.as_mut().is_some_and(|l| !l.is_current()) {
+        let current = match (self.local.as_mut(), self.conn.as_mut()) {
+            (Some(local), Some(conn)) => local.is_current(conn),
+            _ => true, // nothing local to judge
+        };
+        if !current {
             self.local = None;
             self.conn = None;
             // Rediscover now; if the server is unreachable the read goes to the network and

@@ -103,6 +103,21 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether the server still holds the connection open: a peek that must not wait finds
+    /// either nothing to read (open) or the end of the stream (closed: the server went away).
+    pub fn is_open(&mut self) -> bool {
+        let socket = match &self.stream {
+            Stream::Tcp(s) => socket2::SockRef::from(s),
+            Stream::Unix(s) => socket2::SockRef::from(s),
+        };
+        let mut byte = [std::mem::MaybeUninit::uninit()];
+        match socket.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+            Ok(0) => false,
+            Ok(_) => true,
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        }
+    }
+
     /// The next answer line, without its `\r\n`.
     pub fn line(&mut self) -> Result<&[u8]> {
         let mut scanned = 0;

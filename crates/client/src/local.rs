@@ -4,9 +4,10 @@
 //! A client reads locally only while all of these hold, checked before every local read:
 //! the region's cookie and writer generation are what discovery found (a server restarted on
 //! the region, warm or cold, changes the generation; a new region has another cookie), a
-//! writer is attached (a server that stopped cleanly detached), and the server clock in the
-//! header has moved within [`STALE_CLOCK`] (the server publishes it every 100 ms when the
-//! second changes; a server that died without detaching stops moving it). Otherwise the client
+//! writer is attached (a server that stopped cleanly detached), the connection to the server
+//! is still open (peeked every [`CONNECTION_CHECK`]: a server that died closed it), and the
+//! server clock in the header has moved within [`STALE_CLOCK`] (the server publishes it every
+//! 100 ms when the second changes; a server that hangs stops moving it). Otherwise the client
 //! drops the region and asks the server again, over a new connection.
 
 use crate::conn::Connection;
@@ -20,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// How long the region's clock may stand still before the server is presumed dead.
 pub const STALE_CLOCK: Duration = Duration::from_secs(3);
+/// How often a local reader checks that the server still holds its connection open: a server
+/// that died leaves its region behind, unchanging, so this bounds reads of a dead region.
+pub const CONNECTION_CHECK: Duration = Duration::from_millis(50);
 
 /// A server's region, mapped read-only, and this client's hints area registered with it.
 pub struct Local {
@@ -30,6 +34,10 @@ pub struct Local {
     hints: HintsWriter,
     clock: u32,
     clock_moved: Instant,
+    /// When the connection was last seen open.
+    connection_checked: Instant,
+    /// Whether the server hands out CAS uniques (`-C` turns them off: every CAS reads 0).
+    cas_enabled: bool,
     /// Where a read copies its value.
     value: Vec<u8>,
 }
@@ -80,6 +88,15 @@ impl Local {
         if conn.line()? != b"OK" {
             return Ok(None); // a server that cannot fold our hints in: local hits would not count
         }
+        conn.send(b"stats settings\r\n")?;
+        let mut cas_enabled = true;
+        loop {
+            let line = conn.line()?;
+            if line == b"END" {
+                break;
+            }
+            cas_enabled &= line != b"STAT cas_enabled no";
+        }
         let (generation, clock) = (reader.generation(), reader.clock());
         Ok(Some(Local {
             reader,
@@ -89,6 +106,8 @@ impl Local {
             hints,
             clock,
             clock_moved: Instant::now(),
+            connection_checked: Instant::now(),
+            cas_enabled,
             value: Vec::new(),
         }))
     }
@@ -98,18 +117,26 @@ impl Local {
         &self.path
     }
 
-    /// Whether the region is still the live one discovery found.
-    pub fn is_current(&mut self) -> bool {
+    /// Whether the region is still the live one discovery found (`conn`: the connection to
+    /// its server, checked every [`CONNECTION_CHECK`]).
+    pub fn is_current(&mut self, conn: &mut Connection) -> bool {
         let r = &self.reader;
         if r.cookie() != self.cookie || r.generation() != self.generation || !r.writer_attached() {
             return false;
         }
+        let now = Instant::now();
+        if now.duration_since(self.connection_checked) >= CONNECTION_CHECK {
+            if !conn.is_open() {
+                return false;
+            }
+            self.connection_checked = now;
+        }
         let clock = r.clock();
         if clock != self.clock {
-            (self.clock, self.clock_moved) = (clock, Instant::now());
+            (self.clock, self.clock_moved) = (clock, now);
             return true;
         }
-        self.clock_moved.elapsed() < STALE_CLOCK
+        now.duration_since(self.clock_moved) < STALE_CLOCK
     }
 
     /// Looks `key` up in the region, counting the read in the hints area; `None` when the
@@ -120,7 +147,8 @@ impl Local {
         self.hints.record(&lookup, location);
         Some(match lookup {
             Lookup::Hit(info) => {
-                Some(Item { value: std::mem::take(&mut self.value), flags: info.flags, cas: info.cas })
+                let cas = if self.cas_enabled { info.cas } else { 0 };
+                Some(Item { value: std::mem::take(&mut self.value), flags: info.flags, cas })
             }
             _ => None,
         })

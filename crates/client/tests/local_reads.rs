@@ -315,3 +315,22 @@ fn a_region_this_user_may_not_read_means_network_reads() {
         String::from_utf8_lossy(&child.stderr)
     );
 }
+
+#[test]
+fn a_server_killed_outright_is_noticed_within_a_connection_check() {
+    let server = Server::shoal("killed", 0, &[]);
+    let mut c = local(&server);
+    c.set(b"k", b"v", 0, 0).unwrap();
+    server.stop_with("KILL"); // no detach: the region file stays, unchanged, clock frozen
+    std::thread::sleep(shoal_client::local::CONNECTION_CHECK * 2);
+    assert!(c.get(b"k").is_err(), "a dead server's region is not read");
+}
+
+#[test]
+fn without_cas_local_reads_show_cas_zero_like_the_server() {
+    let server = Server::shoal("no-cas", 0, &["-C"]);
+    let (mut near, mut far) = (local(&server), network(&server));
+    near.set(b"k", b"v", 0, 0).unwrap();
+    assert_eq!(near.get(b"k").unwrap().unwrap().cas, 0);
+    assert_eq!(near.get(b"k").unwrap(), far.get(b"k").unwrap());
+}
