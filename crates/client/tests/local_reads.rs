@@ -334,3 +334,43 @@ fn without_cas_local_reads_show_cas_zero_like_the_server() {
     assert_eq!(near.get(b"k").unwrap().unwrap().cas, 0);
     assert_eq!(near.get(b"k").unwrap(), far.get(b"k").unwrap());
 }
+
+#[test]
+fn a_unix_socket_server_is_read_locally_too() {
+    let dir = std::env::temp_dir().join(format!("shoal-client-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("shoal.sock");
+    let mut child = std::process::Command::new(common::shoal_bin())
+        .args(["server", "-U", "0", "-s"])
+        .arg(&socket)
+        .spawn()
+        .unwrap();
+    assert!(eventually(10, || socket.exists()), "the server made its socket");
+    let mut c = Client::connect(socket.to_str().unwrap(), Options::default()).unwrap();
+    assert!(c.is_local());
+    c.set(b"k", b"over a unix socket", 0, 0).unwrap();
+    assert_eq!(c.get(b"k").unwrap().unwrap().value, b"over a unix socket");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_frozen_server_stops_local_reads_once_its_clock_stands_still() {
+    let server = Server::shoal("frozen", 0, &[]);
+    let options = Options { io_timeout: Some(std::time::Duration::from_millis(300)), ..Options::default() };
+    let mut c = Client::connect(&server.address(), options).unwrap();
+    c.set(b"k", b"v", 0, 0).unwrap();
+    let pid = server.child.id().to_string();
+    let signal = |name: &str| {
+        assert!(std::process::Command::new("kill").args([name, &pid]).status().unwrap().success())
+    };
+    signal("-STOP");
+    // The connection stays open and the region unchanged, but the clock stops moving: within
+    // STALE_CLOCK (and the second the clock was in) reads leave the region for the network,
+    // which times out.
+    let gave_up = eventually(shoal_client::local::STALE_CLOCK.as_secs() + 3, || c.get(b"k").is_err());
+    signal("-CONT");
+    assert!(gave_up, "a server that stopped moving its clock is not read locally forever");
+    assert_eq!(c.get(b"k").unwrap().unwrap().value, b"v", "and once it runs again, reads work");
+}
