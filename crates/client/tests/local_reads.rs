@@ -301,13 +301,18 @@ fn a_region_this_user_may_not_read_means_network_reads() {
     let server = Server::shoal("permissions", 0, &[]);
     let mut owner = local(&server);
     owner.set(b"k", b"over the network", 0, 0).unwrap();
+    // nobody may not be able to reach this checkout (under /root, say): run a copy from /tmp.
+    let copy = std::env::temp_dir().join(format!("shoal-client-as-nobody-{}", std::process::id()));
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let child = std::process::Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
+        .arg(&copy)
         .args(["--exact", "a_region_this_user_may_not_read_means_network_reads", "--nocapture"])
         .env("SHOAL_READ_AS_NOBODY", server.address())
         .output()
         .unwrap();
+    let _ = std::fs::remove_file(&copy);
     assert!(
         child.status.success(),
         "{}{}",
