@@ -5,9 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-command -v maturin >/dev/null || python3 -m pip install --quiet --root-user-action=ignore "maturin>=1.9,<2"
+# `python3 -m maturin`: a fresh pip install needs no PATH entry or pyenv shim to be found.
+python3 -m maturin --version >/dev/null 2>&1 ||
+  python3 -m pip install --quiet --root-user-action=ignore "maturin>=1.9,<2"
 rm -f target/wheels/shoal-*.whl
-maturin build --release --quiet --manifest-path crates/python/Cargo.toml --out target/wheels
+python3 -m maturin build --release --quiet --manifest-path crates/python/Cargo.toml --out target/wheels
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --force-reinstall \
   --no-deps target/wheels/shoal-*.whl
 python3 -c 'import shoal; print("installed shoal", shoal.__version__, "from", shoal.__file__)'
