@@ -259,12 +259,7 @@ impl Client {
                 let data_len = text
                     .strip_prefix("VA ")
                     .and_then(|rest| number::<usize>(rest.split(' ').next()?.as_bytes()));
-                let mut value = None;
-                if let Some(n) = data_len {
-                    let mut data = Vec::with_capacity(n);
-                    conn.data(n, &mut data)?;
-                    value = Some(data);
-                }
+                let value = data_len.map(|n| conn.data(n)).transpose()?;
                 reply = Some(MetaReply { line: text, value });
             }
         })
@@ -333,8 +328,7 @@ impl Client {
                 }
                 let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
                 let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
-                let mut value = Vec::with_capacity(len);
-                conn.data(len, &mut value)?;
+                let value = conn.data(len)?;
                 found.push((key, Item { value, flags, cas }));
             }
         })

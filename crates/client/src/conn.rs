@@ -8,6 +8,13 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The largest value a server may announce: memcached's largest item (`-I 1024m`). A broken or
+/// hostile server cannot make the client allocate more than this for one value.
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
+/// The longest answer line a client accepts; memcached's are a few hundred bytes at most.
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+
 /// Where a server listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
@@ -55,7 +62,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects, with `connect_timeout` for TCP and `io_timeout` on every read and write.
+    /// Connects within `connect_timeout`, with `io_timeout` on every read and write.
     pub fn open(
         address: &Address,
         connect_timeout: Option<Duration>,
@@ -85,7 +92,12 @@ impl Connection {
                 Stream::Tcp(s)
             }
             Address::Unix(path) => {
-                let s = UnixStream::connect(path)?;
+                // A unix-socket connect waits while the listener's backlog is full, for as long
+                // as the socket's send timeout allows.
+                let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+                socket.set_write_timeout(connect_timeout)?;
+                socket.connect(&socket2::SockAddr::unix(path)?)?;
+                let s = UnixStream::from(std::os::fd::OwnedFd::from(socket));
                 s.set_read_timeout(io_timeout)?;
                 s.set_write_timeout(io_timeout)?;
                 Stream::Unix(s)
@@ -131,12 +143,18 @@ impl Connection {
                 return Ok(line.strip_suffix(b"\r").unwrap_or(line));
             }
             scanned = self.end - self.start;
+            if scanned > MAX_LINE_BYTES {
+                return Err(Error::Protocol(format!("an answer line of over {MAX_LINE_BYTES} bytes")));
+            }
             self.fill()?;
         }
     }
 
-    /// The next `n` bytes and the `\r\n` after them, appended to `into`.
-    pub fn data(&mut self, n: usize, into: &mut Vec<u8>) -> Result<()> {
+    /// The next `n` bytes, which must be followed by `\r\n`.
+    pub fn data(&mut self, n: usize) -> Result<Vec<u8>> {
+        if n > MAX_VALUE_BYTES {
+            return Err(Error::Protocol(format!("a value of {n} bytes (at most {MAX_VALUE_BYTES})")));
+        }
         while self.end - self.start < n + 2 {
             self.fill()?;
         }
@@ -144,9 +162,9 @@ impl Connection {
         if &block[n..] != b"\r\n" {
             return Err(Error::Protocol("a value block did not end in \\r\\n".into()));
         }
-        into.extend_from_slice(&block[..n]);
+        let value = block[..n].to_vec();
         self.start += n + 2;
-        Ok(())
+        Ok(value)
     }
 
     /// Reads more, making room first (and growing the buffer for a large value).
@@ -191,5 +209,59 @@ mod tests {
         for bad in ["localhost", ":11211", "host:port", "host:70000", ""] {
             assert!(matches!(Address::parse(bad), Err(Error::Address(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_unix_connect_to_a_full_backlog_gives_up_after_the_connect_timeout() {
+        let dir = std::env::temp_dir().join(format!("shoal-client-backlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+        listener.bind(&socket2::SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(0).unwrap(); // and never accepts
+        let address = Address::Unix(path.clone());
+        let timeout = Duration::from_millis(200);
+        let mut queued = Vec::new();
+        let error = loop {
+            let started = std::time::Instant::now();
+            match Connection::open(&address, Some(timeout), None) {
+                Ok(c) => queued.push(c),
+                Err(e) => {
+                    assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
+                    break e;
+                }
+            }
+            assert!(queued.len() < 16, "a listener that never accepts took {} connections", queued.len());
+        };
+        assert!(matches!(&error, Error::Io(e) if e.kind() == io::ErrorKind::WouldBlock), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A connection whose server is the returned socket.
+    fn connection_to_fake_server() -> (Connection, UnixStream) {
+        let (client, server) = UnixStream::pair().unwrap();
+        (Connection { stream: Stream::Unix(client), buf: vec![0; 16], start: 0, end: 0 }, server)
+    }
+
+    #[test]
+    fn a_server_cannot_make_the_client_allocate_without_bound() {
+        let (mut conn, mut server) = connection_to_fake_server();
+        server.write_all(b"VALUE k 0 5\r\nhello\r\n").unwrap();
+        assert_eq!(conn.line().unwrap(), b"VALUE k 0 5");
+        assert_eq!(conn.data(5).unwrap(), b"hello");
+        let error = conn.data(MAX_VALUE_BYTES + 1).unwrap_err();
+        assert!(matches!(error, Error::Protocol(_)), "{error}");
+
+        // An endless line is cut off once it passes the limit, not buffered whole.
+        let writer = std::thread::spawn(move || {
+            let chunk = [b'x'; 4096];
+            while server.write_all(&chunk).is_ok() {}
+        });
+        let error = conn.line().unwrap_err();
+        assert!(matches!(error, Error::Protocol(_)), "{error}");
+        assert!(conn.buf.len() <= 2 * MAX_LINE_BYTES + 4096, "buffer grew to {}", conn.buf.len());
+        drop(conn);
+        writer.join().unwrap();
     }
 }

@@ -88,8 +88,7 @@ impl Client {
                     .map(|(t, len, flags)| (Some(t), len, flags))
                     .ok_or_else(|| unexpected(&line, "VALUE or LVALUE"))?,
             };
-            let mut item = Item { value: Vec::with_capacity(len), flags, cas: 0 };
-            conn.data(len, &mut item.value)?;
+            let item = Item { value: conn.data(len)?, flags, cas: 0 };
             let end = conn.line()?;
             if end != b"END" {
                 return Err(unexpected(end, "END"));
