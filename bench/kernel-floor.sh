@@ -61,16 +61,18 @@ done
 echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty), medians of $rounds rounds" \
   "of ${secs} s per row; load average $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-echo "| connections | server | req/s | server CPU µs/req | ÷ memcached |"
-echo "|---:|---|---:|---:|---:|"
+echo "| connections | server | req/s | server CPU µs/req | ÷ memcached | of which user | of which system |"
+echo "|---:|---|---:|---:|---:|---:|---:|"
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for conns in 1 50; do
   base=
   for name in memcached shoal epoll uring; do
     rps=$(jq -r .requests_per_second "$out/$name-$conns"-*.json | median)
     cpu=$(jq -r .server_cpu_us_per_request "$out/$name-$conns"-*.json | median)
+    user=$(jq -r .server_user_us_per_request "$out/$name-$conns"-*.json | median)
+    system=$(jq -r .server_system_us_per_request "$out/$name-$conns"-*.json | median)
     base=${base:-$cpu}
-    awk -v c="$conns" -v n="$name" -v r="$rps" -v u="$cpu" -v b="$base" \
-      'BEGIN { printf "| %s | %s | %.0f | %.2f | %.2f |\n", c, n, r, u, u / b }'
+    awk -v c="$conns" -v n="$name" -v r="$rps" -v u="$cpu" -v b="$base" -v us="$user" -v sy="$system" \
+      'BEGIN { printf "| %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f |\n", c, n, r, u, u / b, us, sy }'
   done
 done

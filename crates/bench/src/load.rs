@@ -6,7 +6,7 @@ use crate::keys::{Distribution, KeyChooser, KeySpace};
 use crate::pin::CpuList;
 use crate::progress::progress_bar;
 use crate::tally::Tally;
-use crate::target::{ServerAddress, Target};
+use crate::target::{CpuTime, ServerAddress, Target};
 use crate::workload::{Mix, Order, RequestSource, ValueSize};
 use clap::Parser;
 use serde_json::{json, Value};
@@ -119,8 +119,8 @@ pub struct LoadReport {
     pub tally: Tally,
     /// From the first request to the last reply.
     pub elapsed: Duration,
-    /// Server CPU seconds (user + system) spent during the measured run, if it reports them.
-    pub server_cpu_seconds: Option<f64>,
+    /// Server CPU time spent during the measured run, if it reports it.
+    pub server_cpu: Option<CpuTime>,
 }
 
 impl LoadReport {
@@ -129,9 +129,13 @@ impl LoadReport {
         self.tally.requests() as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
     }
 
-    /// Server CPU microseconds per request completed.
+    /// Server CPU microseconds (user + system) per request completed.
     pub fn server_cpu_us_per_request(&self) -> Option<f64> {
-        Some(self.server_cpu_seconds? * 1e6 / self.tally.requests().max(1) as f64)
+        Some(self.per_request_us(self.server_cpu?.total()))
+    }
+
+    fn per_request_us(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.tally.requests().max(1) as f64
     }
 
     /// The report, options included, as one JSON object.
@@ -149,8 +153,10 @@ impl LoadReport {
             "gets": t.gets, "sets": t.sets, "hits": t.hits, "misses": t.misses, "errors": t.errors,
             "behind_schedule": t.behind_schedule,
             "latency_us": t.latency().to_json(),
-            "server_cpu_seconds": self.server_cpu_seconds,
+            "server_cpu_seconds": self.server_cpu.map(|c| c.total()),
             "server_cpu_us_per_request": self.server_cpu_us_per_request(),
+            "server_user_us_per_request": self.server_cpu.map(|c| self.per_request_us(c.user)),
+            "server_system_us_per_request": self.server_cpu.map(|c| self.per_request_us(c.system)),
         })
     }
 }
@@ -206,11 +212,16 @@ impl fmt::Display for LoadReport {
                 t.behind_schedule
             )?;
         }
-        match (self.server_cpu_seconds, self.server_cpu_us_per_request()) {
-            (Some(seconds), Some(per_request)) => {
-                writeln!(f, "  server CPU  {seconds:.3} s user+system = {per_request:.2} µs per request")
-            }
-            _ => writeln!(f, "  server CPU  unknown (no rusage in its stats)"),
+        match self.server_cpu {
+            Some(cpu) => writeln!(
+                f,
+                "  server CPU  {:.3} s user+system = {:.2} µs per request ({:.2} user, {:.2} system)",
+                cpu.total(),
+                self.per_request_us(cpu.total()),
+                self.per_request_us(cpu.user),
+                self.per_request_us(cpu.system),
+            ),
+            None => writeln!(f, "  server CPU  unknown (no rusage in its stats)"),
         }
     }
 }
@@ -223,7 +234,7 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
     if options.prefill {
         prefill(&mut clients, options, space)?;
     }
-    let stats_before = cpu_seconds(&options.target.server);
+    let cpu_before = cpu_time(&options.target.server);
     let phase = Phase {
         pipeline: options.pipeline,
         schedule: options.rate.map_or(Schedule::ClosedLoop, |rate| Schedule::OpenLoop { rate }),
@@ -260,18 +271,18 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
     };
     bar.finish_and_clear();
     let outcome = outcome?;
-    let stats_after = cpu_seconds(&options.target.server);
+    let cpu_after = cpu_time(&options.target.server);
     Ok(LoadReport {
         options: options.clone(),
         tally: outcome.tally,
         elapsed: outcome.elapsed,
-        server_cpu_seconds: stats_after.zip(stats_before).map(|(after, before)| after - before),
+        server_cpu: cpu_after.zip(cpu_before).map(|(after, before)| after.since(before)),
     })
 }
 
-/// The server's CPU seconds so far, or `None` (with a warning) if it does not say.
-fn cpu_seconds(server: &ServerAddress) -> Option<f64> {
-    match server.stats().map(|stats| stats.cpu_seconds()) {
+/// The server's CPU time so far, or `None` (with a warning) if it does not say.
+fn cpu_time(server: &ServerAddress) -> Option<CpuTime> {
+    match server.stats().map(|stats| stats.cpu_time()) {
         Ok(Some(seconds)) => Some(seconds),
         Ok(None) => {
             eprintln!("warning: {server} reports no rusage_user/rusage_system in `stats`");
@@ -364,13 +375,14 @@ mod tests {
             options: LoadOptions::try_parse_from(["load"]).unwrap(),
             tally,
             elapsed: Duration::from_secs(2),
-            server_cpu_seconds: Some(0.000_010),
+            server_cpu: Some(CpuTime { user: 0.000_002, system: 0.000_008 }),
         };
         assert_eq!(report.requests_per_second(), 2.0);
         assert!((report.server_cpu_us_per_request().unwrap() - 2.5).abs() < 1e-9);
         let json = report.to_json();
         assert_eq!(json["requests"], 4);
         assert_eq!(json["latency_us"]["p50"].as_f64().map(|p| (p - 5.0).abs() < 0.01), Some(true));
-        assert!(report.to_string().contains("2.50 µs per request"), "{report}");
+        assert!(report.to_string().contains("2.50 µs per request (0.50 user, 2.00 system)"), "{report}");
+        assert!((json["server_user_us_per_request"].as_f64().unwrap() - 0.5).abs() < 1e-9);
     }
 }

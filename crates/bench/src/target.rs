@@ -173,11 +173,32 @@ impl ServerStats {
         self.values.get(name)?.parse().ok()
     }
 
-    /// CPU seconds the server process has used, user plus system (`rusage_user` +
-    /// `rusage_system`), if it reports them.
-    pub fn cpu_seconds(&self) -> Option<f64> {
+    /// CPU time the server process has used (`rusage_user`, `rusage_system`), if it reports it.
+    pub fn cpu_time(&self) -> Option<CpuTime> {
         let seconds = |name: &str| self.values.get(name)?.parse::<f64>().ok();
-        Some(seconds("rusage_user")? + seconds("rusage_system")?)
+        Some(CpuTime { user: seconds("rusage_user")?, system: seconds("rusage_system")? })
+    }
+}
+
+/// CPU seconds of a process, split as `getrusage` splits them: in its own code (user) and in
+/// the kernel on its behalf (system: system calls, and on loopback the peer's TCP receive).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuTime {
+    /// Seconds in user mode.
+    pub user: f64,
+    /// Seconds in the kernel.
+    pub system: f64,
+}
+
+impl CpuTime {
+    /// User plus system seconds.
+    pub fn total(&self) -> f64 {
+        self.user + self.system
+    }
+
+    /// The time spent between `earlier` and this reading.
+    pub fn since(&self, earlier: CpuTime) -> CpuTime {
+        CpuTime { user: self.user - earlier.user, system: self.system - earlier.system }
     }
 }
 
@@ -217,7 +238,8 @@ mod tests {
         assert_eq!(stats.counter("curr_items"), Some(1000));
         assert_eq!(stats.counter("version"), None);
         assert_eq!(stats.counter("evictions"), None);
-        assert_eq!(stats.cpu_seconds(), Some(1.75));
+        assert_eq!(stats.cpu_time(), Some(CpuTime { user: 1.25, system: 0.5 }));
+        assert_eq!(stats.cpu_time().unwrap().total(), 1.75);
         assert!(ServerStats::parse("STAT pid 42\r\n".as_bytes()).is_err(), "no END");
         assert!(ServerStats::parse("ERROR\r\n".as_bytes()).is_err());
     }

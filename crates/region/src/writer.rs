@@ -600,8 +600,14 @@ impl Writer {
     /// [`Writer::prefetch_item`] a few keys ahead, so that their memory misses overlap.
     #[inline]
     pub fn prefetch_index(&self, key: &[u8]) {
-        let hash = self.region.hash(key);
-        self.region.prefetch_buckets(&hash);
+        self.prefetch_lookup(&self.region.hash(key));
+    }
+
+    /// Starts loading what a lookup under `hash` touches before it reaches the item: the
+    /// candidate buckets, and their access times (server memory, apart from the region).
+    #[inline]
+    fn prefetch_lookup(&self, hash: &KeyHash) {
+        self.region.prefetch_buckets(hash);
         for &b in hash.candidates() {
             prefetch_line(&self.last_access[b * BUCKET_SLOTS]);
         }
@@ -617,7 +623,10 @@ impl Writer {
     /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
     /// time as they were (meta's `u`). A hit reports the state before this read.
     pub fn read(&self, key: &[u8], value: &mut Vec<u8>, bump: bool) -> Result<Lookup, OpError> {
-        let (lookup, found) = self.region.get(key, value)?;
+        let hash = self.region.hash(key);
+        // The access time is a separate miss: start it with the buckets' rather than after.
+        self.prefetch_lookup(&hash);
+        let (lookup, found) = self.region.get_hashed(key, &hash, value)?;
         let (Lookup::Hit(mut info), Some(f)) = (lookup, found) else { return Ok(lookup) };
         let access = &self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index];
         info.last_access = access.load(Ordering::Relaxed);
