@@ -48,7 +48,7 @@ pub use layout::{Layout, Marks};
 #[cfg(not(loom))]
 pub use reader::Reader;
 #[cfg(not(loom))]
-pub use region::{ItemInfo, Lookup};
+pub use region::{ItemInfo, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
     counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Mark, NewItem, Stats,

@@ -100,6 +100,29 @@ pub(crate) struct Found {
     pub marks: Marks,
 }
 
+/// Where a lookup copies the value of the item it finds. Once the lookup knows the item it
+/// asks for the vector to append the value to, copies it there, and then validates; if the
+/// item changed under it, it tries again and asks anew: each call to [`ValueSink::append_to`]
+/// replaces what the earlier ones were given. A sink that writes straight into an answer (the
+/// server's `VALUE` blocks) saves copying every value twice.
+pub trait ValueSink {
+    /// The vector the `len`-byte value of an item with these `flags` and `cas` is appended to.
+    fn append_to(&mut self, flags: u32, cas: u64, len: usize) -> &mut Vec<u8>;
+}
+
+/// The plain sink: the vector holds the value and nothing else.
+impl ValueSink for Vec<u8> {
+    fn append_to(&mut self, _flags: u32, _cas: u64, _len: usize) -> &mut Vec<u8> {
+        self.clear();
+        self
+    }
+}
+
+/// Lends an optional sink to one attempt of a lookup that may need it again.
+fn reborrow<'s>(sink: &'s mut Option<&mut dyn ValueSink>) -> Option<&'s mut dyn ValueSink> {
+    sink.as_mut().map(|s| &mut **s as &mut dyn ValueSink)
+}
+
 /// A mapped region with its validated layout.
 pub(crate) struct Region {
     pub map: Mapping,
@@ -201,7 +224,7 @@ impl Region {
         &self,
         slot: Slot,
         key: &[u8],
-        value: Option<&mut Vec<u8>>,
+        value: Option<&mut dyn ValueSink>,
     ) -> Option<(ItemHeader, u64, u64)> {
         let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
         let key_at = self.item_offset(slot) + header.key_offset();
@@ -212,10 +235,9 @@ impl Region {
         }
         let segment_gen = self.meta(slot.segment).generation.load(Ordering::Relaxed);
         let cas = self.item_cas(slot, &header, segment_gen);
-        if let Some(out) = value {
-            out.clear();
-            out.resize(header.value_len, 0);
-            self.map.read(key_at + key.len(), out);
+        if let Some(sink) = value {
+            let len = header.value_len;
+            self.map.read_append(key_at + key.len(), len, sink.append_to(header.flags, cas, len));
         }
         Some((header, segment_gen, cas))
     }
@@ -260,7 +282,7 @@ impl Region {
         b: usize,
         key: &[u8],
         tag: u16,
-        mut value: Option<&mut Vec<u8>>,
+        mut value: Option<&mut dyn ValueSink>,
     ) -> Option<Found> {
         let bucket = self.bucket(b);
         let marks = bucket.marks.load(Ordering::Relaxed);
@@ -270,7 +292,7 @@ impl Region {
             if slot.tag != tag {
                 continue;
             }
-            if let Some((header, segment_gen, cas)) = self.read_item(slot, key, value.as_deref_mut()) {
+            if let Some((header, segment_gen, cas)) = self.read_item(slot, key, reborrow(&mut value)) {
                 let marks = Marks::of(marks, slot_index);
                 return Some(Found { bucket: b, slot_index, word, slot, segment_gen, header, cas, marks });
             }
@@ -288,7 +310,7 @@ impl Region {
         &self,
         key: &[u8],
         hash: &KeyHash,
-        mut value: Option<&mut Vec<u8>>,
+        mut value: Option<&mut dyn ValueSink>,
     ) -> Result<Option<Found>, OpError> {
         let mut patience = Patience::default();
         'retry: loop {
@@ -304,7 +326,7 @@ impl Region {
                         backoff(&mut spins);
                         continue;
                     };
-                    let found = self.scan_bucket(b, key, hash.tag, value.as_deref_mut());
+                    let found = self.scan_bucket(b, key, hash.tag, reborrow(&mut value));
                     if read_validate(version, begun) {
                         if found.is_some() {
                             return Ok(found);
@@ -345,7 +367,7 @@ impl Region {
     }
 
     /// Looks `key` up and judges it; the value lands in `value` on a hit.
-    pub fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<(Lookup, Option<Found>), OpError> {
+    pub fn get(&self, key: &[u8], value: &mut dyn ValueSink) -> Result<(Lookup, Option<Found>), OpError> {
         self.get_hashed(key, &self.hash(key), value)
     }
 
@@ -356,7 +378,7 @@ impl Region {
         &self,
         key: &[u8],
         hash: &KeyHash,
-        value: &mut Vec<u8>,
+        value: &mut dyn ValueSink,
     ) -> Result<(Lookup, Option<Found>), OpError> {
         crate::key::check_key(key)?;
         self.prefetch_buckets(hash);

@@ -26,7 +26,7 @@ use crate::layout::{
     SEALED_OFFSET, SLOT_ACCESSED,
 };
 use crate::mapping::prefetch_line;
-use crate::region::{Found, ItemInfo, KeyHash, Lookup, Region};
+use crate::region::{Found, ItemInfo, KeyHash, Lookup, Region, ValueSink};
 use crate::seqlock::{backoff, write_lock, write_try_lock, write_unlock};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -622,7 +622,7 @@ impl Writer {
 
     /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
     /// time as they were (meta's `u`). A hit reports the state before this read.
-    pub fn read(&self, key: &[u8], value: &mut Vec<u8>, bump: bool) -> Result<Lookup, OpError> {
+    pub fn read(&self, key: &[u8], value: &mut dyn ValueSink, bump: bool) -> Result<Lookup, OpError> {
         let hash = self.region.hash(key);
         // The access time is a separate miss: start it with the buckets' rather than after.
         self.prefetch_lookup(&hash);
@@ -687,7 +687,8 @@ impl Writer {
         let hash = self.region.hash(key);
         let mut current = Vec::new();
         loop {
-            let found = self.region.find(key, &hash, need_value.then_some(&mut current))?;
+            let sink: Option<&mut dyn ValueSink> = need_value.then_some(&mut current);
+            let found = self.region.find(key, &hash, sink)?;
             let live = found.as_ref().and_then(|f| {
                 let mut info = self.region.judge(f).hit()?;
                 info.last_access =

@@ -175,6 +175,17 @@ pub struct Settings {
     pub test_mode: bool,
 }
 
+impl Settings {
+    /// The CAS unique clients see (0 when `-C` turned CAS off).
+    pub fn visible_cas(&self, cas: u64) -> u64 {
+        if self.use_cas {
+            cas
+        } else {
+            0
+        }
+    }
+}
+
 /// Parses memcached's size syntax: a number of bytes, or with a `k`, `m` or `g` suffix.
 pub fn parse_size(text: &str) -> Option<usize> {
     let t = text.trim();

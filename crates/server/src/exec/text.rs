@@ -2,27 +2,19 @@
 //! cas`, `delete`, `incr decr`, `touch`.
 
 use super::{push_u64, reply, reply_unless, store_error, Context};
+use crate::config::Settings;
+use crate::server::Shared;
 use crate::stats::Counters;
 use shoal_proto::{Get, Store, StoreCmd};
-use shoal_region::{touch_expiry, visible, Change, Delta, ItemInfo, Lookup, Mark, OpError, Store as Stored};
+use shoal_region::{
+    touch_expiry, visible, Change, Delta, ItemInfo, Lookup, Mark, OpError, Store as Stored, ValueSink,
+};
 
 impl Context<'_> {
     /// Looks a key up for a read, counting the kind of miss; the value lands in `self.value`.
     /// `bump: false` leaves the item's read state alone (meta's `u`).
     pub(crate) fn lookup(&mut self, key: &[u8], bump: bool) -> Option<ItemInfo> {
-        let c = self.counters;
-        match self.shared.writer.read(key, &mut self.value, bump) {
-            Ok(Lookup::Hit(info)) => Some(info),
-            Ok(Lookup::Expired) => {
-                Counters::bump(&c.get_expired);
-                None
-            }
-            Ok(Lookup::Flushed) => {
-                Counters::bump(&c.get_flushed);
-                None
-            }
-            Ok(Lookup::Missing) | Err(_) => None,
-        }
+        read_counted(self.shared, self.counters, key, bump, &mut self.value)
     }
 
     /// Reads a key and sets its expiry (`gat`, meta `T`); the value lands in `self.value`.
@@ -43,11 +35,72 @@ impl Context<'_> {
 
     /// The CAS unique clients see (0 when `-C` turned CAS off).
     pub(crate) fn visible_cas(&self, cas: u64) -> u64 {
-        if self.shared.settings.use_cas {
-            cas
-        } else {
-            0
+        self.shared.settings.visible_cas(cas)
+    }
+}
+
+/// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count).
+fn read_counted(
+    shared: &Shared,
+    c: &Counters,
+    key: &[u8],
+    bump: bool,
+    sink: &mut dyn ValueSink,
+) -> Option<ItemInfo> {
+    match shared.writer.read(key, sink, bump) {
+        Ok(Lookup::Hit(info)) => Some(info),
+        Ok(Lookup::Expired) => {
+            Counters::bump(&c.get_expired);
+            None
         }
+        Ok(Lookup::Flushed) => {
+            Counters::bump(&c.get_flushed);
+            None
+        }
+        Ok(Lookup::Missing) | Err(_) => None,
+    }
+}
+
+/// A `VALUE` block of a get's answer, written straight into the output as the lookup copies
+/// the value (no copy through a buffer of its own). The lookup may ask for it more than once
+/// (it retries when the item changes under it): each time the block starts over.
+struct ValueBlock<'a> {
+    out: &'a mut Vec<u8>,
+    /// Where the block begins in `out`.
+    start: usize,
+    key: &'a [u8],
+    /// `gets`/`gats`: the CAS column, shown as the settings say.
+    cas: Option<&'a Settings>,
+}
+
+impl ValueBlock<'_> {
+    /// Ends the block after a hit, or takes it back after anything else.
+    fn finish(self, hit: bool) {
+        if hit {
+            self.out.extend_from_slice(b"\r\n");
+        } else {
+            self.out.truncate(self.start);
+        }
+    }
+}
+
+impl ValueSink for ValueBlock<'_> {
+    fn append_to(&mut self, flags: u32, cas: u64, len: usize) -> &mut Vec<u8> {
+        let out = &mut *self.out;
+        out.truncate(self.start);
+        out.extend_from_slice(b"VALUE ");
+        out.extend_from_slice(self.key);
+        out.push(b' ');
+        push_u64(out, u64::from(flags));
+        out.push(b' ');
+        push_u64(out, len as u64);
+        if let Some(settings) = self.cas {
+            out.push(b' ');
+            push_u64(out, settings.visible_cas(cas));
+        }
+        out.extend_from_slice(b"\r\n");
+        out.reserve(len + 2);
+        out
     }
 }
 
@@ -72,34 +125,26 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
         if let Some(next) = items_ahead.next() {
             writer.prefetch_item(next);
         }
-        let info = match get.touch {
+        let start = out.len();
+        let mut block = ValueBlock { out, start, key, cas: get.cas.then_some(&cx.shared.settings) };
+        let hit = match get.touch {
             Some(exptime) => {
                 Counters::bump(&c.cmd_touch);
                 let info = cx.lookup_and_touch(key, exptime);
+                if let Some(info) = &info {
+                    block.append_to(info.flags, info.cas, cx.value.len()).extend_from_slice(&cx.value);
+                }
                 Counters::bump(if info.is_some() { &c.touch_hits } else { &c.touch_misses });
-                info
+                info.is_some()
             }
             None => {
                 Counters::bump(&c.cmd_get);
-                let info = cx.lookup(key, true);
-                Counters::bump(if info.is_some() { &c.get_hits } else { &c.get_misses });
-                info
+                let hit = read_counted(cx.shared, c, key, true, &mut block).is_some();
+                Counters::bump(if hit { &c.get_hits } else { &c.get_misses });
+                hit
             }
         };
-        let Some(info) = info else { continue };
-        out.extend_from_slice(b"VALUE ");
-        out.extend_from_slice(key);
-        out.push(b' ');
-        push_u64(out, u64::from(info.flags));
-        out.push(b' ');
-        push_u64(out, cx.value.len() as u64);
-        if get.cas {
-            out.push(b' ');
-            push_u64(out, cx.visible_cas(info.cas));
-        }
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&cx.value);
-        out.extend_from_slice(b"\r\n");
+        block.finish(hit);
     }
     out.extend_from_slice(b"END\r\n");
 }
@@ -212,4 +257,25 @@ pub fn touch(cx: &mut Context<'_>, key: &[u8], exptime: i64, noreply: bool, out:
         Err(e) => store_error(c, &e),
     };
     reply_unless(noreply, out, answer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_block_starts_over_when_the_lookup_retries_and_vanishes_on_a_miss() {
+        let mut out = b"VALUE a 0 1\r\nx\r\n".to_vec();
+        let start = out.len();
+        let mut block = ValueBlock { out: &mut out, start, key: b"k", cas: None };
+        block.append_to(1, 7, 3).extend_from_slice(b"old");
+        block.append_to(2, 8, 4).extend_from_slice(b"newv"); // the item changed: again
+        block.finish(true);
+        assert_eq!(out, b"VALUE a 0 1\r\nx\r\nVALUE k 2 4\r\nnewv\r\n");
+
+        let mut block = ValueBlock { out: &mut out, start, key: b"k", cas: None };
+        block.append_to(1, 7, 3).extend_from_slice(b"old");
+        block.finish(false); // found, then judged expired: nothing of it stays
+        assert_eq!(out, b"VALUE a 0 1\r\nx\r\n");
+    }
 }
