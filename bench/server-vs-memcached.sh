@@ -112,13 +112,17 @@ rows=(
   "10-key multiget, 50 connections|--get-ratio 1 --prefill --multiget 10 --connections 50"
   "pipelined get (depth 8), 1 connection|--get-ratio 1 --prefill --pipeline 8 --connections 1"
   "pipelined get (depth 8), 50 connections|--get-ratio 1 --prefill --pipeline 8 --connections 50"
+  "get of 16 KiB values, 1 connection|--get-ratio 1 --prefill --connections 1 --keys 10000 --value-size 16384"
+  "10-key multiget of 16 KiB values, 1 connection|--get-ratio 1 --prefill --multiget 10 --connections 1 --keys 10000 --value-size 16384"
 )
-common=(--keys 100000 --key-size 16 --value-size 100 --duration "$secs")
+common=(--key-size 16 --duration "$secs")
+# Rows that name no data size get 100 000 keys with 100-byte values.
+small_values=(--keys 100000 --value-size 100)
 
 for name in "${servers[@]}"; do start "$name"; done
 echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty)," \
   "\`bench/server-vs-memcached.sh\` (BENCH_SECS=$secs): servers \`-t 1 -m $memory_mb -U 0\` on CPU $server_cpu," \
-  "\`shoal bench load ${common[*]}\` on CPU $load_cpu; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  "\`shoal bench load ${common[*]}\` (and \`${small_values[*]}\` unless the row says otherwise) on CPU $load_cpu; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)."
 echo "memcached: $("$memcached" -V)."
 echo
 echo "| row | memcached req/s | shoal req/s | ratio | memcached CPU µs/req | shoal CPU µs/req | ratio |"
@@ -126,6 +130,7 @@ echo "|---|---:|---:|---:|---:|---:|---:|"
 for row in "${rows[@]}"; do
   label=${row%%|*}
   read -ra flags <<<"${row#*|}"
+  [[ " ${flags[*]} " = *" --value-size "* ]] || flags+=("${small_values[@]}")
   slug=$(tr -c 'a-z0-9\n' '-' <<<"$label")
   for name in "${servers[@]}"; do
     say "$label: $name"
