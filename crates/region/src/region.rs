@@ -367,13 +367,17 @@ impl Region {
     }
 
     /// Looks `key` up and judges it; the value lands in `value` on a hit.
-    pub fn get(&self, key: &[u8], value: &mut dyn ValueSink) -> Result<(Lookup, Option<Found>), OpError> {
-        self.get_hashed(key, &self.hash(key), value)
-    }
-
-    /// [`Region::get`] with the key's hash already computed (`hash` must be `self.hash(key)`).
+    ///
     /// Both candidate buckets start loading before the first is scanned, so a key in its second
     /// bucket costs one memory miss for the index, not two in a row.
+    pub fn get(&self, key: &[u8], value: &mut dyn ValueSink) -> Result<(Lookup, Option<Found>), OpError> {
+        let hash = self.hash(key);
+        self.prefetch_buckets(&hash);
+        self.get_hashed(key, &hash, value)
+    }
+
+    /// [`Region::get`] with the key's hash already computed (`hash` must be `self.hash(key)`),
+    /// for a caller that has started loading what the lookup will touch itself.
     pub fn get_hashed(
         &self,
         key: &[u8],
@@ -381,7 +385,6 @@ impl Region {
         value: &mut dyn ValueSink,
     ) -> Result<(Lookup, Option<Found>), OpError> {
         crate::key::check_key(key)?;
-        self.prefetch_buckets(hash);
         Ok(match self.find(key, hash, Some(value))? {
             // Lease records are for read-modify-writes only: a plain read misses them.
             Some(found) => match self.judge(&found) {

@@ -172,7 +172,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     } else {
         out.extend_from_slice(b"HD");
     }
-    let cas = cx.visible_cas(info.cas);
+    let cas = cx.shared.settings.visible_cas(info.cas);
     let last_access = if info.last_access == 0 { cx.shared.clock.started() } else { info.last_access };
     let start = if hit.created { 0 } else { hit.old_expiry };
     let mut ttl = TtlWalk { flags: f, created: hit.created, now, expiry: start };
@@ -391,7 +391,7 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         SetResult::Exists => b"EX",
         SetResult::NotFound => b"NF",
     });
-    let cas = new_cas.map_or(0, |cas| cx.visible_cas(cas));
+    let cas = new_cas.map_or(0, |cas| cx.shared.settings.visible_cas(cas));
     flags_out(m, key, f.has(b'b'), out, |letter, out| {
         if letter == b'c' {
             flag_number(out, b'c', cas);
@@ -531,7 +531,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
             } else {
                 out.extend_from_slice(b"HD");
             }
-            let cas = cx.visible_cas(new_cas.unwrap_or(0));
+            let cas = cx.shared.settings.visible_cas(new_cas.unwrap_or(0));
             let mut ttl = TtlWalk { flags: f, created, now, expiry: old_expiry };
             flags_out(m, key, f.has(b'b'), out, |letter, out| match letter {
                 b'c' => flag_number(out, b'c', cas),
@@ -583,7 +583,7 @@ fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
         "ME {} exp={exp} la={} cas={} fetch={} cls=1 size={size}",
         String::from_utf8_lossy(&shown),
         now.saturating_sub(last_access),
-        cx.visible_cas(info.cas),
+        cx.shared.settings.visible_cas(info.cas),
         if info.fetched { "yes" } else { "no" },
     );
     reply(out, line.as_bytes());

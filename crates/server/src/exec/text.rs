@@ -32,11 +32,6 @@ impl Context<'_> {
         });
         result.ok().and_then(|(info, _)| info)
     }
-
-    /// The CAS unique clients see (0 when `-C` turned CAS off).
-    pub(crate) fn visible_cas(&self, cas: u64) -> u64 {
-        self.shared.settings.visible_cas(cas)
-    }
 }
 
 /// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count).
