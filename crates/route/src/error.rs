@@ -1,0 +1,52 @@
+//! What can be wrong with a pool's description or a key, found before any request is sent.
+
+use std::fmt;
+
+/// A routing error: each names the bad value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// A pool needs at least one server.
+    EmptyPool,
+    /// A server string that does not parse (`host:port`, `host:port:weight`, or a unix path).
+    BadServer(String),
+    /// A weight that is zero, negative or not a number.
+    BadWeight { server: String, weight: String },
+    /// A hashing scheme this crate does not know.
+    UnknownHashing(String),
+    /// More servers than the scheme supports.
+    TooManyServers { hashing: &'static str, servers: usize, max: usize },
+    /// The same server named twice in a pool.
+    DuplicateServer(String),
+    /// A key the text protocol cannot carry.
+    BadKey { key: Vec<u8>, why: &'static str },
+}
+
+/// The result of a routing call.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::EmptyPool => f.write_str("the pool has no servers: name at least one (host:port)"),
+            Error::BadServer(s) => {
+                write!(
+                    f,
+                    "server {s:?} does not parse: write host:port, host:port:weight or a unix socket path"
+                )
+            }
+            Error::BadWeight { server, weight } => {
+                write!(f, "server {server:?} has weight {weight:?}: a weight must be a number above 0")
+            }
+            Error::UnknownHashing(name) => {
+                write!(f, "unknown hashing {name:?}: use one of {}", crate::Hashing::NAMES.join(", "))
+            }
+            Error::TooManyServers { hashing, servers, max } => {
+                write!(f, "{hashing} supports at most {max} servers, the pool has {servers}")
+            }
+            Error::DuplicateServer(s) => write!(f, "server {s:?} is named twice in the pool"),
+            Error::BadKey { key, why } => write!(f, "key {:?} {why}", String::from_utf8_lossy(key)),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

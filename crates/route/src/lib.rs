@@ -1,0 +1,30 @@
+//! # shoal-route: which server owns a key
+//!
+//! The routing core of DESIGN §2, used by the Rust and Python clients and by `shoal router`:
+//! given a pool's servers and a hashing scheme, it names the server that owns a key. It opens
+//! no sockets and keeps no state beyond the placement it was built with.
+//!
+//! ```text
+//!   key ──► prefix::Routed::parse ──► /region/cluster/ prefix, broadcast (/*/*/)
+//!                 │
+//!                 ▼ the part before a hash stop `|#|`
+//!   Placement::owner(key) ──► Hashing: ketama_weighted | ketama | pymemcache | memcached_proxy
+//!                                      | ch3 | weighted_ch3 | jump | rendezvous | proteus | modulo
+//!                 │
+//!                 ▼
+//!          index into the pool's server list
+//! ```
+//!
+//! Every scheme named after a tool places keys exactly as that tool does (test vectors in
+//! `tests/`), so a pool can move to Shoal without a cold cache.
+
+mod error;
+pub mod hashing;
+pub mod jump;
+pub mod prefix;
+mod server;
+
+pub use error::{Error, Result};
+pub use hashing::{Hashing, Placement};
+pub use prefix::{hash_part, Routed};
+pub use server::{validate_key, Server, MAX_KEY_BYTES};
