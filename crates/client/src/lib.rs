@@ -26,9 +26,12 @@ mod conn;
 mod error;
 mod lease;
 pub mod local;
+mod pool;
 pub mod response;
 
 pub use client::{Client, Item, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
 pub use lease::{FillOptions, Lease, LeaseStored};
+pub use pool::{Pool, PoolCounters, PoolOptions, Stats, WindowOptions};
+pub use shoal_route::{Hashing, Server};
