@@ -28,6 +28,7 @@ impl Pool {
         let owners = self.owners(keys)?;
         let mut found = Vec::with_capacity(keys.len());
         let mut failed = Vec::new();
+        let mut failure = None;
         let mut remote: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
         for (member, indexes) in owners.into_iter().enumerate() {
             let (client, retry) = (&self.client, self.retry_interval);
@@ -45,7 +46,10 @@ impl Pool {
             });
             match local {
                 Ok(rest) => remote[member] = rest,
-                Err(e) if unreachable(&e) => failed.extend(indexes),
+                Err(e) if unreachable(&e) => {
+                    failed.extend(indexes);
+                    failure.get_or_insert(e);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -55,7 +59,10 @@ impl Pool {
         for (request, answer) in self.exchange_windowed(requests, |c, _| c.read_values()) {
             match answer {
                 Ok(items) => found.extend(items),
-                Err(e) if unreachable(&e) => failed.extend(request.keys),
+                Err(e) if unreachable(&e) => {
+                    failed.extend(request.keys);
+                    failure.get_or_insert(e);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -67,7 +74,8 @@ impl Pool {
                     // A failing Gutter pool means misses: the caller goes to the database.
                     found.extend(gutter.get_many(&failed).unwrap_or_default());
                 }
-                None => self.counters.down_misses += failed.len() as u64,
+                None if self.miss_when_down => self.counters.down_misses += failed.len() as u64,
+                None => return Err(failure.expect("a failed key has its error")),
             }
         }
         Ok(found)

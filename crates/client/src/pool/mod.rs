@@ -46,6 +46,10 @@ pub struct PoolOptions {
     pub gutter_ttl: u32,
     /// The sliding window of batches.
     pub window: WindowOptions,
+    /// Without a Gutter pool, reads of an unreachable server's keys answer as misses (the
+    /// caller goes to the database, Facebook's choice); `false` returns the error instead,
+    /// as a client of a single server does.
+    pub miss_when_down: bool,
 }
 
 impl Default for PoolOptions {
@@ -57,6 +61,7 @@ impl Default for PoolOptions {
             gutter: Vec::new(),
             gutter_ttl: 10,
             window: WindowOptions::default(),
+            miss_when_down: true,
         }
     }
 }
@@ -87,6 +92,7 @@ pub struct Pool {
     gutter: Option<Box<Pool>>,
     gutter_ttl: u32,
     window: Window,
+    miss_when_down: bool,
     counters: PoolCounters,
 }
 
@@ -118,8 +124,15 @@ impl Pool {
             gutter,
             gutter_ttl: options.gutter_ttl,
             window: Window::new(options.window),
+            miss_when_down: options.miss_when_down,
             counters: PoolCounters::default(),
         })
+    }
+
+    /// Connects to every server now (a pool otherwise connects when a key first needs a
+    /// server); the first failure, after trying them all.
+    pub fn connect(&mut self) -> Result<()> {
+        self.each(|_| Ok(())).into_iter().map(|(_, r)| r).collect::<Result<Vec<_>>>().map(drop)
     }
 
     /// The servers, in the order given.
@@ -178,10 +191,11 @@ impl Pool {
                     // A Gutter server that fails too is a miss: the caller goes to the database.
                     Ok(gutter.on_owner(key, &call).unwrap_or(None))
                 }
-                None => {
+                None if self.miss_when_down => {
                     self.counters.down_misses += 1;
                     Ok(None)
                 }
+                None => Err(e),
             },
             other => other,
         }
