@@ -109,15 +109,12 @@ impl Client {
     /// The items under `keys` that exist, with their keys, in the order asked.
     pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
         keys.iter().try_for_each(|k| check_key(k))?;
-        let mut found = Vec::with_capacity(keys.len());
-        let mut remote = Vec::new();
-        for &key in keys {
-            match self.local_get(key) {
-                Some(Some(item)) => found.push((key.to_vec(), item)),
-                Some(None) => {}
-                None => remote.push(key),
-            }
-        }
+        let all: Vec<usize> = (0..keys.len()).collect();
+        let mut hits = Vec::with_capacity(keys.len());
+        let remote = self.local_get_each(keys, &all, &mut hits);
+        let mut found: Vec<(Vec<u8>, Item)> =
+            hits.into_iter().map(|(i, item)| (keys[i].to_vec(), item)).collect();
+        let remote: Vec<&[u8]> = remote.iter().map(|&i| keys[i]).collect();
         for chunk in remote.chunks(KEYS_PER_LINE) {
             found.extend(self.network_get(chunk)?);
         }
@@ -322,10 +319,25 @@ impl Client {
         self.with_connection(|conn| answer(conn.line()?))
     }
 
-    /// The item under `key` from the server's region: `None` when reads are not local now,
-    /// `Some(None)` for a miss.
-    pub(crate) fn local_get(&mut self, key: &[u8]) -> Option<Option<Item>> {
-        self.local_region().and_then(|local| local.get(key))
+    /// Reads `keys[i]` for each `i` of `wanted` from the server's region (checked once for
+    /// the whole batch), pushing hits onto `found`; returns the indexes the region could not
+    /// answer (all of them when reads are not local).
+    pub(crate) fn local_get_each(
+        &mut self,
+        keys: &[&[u8]],
+        wanted: &[usize],
+        found: &mut Vec<(usize, Item)>,
+    ) -> Vec<usize> {
+        let Some(local) = self.local_region() else { return wanted.to_vec() };
+        let mut rest = Vec::new();
+        for &i in wanted {
+            match local.get(keys[i]) {
+                Some(Some(item)) => found.push((i, item)),
+                Some(None) => {}
+                None => rest.push(i),
+            }
+        }
+        rest
     }
 
     /// Sends a request whose answer is one line, and interprets that line.

@@ -628,14 +628,11 @@ impl Client {
         let raw: Vec<Vec<u8>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
         let found = self.call(py, |c| {
             let refs: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
-            c.get_many(&refs)
+            c.get_many_indexed(&refs)
         })?;
-        let asked: HashMap<&[u8], usize> = raw.iter().enumerate().map(|(i, k)| (k.as_slice(), i)).collect();
         let dict = PyDict::new(py);
-        for (key, item) in found {
-            if let Some(&i) = asked.get(key.as_slice()) {
-                dict.set_item(&keys[i], entry(py, &item)?)?;
-            }
+        for (i, item) in found {
+            dict.set_item(&keys[i], entry(py, &item)?)?;
         }
         Ok(dict)
     }

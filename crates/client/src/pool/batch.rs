@@ -25,26 +25,27 @@ impl Pool {
     /// server on this host are read from its region; the others go to their servers in
     /// parallel. Keys whose server is unreachable are read from the Gutter pool, or miss.
     pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
+        Ok(self.get_many_indexed(keys)?.into_iter().map(|(i, item)| (keys[i].to_vec(), item)).collect())
+    }
+
+    /// [`Pool::get_many`], each hit named by its index in `keys` (no key is copied).
+    pub fn get_many_indexed(&mut self, keys: &[&[u8]]) -> Result<Vec<(usize, Item)>> {
         let owners = self.owners(keys)?;
         let mut found = Vec::with_capacity(keys.len());
         let mut failed = Vec::new();
         let mut failure = None;
         let mut remote: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
         for (member, indexes) in owners.into_iter().enumerate() {
+            if indexes.is_empty() {
+                continue;
+            }
             let (client, retry) = (&self.client, self.retry_interval);
             // Local reads need the connection's discovery: `run` opens it first if needed.
-            let local = self.members[member].run(client, retry, |c| {
-                let mut rest = Vec::new();
-                for &i in &indexes {
-                    match c.local_get(keys[i]) {
-                        Some(Some(item)) => found.push((keys[i].to_vec(), item)),
-                        Some(None) => {}
-                        None => rest.push(i),
-                    }
-                }
-                Ok(rest)
-            });
-            match local {
+            match self.members[member].run(
+                client,
+                retry,
+                |c| Ok(c.local_get_each(keys, &indexes, &mut found)),
+            ) {
                 Ok(rest) => remote[member] = rest,
                 Err(e) if unreachable(&e) => {
                     failed.extend(indexes);
@@ -58,7 +59,7 @@ impl Pool {
         });
         for (request, answer) in self.exchange_windowed(requests, |c, _| c.read_values()) {
             match answer {
-                Ok(items) => found.extend(items),
+                Ok(items) => found.extend(indexed(keys, &request.keys, items)),
                 Err(e) if unreachable(&e) => {
                     failed.extend(request.keys);
                     failure.get_or_insert(e);
@@ -67,12 +68,13 @@ impl Pool {
             }
         }
         if !failed.is_empty() {
-            let failed: Vec<&[u8]> = failed.iter().map(|&i| keys[i]).collect();
+            let failed_keys: Vec<&[u8]> = failed.iter().map(|&i| keys[i]).collect();
             match &mut self.gutter {
                 Some(gutter) => {
                     self.counters.gutter_reads += failed.len() as u64;
                     // A failing Gutter pool means misses: the caller goes to the database.
-                    found.extend(gutter.get_many(&failed).unwrap_or_default());
+                    let hits = gutter.get_many_indexed(&failed_keys).unwrap_or_default();
+                    found.extend(hits.into_iter().map(|(j, item)| (failed[j], item)));
                 }
                 None if self.miss_when_down => self.counters.down_misses += failed.len() as u64,
                 None => return Err(failure.expect("a failed key has its error")),
@@ -229,6 +231,23 @@ impl Pool {
         }
         answers
     }
+}
+
+/// Names each item a server returned by its index in `keys`: `asked` (the request's key
+/// indexes) in order, since a server answers hits in the order they were asked.
+fn indexed(keys: &[&[u8]], asked: &[usize], items: Vec<(Vec<u8>, Item)>) -> Vec<(usize, Item)> {
+    let mut next = 0;
+    let mut named = Vec::with_capacity(items.len());
+    for (key, item) in items {
+        let position = asked[next..].iter().position(|&i| keys[i] == key.as_slice()).map(|p| p + next);
+        // A server that answered out of order is still understood (searched from the start).
+        let Some(p) = position.or_else(|| asked.iter().position(|&i| keys[i] == key.as_slice())) else {
+            continue;
+        };
+        named.push((asked[p], item));
+        next = p + 1;
+    }
+    named
 }
 
 /// One request per member and run of up to [`KEYS_PER_REQUEST`] of its keys, each made by
