@@ -299,19 +299,7 @@ impl Client {
 
     /// Reads `VALUE` blocks up to `END`: the answer to a retrieval request.
     pub(crate) fn read_values(&mut self) -> Result<Vec<(Vec<u8>, Item)>> {
-        self.with_connection(|conn| {
-            let mut found = Vec::new();
-            loop {
-                let line = conn.line()?;
-                if line == b"END" {
-                    return Ok(found);
-                }
-                let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
-                let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
-                let value = conn.data(len)?;
-                found.push((key, Item { value, flags, cas }));
-            }
-        })
+        self.with_connection(read_values)
     }
 
     /// Reads one answer line and interprets it.
@@ -392,6 +380,21 @@ impl Client {
             let _ = self.connection();
         }
         self.local.as_mut()
+    }
+}
+
+/// Reads `VALUE` blocks up to `END` from `conn`: the answer to a retrieval request.
+pub(crate) fn read_values(conn: &mut Connection) -> Result<Vec<(Vec<u8>, Item)>> {
+    let mut found = Vec::new();
+    loop {
+        let line = conn.line()?;
+        if line == b"END" {
+            return Ok(found);
+        }
+        let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
+        let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
+        let value = conn.data(len)?;
+        found.push((key, Item { value, flags, cas }));
     }
 }
 

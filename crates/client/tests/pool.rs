@@ -241,3 +241,100 @@ fn leases_come_from_each_keys_owner() {
     }
     assert_eq!(fills, 30);
 }
+
+#[test]
+fn udp_gets_read_real_servers() {
+    let ports = [common::free_port(), common::free_port()];
+    let servers = [
+        Server::shoal("pool-udp-shoal", ports[0], &["-U", &ports[0].to_string()]),
+        Server::memcached_with("pool-udp-memcached", ports[1], &["-U", &ports[1].to_string()]),
+    ];
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut opts = options(Hashing::Jump);
+    opts.client.local = false;
+    let mut tcp = Pool::new(&addresses, opts.clone()).unwrap();
+    let mut udp = Pool::new(&addresses, PoolOptions { udp_gets: true, ..opts }).unwrap();
+    let keys = keys(300);
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), k.as_slice())).collect();
+    assert!(tcp.set_many(&items, 3, 0).unwrap().is_empty());
+    let got = udp.get_many(&refs(&keys)).unwrap();
+    assert_eq!(got.len(), keys.len());
+    assert!(got.iter().all(|(k, item)| item.value == *k && item.flags == 3));
+    assert_eq!(udp.get(&keys[7]).unwrap().unwrap().value, keys[7]);
+    assert_eq!(udp.get(b"absent").unwrap(), None);
+    let c = udp.counters();
+    assert!(c.udp_requests >= 4 && c.udp_misses == 0, "{c:?}");
+}
+
+/// A fake server: a TCP listener nobody answers on (the pool only connects), and a UDP
+/// socket on the same port that answers each request as `answer` says.
+fn fake_udp_server(
+    answer: fn(id: [u8; 2], key: &[u8]) -> Vec<Vec<u8>>,
+) -> (String, std::thread::JoinHandle<()>) {
+    let port = common::free_port();
+    let tcp = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let udp = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let handle = std::thread::spawn(move || {
+        let _tcp = tcp;
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = udp.recv_from(&mut buf) {
+            let request = &buf[8..n];
+            let key = request.strip_prefix(b"gets ").unwrap().strip_suffix(b"\r\n").unwrap();
+            for datagram in answer([buf[0], buf[1]], key) {
+                udp.send_to(&datagram, from).unwrap();
+            }
+        }
+    });
+    (format!("127.0.0.1:{port}"), handle)
+}
+
+/// The datagrams `(sequence, total, payload)` with request id `id`.
+fn datagrams(id: [u8; 2], parts: &[(u16, u16, &[u8])]) -> Vec<Vec<u8>> {
+    parts
+        .iter()
+        .map(|(seq, total, payload)| {
+            let mut d = id.to_vec();
+            d.extend_from_slice(&seq.to_be_bytes());
+            d.extend_from_slice(&total.to_be_bytes());
+            d.extend_from_slice(&[0, 0]);
+            d.extend_from_slice(payload);
+            d
+        })
+        .collect()
+}
+
+#[test]
+fn lost_reordered_or_foreign_udp_answers_are_misses_never_wrong_values() {
+    let (server, _thread) = fake_udp_server(|id, key| {
+        let value = |k: &[u8]| [b"VALUE ", k, b" 0 5 1\r\nright\r\nEND\r\n"].concat();
+        match key {
+            b"in-order" => {
+                let v = value(key);
+                let (a, b) = v.split_at(10);
+                datagrams(id, &[(0, 2, a), (1, 2, b)])
+            }
+            b"reordered" => {
+                let v = value(key);
+                let (a, b) = v.split_at(10);
+                datagrams(id, &[(1, 2, b), (0, 2, a)])
+            }
+            b"lost" => datagrams(id, &[(1, 2, b"rest of it")]),
+            b"foreign-id" => datagrams([id[0] ^ 0xff, id[1]], &[(0, 1, &value(key))]),
+            b"other-key" => datagrams(id, &[(0, 1, &value(b"not-asked"))]),
+            b"garbled" => datagrams(id, &[(0, 1, b"VALUE garbled 0 500 1\r\nshort\r\nEND\r\n")]),
+            _ => Vec::new(), // dropped
+        }
+    });
+    let mut opts = options(Hashing::Jump);
+    opts.client.local = false;
+    opts.client.io_timeout = Some(Duration::from_millis(200));
+    let mut pool = Pool::new(&[server], PoolOptions { udp_gets: true, ..opts }).unwrap();
+    assert_eq!(pool.get(b"in-order").unwrap().unwrap().value, b"right");
+    for key in ["reordered", "lost", "foreign-id", "other-key", "garbled", "dropped"] {
+        assert_eq!(pool.get(key.as_bytes()).unwrap(), None, "{key}");
+    }
+    let c = pool.counters();
+    assert_eq!(c.udp_requests, 7);
+    assert_eq!(c.udp_misses, 5, "every lost, reordered or garbled answer is counted ({c:?})");
+}

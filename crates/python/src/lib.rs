@@ -105,7 +105,8 @@ fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
 /// `delete_many` go to every server at once. A server that fails is skipped for
 /// `dead_timeout` seconds: its keys' reads miss and its writes raise, or with
 /// `gutter=[servers]` both go to that Gutter pool (fills with their TTL clamped to
-/// `gutter_ttl` seconds).
+/// `gutter_ttl` seconds). `udp=True` sends gets that are not local over UDP (to each
+/// server's port number): a lost or reordered answer is a miss.
 #[pyclass(module = "shoal", frozen)]
 struct Client {
     inner: Mutex<Option<Pool>>,
@@ -158,7 +159,7 @@ fn bytes<'py>(py: Python<'py>, value: &[u8]) -> Bound<'py, PyAny> {
 impl Client {
     #[new]
     #[pyo3(signature = (server=None, connect_timeout=Some(5.0), timeout=Some(5.0), local=true, *,
-                        servers=None, hashing=None, gutter=None, gutter_ttl=10, dead_timeout=1.0))]
+                        servers=None, hashing=None, gutter=None, gutter_ttl=10, dead_timeout=1.0, udp=false))]
     #[allow(clippy::too_many_arguments)] // keyword arguments, as pymemcache's
     fn new(
         py: Python<'_>,
@@ -171,6 +172,7 @@ impl Client {
         gutter: Option<Vec<Bound<'_, PyAny>>>,
         gutter_ttl: u32,
         dead_timeout: f64,
+        udp: bool,
     ) -> PyResult<Client> {
         let client =
             Options { connect_timeout: seconds(connect_timeout)?, io_timeout: seconds(timeout)?, local };

@@ -54,6 +54,16 @@ impl Pool {
                 Err(e) => return Err(e),
             }
         }
+        if let Some(udp) = &self.udp {
+            // Over UDP, what is not answered is a miss; only unix-socket members stay on TCP.
+            let mut by_udp = vec![Vec::new(); remote.len()];
+            for (member, indexes) in remote.iter_mut().enumerate() {
+                if udp.serves(member) {
+                    by_udp[member] = std::mem::take(indexes);
+                }
+            }
+            self.udp_get(keys, by_udp, &mut found);
+        }
         let requests = chunked(remote, |_, chunk| {
             retrieval_request(b"gets ", &chunk.iter().map(|&i| keys[i]).collect::<Vec<_>>())
         });
@@ -235,7 +245,7 @@ impl Pool {
 
 /// Names each item a server returned by its index in `keys`: `asked` (the request's key
 /// indexes) in order, since a server answers hits in the order they were asked.
-fn indexed(keys: &[&[u8]], asked: &[usize], items: Vec<(Vec<u8>, Item)>) -> Vec<(usize, Item)> {
+pub(super) fn indexed(keys: &[&[u8]], asked: &[usize], items: Vec<(Vec<u8>, Item)>) -> Vec<(usize, Item)> {
     let mut next = 0;
     let mut named = Vec::with_capacity(items.len());
     for (key, item) in items {

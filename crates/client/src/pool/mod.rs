@@ -17,6 +17,7 @@
 
 mod batch;
 mod member;
+mod udp;
 mod window;
 
 pub use window::WindowOptions;
@@ -50,6 +51,9 @@ pub struct PoolOptions {
     /// caller goes to the database, Facebook's choice); `false` returns the error instead,
     /// as a client of a single server does.
     pub miss_when_down: bool,
+    /// Send gets that are not local over UDP (to each server's TCP port number, on UDP):
+    /// a lost or reordered answer is a miss, counted in [`PoolCounters::udp_misses`].
+    pub udp_gets: bool,
 }
 
 impl Default for PoolOptions {
@@ -62,6 +66,7 @@ impl Default for PoolOptions {
             gutter_ttl: 10,
             window: WindowOptions::default(),
             miss_when_down: true,
+            udp_gets: false,
         }
     }
 }
@@ -80,6 +85,10 @@ pub struct PoolCounters {
     pub down_misses: u64,
     /// Requests that timed out (each halves the window).
     pub timeouts: u64,
+    /// Get requests sent over UDP.
+    pub udp_requests: u64,
+    /// Keys that missed because their UDP answer was lost, out of order or garbled.
+    pub udp_misses: u64,
 }
 
 /// A client for a pool of servers: each key goes to the server the pool's hashing names,
@@ -93,6 +102,7 @@ pub struct Pool {
     gutter_ttl: u32,
     window: Window,
     miss_when_down: bool,
+    udp: Option<udp::UdpGets>,
     counters: PoolCounters,
 }
 
@@ -115,7 +125,9 @@ impl Pool {
             let gutter_options = PoolOptions { gutter: Vec::new(), ..options.clone() };
             Some(Box::new(Pool::new(&options.gutter, gutter_options)?))
         };
-        let members = placement.servers().iter().map(|s| Member::new(s.address.clone())).collect();
+        let addresses: Vec<String> = placement.servers().iter().map(|s| s.address.clone()).collect();
+        let udp = options.udp_gets.then(|| udp::UdpGets::new(&addresses));
+        let members = addresses.into_iter().map(Member::new).collect();
         Ok(Pool {
             placement,
             members,
@@ -125,6 +137,7 @@ impl Pool {
             gutter_ttl: options.gutter_ttl,
             window: Window::new(options.window),
             miss_when_down: options.miss_when_down,
+            udp,
             counters: PoolCounters::default(),
         })
     }
@@ -226,6 +239,9 @@ impl Pool {
 
     /// The item under `key`, if there is one.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Item>> {
+        if self.udp.is_some() {
+            return Ok(self.get_many_indexed(&[key])?.pop().map(|(_, item)| item));
+        }
         self.read(key, |c| c.get(key))
     }
 
