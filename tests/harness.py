@@ -37,14 +37,16 @@ class Server:
     @classmethod
     def shoal(cls, *extra, port=None, memory_mb=64, stderr=None):
         port = port or free_port()
-        argv = [str(SHOAL), "server", "-p", str(port), "-U", "0", "-l", "127.0.0.1",
+        udp = [] if "-U" in extra else ["-U", "0"]
+        argv = [str(SHOAL), "server", "-p", str(port), *udp, "-l", "127.0.0.1",
                 "-m", str(memory_mb), *extra]
         return cls(argv, port, "shoal", stderr)
 
     @classmethod
     def memcached(cls, *extra, port=None, memory_mb=64):
         port = port or free_port()
-        argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(memory_mb),
+        udp = [] if "-U" in extra else ["-U", "0"]
+        argv = [MEMCACHED, "-p", str(port), *udp, "-l", "127.0.0.1", "-m", str(memory_mb),
                 *extra]
         if os.geteuid() == 0:
             argv += ["-u", "root"]

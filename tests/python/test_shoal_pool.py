@@ -145,3 +145,29 @@ def test_bad_pools_and_keys_are_refused_naming_the_value(servers):
         pool.get_many(["fine", "not fine"])
     with pytest.raises(shoal.IllegalInput, match="key"):
         pool.set_many({"a b": b"v"})
+
+
+def test_udp_gets_from_a_pool():
+    with contextlib.ExitStack() as stack:
+        ports = [free_udp_port() for _ in range(2)]
+        members = [stack.enter_context(Server.shoal("-U", str(ports[0]), port=ports[0])),
+                   stack.enter_context(Server.memcached("-U", str(ports[1]), port=ports[1]))]
+        pool = shoal.Client(servers=[m.address for m in members], hashing="jump", local=False, udp=True)
+        values = {f"u{i}": f"value{i}".encode() for i in range(200)}
+        assert pool.set_many(values) == []
+        assert pool.get_many(list(values)) == values
+        assert pool.get("u1") == b"value1"
+
+
+def free_udp_port():
+    import socket
+    while True:
+        with socket.socket() as t:
+            t.bind(("127.0.0.1", 0))
+            port = t.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                try:
+                    u.bind(("127.0.0.1", port))
+                    return port
+                except OSError:
+                    continue

@@ -202,6 +202,7 @@ impl Client {
                     retry_interval,
                     gutter,
                     gutter_ttl,
+                    udp_gets: udp,
                     ..PoolOptions::default()
                 };
                 (addresses(servers)?, options)
