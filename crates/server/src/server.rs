@@ -10,6 +10,7 @@
 //! On any stop the writer is dropped after the workers return, which marks the region clean:
 //! restarting on the same `-e` file is a warm restart with every item in place.
 
+use crate::auth::Users;
 use crate::config::Settings;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
@@ -87,6 +88,10 @@ pub struct Shared {
     pub conns: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
     /// A [`stop`] value.
     pub stop: AtomicU8,
+    /// Who may authenticate with SASL (`-S`).
+    pub sasl_users: Users,
+    /// Who may authenticate with an ascii token (`-Y`).
+    pub ascii_users: Users,
 }
 
 impl Shared {
@@ -149,6 +154,13 @@ fn open_region(settings: &Settings) -> Result<(Writer, bool), String> {
 
 /// Runs a server until it is stopped; returns once everything is closed.
 pub fn run(settings: Settings) -> Result<(), String> {
+    let ascii_users = settings.auth_file.as_deref().map(|f| Users::load(f, false)).transpose()?;
+    // Without MEMCACHED_SASL_PWDB nobody can authenticate (memcached would ask Cyrus SASL's
+    // own database); a file that cannot be read stops the start, as a bad -Y file does.
+    let sasl_users = match (&settings.sasl_pwdb, settings.sasl) {
+        (Some(path), true) => Users::load(path, true)?,
+        _ => Users::default(),
+    };
     let listeners = Listeners::bind(&settings)?;
     let (writer, temporary) = open_region(&settings)?;
     if let Some(pidfile) = &settings.pidfile {
@@ -170,6 +182,8 @@ pub fn run(settings: Settings) -> Result<(), String> {
         rejected_connections: AtomicU64::new(0),
         conns: Mutex::new(BTreeMap::new()),
         stop: AtomicU8::new(stop::RUNNING),
+        sasl_users,
+        ascii_users: ascii_users.unwrap_or_default(),
     });
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
