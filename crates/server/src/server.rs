@@ -152,6 +152,18 @@ fn open_region(settings: &Settings) -> Result<(Writer, bool), String> {
     }
 }
 
+/// Gives the region file the group and mode the settings ask for. The file is created 0600
+/// and only then opened up, so it is never readable by more than asked.
+fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(gid) = settings.region_group {
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .map_err(|e| format!("--region-group: could not give {} to group {gid}: {e}", path.display()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(settings.region_mode))
+        .map_err(|e| format!("--region-mode: could not set the mode of {}: {e}", path.display()))
+}
+
 /// Runs a server until it is stopped; returns once everything is closed.
 pub fn run(settings: Settings) -> Result<(), String> {
     let ascii_users = settings.auth_file.as_deref().map(|f| Users::load(f, false)).transpose()?;
@@ -163,6 +175,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     };
     let listeners = Listeners::bind(&settings)?;
     let (writer, temporary) = open_region(&settings)?;
+    set_region_access(writer.path(), &settings)?;
     if let Some(pidfile) = &settings.pidfile {
         std::fs::write(pidfile, format!("{}\n", std::process::id()))
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;

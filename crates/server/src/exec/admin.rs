@@ -60,6 +60,9 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 return Flow::Shutdown(mode);
             }
         }
+        // A datagram proves nothing: with authentication on, the region is named only to an
+        // authenticated connection (TCP and unix connections run no command before that).
+        Request::Shm if cx.conn == NO_CONNECTION && shared.settings.auth_required() => reply(out, b"ERROR"),
         Request::Shm => {
             // SHM <region path> <cookie offset> <cookie>: a client that can open the path and
             // finds the cookie at the offset shares this server's memory (docs/PROTOCOL.md).
