@@ -7,16 +7,20 @@ Also: `-B` negotiation and a text request on a binary-only server, and answers t
 Shoal's to check alone (the `stat` packets' shape, a store refused for size removing the old
 value). SASL and `-Y` are in test_auth.py."""
 
+import os
+import socket
 import struct
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from binwire import *  # noqa: E402,F401,F403
-from binwire import Connection, replay, request  # noqa: E402
-from harness import Server  # noqa: E402
+from binwire import Connection, normalize, replay, request  # noqa: E402
+from harness import MEMCACHED, SHOAL, Server, free_port  # noqa: E402
 
 BIG = b"x" * (1024 * 1024 + 1)  # over the 1 MiB item limit of both servers
 
@@ -165,3 +169,39 @@ def test_stat_packets_carry_name_and_value_and_end_empty(servers):
         assert settings["binding_protocol"] == "auto-negotiate"
         assert settings["auth_enabled_sasl"] == "no"
         conn.close()
+
+
+def udp_answers(server_argv, port):
+    """Binary requests in one datagram: a set, a get and a getk miss, answered in frames."""
+    proc = subprocess.Popen(server_argv, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        got = []
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.settimeout(5)
+            body = (store(SET, b"u", b"dgram", flags=2) + request(GET, b"u", opaque=1)
+                    + request(GETK, b"nope"))
+            u.sendto(struct.pack(">HHHH", 77, 0, 1, 0) + body, ("127.0.0.1", port))
+            u.settimeout(1)
+            try:
+                while True:
+                    frame, _ = u.recvfrom(2000)
+                    assert frame[:2] == struct.pack(">H", 77)
+                    got.append(frame[8:])
+            except socket.timeout:
+                pass
+        # memcached sends each request's answer in datagrams of its own, Shoal one datagram's
+        # answers together (docs/PROTOCOL.md): the bytes must be the same.
+        return normalize(b"".join(got), {})
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_binary_over_udp_as_memcached_answers():
+    port = free_port()
+    root = ["-u", "root"] if os.geteuid() == 0 else []
+    expected = udp_answers([MEMCACHED, "-p", "0", "-U", str(port), "-l", "127.0.0.1", *root], port)
+    shoal = [str(SHOAL), "server", "-p", str(free_port()), "-U", str(port), "-l", "127.0.0.1"]
+    got = udp_answers(shoal, port)
+    assert got == expected
