@@ -135,15 +135,17 @@ def replay(server, steps) -> list:
     """Runs `steps` on a new connection and returns the normalized answers, one per step.
 
     A step is `bytes` (send, then a sentinel noop; the answer is what precedes the noop's),
-    a function of the last CAS seen (for `cas` requests), or `("close", bytes)` (send, then read
-    until the server closes). Answers are normalized (see `normalize`)."""
+    a function of the last CAS seen (for `cas` requests), `("close", bytes)` (send, then read
+    until the server closes) or `("wait", bytes)` (send, then read until 0.3 s of silence: where
+    a sentinel would be refused, before authentication). Answers are normalized (see
+    `normalize`)."""
     conn = Connection(server)
     cas_names, answers, seen = {}, [], 0
     try:
         for step in steps:
             if isinstance(step, tuple):
                 conn.send(step[1])
-                raw = conn.until_closed()
+                raw = conn.until_closed(wait=2.0 if step[0] == "close" else 0.3)
             else:
                 data = step(seen) if callable(step) else step
                 conn.send(data + request(NOOP, opaque=SENTINEL))
