@@ -124,6 +124,27 @@ pub enum StoreMode {
     Prepend,
 }
 
+/// A storage request's arguments (flags and exptime are 0 for append and prepend).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreRequest<'a> {
+    pub mode: StoreMode,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub exptime: u32,
+}
+
+/// An increment's or decrement's arguments: a missing counter is created with `initial`
+/// unless `exptime` is [`NO_CREATE`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArithRequest<'a> {
+    pub incr: bool,
+    pub key: &'a [u8],
+    pub delta: u64,
+    pub initial: u64,
+    pub exptime: u32,
+}
+
 /// A binary request's command, with its arguments decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command<'a> {
@@ -133,13 +154,12 @@ pub enum Command<'a> {
     GetAndTouch { key: &'a [u8], with_key: bool, exptime: u32 },
     /// `touch`: set the expiry; the answer carries the flags, no value.
     Touch { key: &'a [u8], exptime: u32 },
-    /// `set add replace append prepend` (flags and exptime are 0 for append and prepend).
-    Store { mode: StoreMode, key: &'a [u8], value: &'a [u8], flags: u32, exptime: u32 },
+    /// `set add replace append prepend`.
+    Store(StoreRequest<'a>),
     /// `delete`.
     Delete { key: &'a [u8] },
-    /// `increment`/`decrement`: a missing counter is created with `initial` unless `exptime`
-    /// is [`NO_CREATE`].
-    Arith { incr: bool, key: &'a [u8], delta: u64, initial: u64, exptime: u32 },
+    /// `increment`/`decrement`.
+    Arith(ArithRequest<'a>),
     /// `flush`, optionally delayed.
     Flush { delay: Option<u32> },
     /// `noop`.
@@ -296,13 +316,13 @@ impl BinaryParser {
             INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ
                 if key_len > 0 && ext_len == 20 && body_len == key_len + ext_len =>
             {
-                Command::Arith {
+                Command::Arith(ArithRequest {
                     incr: matches!(h.opcode, INCREMENT | INCREMENTQ),
                     key,
                     delta: be_u64(&extras[..8]),
                     initial: be_u64(&extras[8..16]),
                     exptime: be_u32(&extras[16..]),
-                }
+                })
             }
             STAT if ext_len == 0 => Command::Stat { group: key },
             TOUCH | GAT | GATQ | GATK | GATKQ if ext_len == 4 && key_len > 0 => {
@@ -333,7 +353,7 @@ impl BinaryParser {
                     return BinaryParse::Incomplete;
                 };
                 let (flags, exptime) = if concat { (0, 0) } else { (be_u32(extras), be_u32(&extras[4..])) };
-                Command::Store { mode, key, value, flags, exptime }
+                Command::Store(StoreRequest { mode, key, value, flags, exptime })
             }
             SASL_LIST_MECHS if empty && !self.sasl => return refuse(Status::UnknownCommand, at_value, false),
             SASL_LIST_MECHS if empty => Command::SaslListMechs,
@@ -364,7 +384,7 @@ impl BinaryParser {
             _ => return refuse(Status::UnknownCommand, at_value + body_len, false),
         };
         let consumed = match command {
-            Command::Store { value, .. }
+            Command::Store(StoreRequest { value, .. })
             | Command::SaslAuth { data: value, .. }
             | Command::SaslStep { data: value, .. } => at_value + value.len(),
             _ => at_value,

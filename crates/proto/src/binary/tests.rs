@@ -48,7 +48,13 @@ fn every_prefix_is_incomplete_and_the_whole_is_one_request() {
     let (r, consumed) = done(PARSER.parse(&two, true));
     assert_eq!(consumed, set.len());
     assert_eq!((r.opcode, r.opaque, r.cas, r.quiet), (SETQ, 0xdead_beef, 77, true));
-    let store = Command::Store { mode: StoreMode::Set, key: b"key", value: b"value", flags: 5, exptime: 60 };
+    let store = Command::Store(StoreRequest {
+        mode: StoreMode::Set,
+        key: b"key",
+        value: b"value",
+        flags: 5,
+        exptime: 60,
+    });
     assert_eq!(r.command, store);
     let (noop, _) = done(PARSER.parse(&two[consumed..], true));
     assert_eq!((noop.command, noop.quiet), (Command::Noop, false));
@@ -63,7 +69,8 @@ fn commands_decode_their_extras() {
     incr.extend_from_slice(&100u64.to_be_bytes());
     incr.extend_from_slice(&NO_CREATE.to_be_bytes());
     let (r, _) = done(PARSER.parse(request(DECREMENT, &incr, b"n", &[], 0), true));
-    let arith = Command::Arith { incr: false, key: b"n", delta: 5, initial: 100, exptime: NO_CREATE };
+    let arith =
+        Command::Arith(ArithRequest { incr: false, key: b"n", delta: 5, initial: 100, exptime: NO_CREATE });
     assert_eq!(r.command, arith);
     let (r, _) = done(PARSER.parse(request(GATK, &9u32.to_be_bytes(), b"g", &[], 0), true));
     assert_eq!(r.command, Command::GetAndTouch { key: b"g", with_key: true, exptime: 9 });
@@ -74,7 +81,13 @@ fn commands_decode_their_extras() {
     let (r, _) = done(PARSER.parse(request(FLUSH, &[], &[], &[], 0), true));
     assert_eq!(r.command, Command::Flush { delay: None });
     let (r, _) = done(PARSER.parse(request(APPEND, &[], b"a", b"tail", 0), true));
-    let append = Command::Store { mode: StoreMode::Append, key: b"a", value: b"tail", flags: 0, exptime: 0 };
+    let append = Command::Store(StoreRequest {
+        mode: StoreMode::Append,
+        key: b"a",
+        value: b"tail",
+        flags: 0,
+        exptime: 0,
+    });
     assert_eq!(r.command, append);
     let (r, _) = done(PARSER.parse(request(STAT, &[], b"settings", &[], 0), true));
     assert_eq!(r.command, Command::Stat { group: b"settings" });

@@ -9,7 +9,8 @@ use super::meta::{SetMode, SetResult, StoreOp};
 use super::{admin, store_error, Context, Flow};
 use crate::auth::Session;
 use crate::stats::Counters;
-use shoal_proto::binary::{opcode, Command, ResponseHeader, Status, StoreMode, MAX_MECHANISM};
+use shoal_proto::binary::{opcode, ArithRequest, Command, ResponseHeader, Status, StoreMode, StoreRequest};
+use shoal_proto::binary::{MAX_MECHANISM, NO_CREATE};
 use shoal_proto::{parse_plain, BinaryRequest, Request, Tokens};
 use shoal_region::{absolute_expiry, touch_expiry, Marks, NewItem, OpError, Value};
 
@@ -62,13 +63,9 @@ pub fn execute(cx: &mut Context<'_>, r: BinaryRequest<'_>, session: &mut Session
         Command::Get { key, with_key } => get(cx, &r, key, with_key, None, out),
         Command::GetAndTouch { key, with_key, exptime } => get(cx, &r, key, with_key, Some(exptime), out),
         Command::Touch { key, exptime } => get(cx, &r, key, false, Some(exptime), out),
-        Command::Store { mode, key, value, flags, exptime } => {
-            store(cx, &r, mode, key, value, flags, exptime, out)
-        }
+        Command::Store(ref s) => store(cx, &r, s, out),
         Command::Delete { key } => delete(cx, &r, key, out),
-        Command::Arith { incr, key, delta, initial, exptime } => {
-            arith(cx, &r, incr, key, delta, initial, exptime, out);
-        }
+        Command::Arith(ref a) => arith(cx, &r, a, out),
         Command::Flush { delay } => {
             if admin::flush_all(cx, delay.map(i64::from)) {
                 success(out, &r, b"", 0);
@@ -144,19 +141,9 @@ fn get(
     out.extend_from_slice(value);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn store(
-    cx: &mut Context<'_>,
-    r: &BinaryRequest<'_>,
-    mode: StoreMode,
-    key: &[u8],
-    value: &[u8],
-    flags: u32,
-    exptime: u32,
-    out: &mut Vec<u8>,
-) {
+fn store(cx: &mut Context<'_>, r: &BinaryRequest<'_>, s: &StoreRequest<'_>, out: &mut Vec<u8>) {
     // memcached: with a CAS, set, add and replace all become cas; append and prepend check it.
-    let mode = match mode {
+    let mode = match s.mode {
         StoreMode::Append => SetMode::Append,
         StoreMode::Prepend => SetMode::Prepend,
         _ if r.cas != 0 => SetMode::Cas,
@@ -164,10 +151,10 @@ fn store(
         StoreMode::Add => SetMode::Add,
         StoreMode::Replace => SetMode::Replace,
     };
-    let expiry = absolute_expiry(i64::from(exptime), cx.shared.writer.clock());
-    let fresh = NewItem { value: Value::Given, flags, expiry, cas: None, marks: Marks::default() };
+    let expiry = absolute_expiry(i64::from(s.exptime), cx.shared.writer.clock());
+    let fresh = NewItem { value: Value::Given, flags: s.flags, expiry, cas: None, marks: Marks::default() };
     let op = StoreOp { mode, cas: r.cas, fresh, vivify: None, invalidate: false };
-    match store_op(cx, key, value, &op) {
+    match store_op(cx, s.key, s.value, &op) {
         Ok((SetResult::Stored, cas)) => {
             success(out, r, b"", cx.shared.settings.visible_cas(cas.unwrap_or(0)))
         }
@@ -206,29 +193,20 @@ fn delete(cx: &mut Context<'_>, r: &BinaryRequest<'_>, key: &[u8], out: &mut Vec
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn arith(
-    cx: &mut Context<'_>,
-    r: &BinaryRequest<'_>,
-    incr: bool,
-    key: &[u8],
-    delta: u64,
-    initial: u64,
-    exptime: u32,
-    out: &mut Vec<u8>,
-) {
+fn arith(cx: &mut Context<'_>, r: &BinaryRequest<'_>, a: &ArithRequest<'_>, out: &mut Vec<u8>) {
     let now = cx.shared.writer.clock();
     // A created counter expires as its request says; an incremented one keeps its expiry.
-    let expiry = |created: bool, old: u32| if created { touch_expiry(i64::from(exptime), now) } else { old };
+    let expiry =
+        |created: bool, old: u32| if created { touch_expiry(i64::from(a.exptime), now) } else { old };
     let op = ArithOp {
-        incr,
-        delta,
+        incr: a.incr,
+        delta: a.delta,
         cas: (r.cas != 0).then_some(r.cas),
         new_cas: None,
-        initial: (exptime != shoal_proto::binary::NO_CREATE).then_some(initial),
+        initial: (a.exptime != NO_CREATE).then_some(a.initial),
         expiry: &expiry,
     };
-    match arith_op(cx, key, &op) {
+    match arith_op(cx, a.key, &op) {
         Ok((ArithResult::Value { n, .. }, cas)) => {
             success(out, r, &n.to_be_bytes(), cx.shared.settings.visible_cas(cas.unwrap_or(0)));
         }
