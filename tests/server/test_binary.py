@@ -86,6 +86,11 @@ CASES = {
     "sasl commands without -S are unknown": [
         request(SASL_LIST), request(SASL_AUTH, b"PLAIN", value=b"\0u\0p"), request(NOOP),
     ],
+    "a pipelined quiet multiget answers only the hits, then the last key": [
+        store(SETQ, b"a", b"1", flags=1) + store(SETQ, b"c", b"3", flags=3),
+        request(GETKQ, b"a") + request(GETKQ, b"b") + request(GETKQ, b"c") + request(GETK, b"d"),
+    ],
+    "stat reset answers only the end packet": [request(STAT, b"reset")],
     "an unknown stat group is not found": [request(STAT, b"bogus")],
     "quit answers then closes": [("close", request(QUIT, opaque=9))],
     "quitq closes silently": [("close", request(QUITQ))],
