@@ -30,6 +30,8 @@ enum Command {
     Region(region_cmd::RegionArgs),
     /// Load a memcached-protocol server and measure it (see docs/BENCHMARKS.md).
     Bench(shoal_bench::BenchArgs),
+    /// Route memcached requests to pools of servers, as mcrouter does (its JSON config).
+    Router(shoal_router::RouterArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server(args),
         Command::Region(args) => region_cmd::run(args),
         Command::Bench(args) => shoal_bench::run(args),
+        Command::Router(args) => shoal_router::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
