@@ -123,7 +123,13 @@ impl Route {
                     ctx.send(*dest, request, *keep_routing_prefix).await
                 }
                 Route::Hash { children, placement } => {
-                    children[placement.owner(request.routed_key())].execute(request, ctx).await
+                    let child = &children[placement.owner(request.routed_key())];
+                    if !ctx.fail_open && mostly_tko(children, ctx) {
+                        // Too much of the pool is marked down to trust the marks: fail open.
+                        let open = Ctx { fail_open: true, ..ctx.clone() };
+                        return child.execute(request, &open).await;
+                    }
+                    child.execute(request, ctx).await
                 }
                 Route::Failover { children, errors } => failover(children, *errors, request, ctx).await,
                 Route::Latest { children, failover_count } => {
@@ -234,6 +240,15 @@ pub fn null_reply(request: &Request) -> Reply {
         (_, Op::Delete | Op::Incr | Op::Decr | Op::Touch) => b"NOT_FOUND\r\n".to_vec(),
         _ => b"NOT_STORED\r\n".to_vec(),
     })
+}
+
+/// Whether more than half of a pool's servers are TKO.
+fn mostly_tko(children: &[Child], ctx: &Ctx) -> bool {
+    let tko = children
+        .iter()
+        .filter(|c| matches!(***c, Route::Destination { dest, .. } if ctx.is_tko(dest)))
+        .count();
+    tko * 2 > children.len()
 }
 
 async fn failover(children: &[Child], errors: FailoverErrors, request: &Request, ctx: &Ctx) -> Reply {
