@@ -1,0 +1,232 @@
+//! Workers: threads that claim tasks of any running job in a region, run them and publish
+//! their output. A worker process may start at any moment (it joins whatever phase the jobs
+//! are in) and stop at any moment, even by SIGKILL (its claims lapse, see [`crate::tasks`]).
+//!
+//! ```text
+//! thread: loop { next_task: jobs in table order → map tasks, or reduce tasks once every
+//!                map task of the job has a result → try_claim
+//!                run: map (combine into Emit) or reduce (read partition r of every map
+//!                     output, combine) → one new area → publish (CAS; first wins) }
+//! heartbeat: every lease/4, renew the leases of the claims this process holds
+//! ```
+
+use crate::error::MrError;
+use crate::job::{fail_job, worth_staying, JobView};
+use crate::layout::JOB_SLOTS;
+use crate::records::{decode, encode_sorted, payload, read_partition, Emit};
+use crate::region::{JobRegion, JobState};
+use crate::tasks::{publish, renew, result, try_claim, Claim};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Default lease: a claim not renewed for this long is taken over.
+pub const DEFAULT_LEASE_MS: u64 = 10_000;
+
+/// How a worker runs.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerOptions {
+    /// Threads claiming tasks.
+    pub threads: usize,
+    /// Lease length in milliseconds.
+    pub lease_ms: u64,
+}
+
+/// What a worker did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Tasks whose output this worker published.
+    pub published: u64,
+    /// Tasks it ran to the end but another attempt published first.
+    pub lost: u64,
+}
+
+/// A running worker: its threads and its heartbeat.
+pub struct Worker {
+    threads: Vec<JoinHandle<Result<(), MrError>>>,
+    heartbeat: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    region: Arc<JobRegion>,
+    stop: AtomicBool,
+    held: Mutex<Vec<Claim>>,
+    published: AtomicU64,
+    lost: AtomicU64,
+    lease_ms: u64,
+}
+
+impl Worker {
+    /// Starts `options.threads` threads working on `region`.
+    pub fn start(region: Arc<JobRegion>, options: WorkerOptions) -> Worker {
+        let lease_ms = options.lease_ms.max(10);
+        let shared = Arc::new(Shared {
+            region,
+            stop: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
+            published: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            lease_ms,
+        });
+        let threads = (0..options.threads.max(1))
+            .map(|n| {
+                let shared = Arc::clone(&shared);
+                std::thread::spawn(move || {
+                    let outcome = work(&shared, n as u64);
+                    if outcome.is_err() {
+                        shared.stop.store(true, Ordering::Relaxed); // the others leave too
+                    }
+                    outcome
+                })
+            })
+            .collect();
+        let beat = Arc::clone(&shared);
+        let heartbeat = Some(std::thread::spawn(move || {
+            while !beat.stop.load(Ordering::Relaxed) {
+                for claim in beat.held.lock().expect("held claims").iter() {
+                    renew(&beat.region, *claim, beat.lease_ms);
+                }
+                std::thread::sleep(Duration::from_millis((beat.lease_ms / 4).clamp(1, 1000)));
+            }
+        }));
+        Worker { threads, heartbeat, shared }
+    }
+
+    /// Waits until the threads leave by themselves (the region finished, or no coordinator is
+    /// left), then reports.
+    pub fn wait(mut self) -> Result<WorkerReport, MrError> {
+        self.join()
+    }
+
+    /// Asks the threads to leave after their current task, waits for them and reports.
+    pub fn stop(mut self) -> Result<WorkerReport, MrError> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<WorkerReport, MrError> {
+        let mut first_error = None;
+        for t in self.threads.drain(..) {
+            if let Err(e) = t.join().expect("a worker thread panicked") {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.heartbeat.take() {
+            let _ = h.join();
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(WorkerReport {
+                published: self.shared.published.load(Ordering::Relaxed),
+                lost: self.shared.lost.load(Ordering::Relaxed),
+            }),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let _ = self.join();
+    }
+}
+
+/// One worker thread's loop.
+fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
+    let region = &*shared.region;
+    let rotation = std::process::id() as u64 * 7 + thread * 13;
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let Some((view, claim)) = next_task(region, rotation, shared.lease_ms)? else {
+            if !worth_staying(region)? {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1 << idle.min(4)));
+            idle += 1;
+            continue;
+        };
+        idle = 0;
+        shared.held.lock().expect("held claims").push(claim);
+        let outcome = run_task(region, &view, claim.task);
+        shared.held.lock().expect("held claims").retain(|c| *c != claim);
+        match outcome {
+            Ok(true) => shared.published.fetch_add(1, Ordering::Relaxed),
+            Ok(false) => shared.lost.fetch_add(1, Ordering::Relaxed),
+            Err(e @ MrError::Corrupt { .. }) => return Err(e),
+            Err(e) => {
+                fail_job(region, view.index, &e);
+                0
+            }
+        };
+    }
+    Ok(())
+}
+
+/// Claims the first claimable task, in job order: map tasks, then (once all of a job's map
+/// tasks have results) its reduce tasks. Each thread starts its scan at its own place.
+fn next_task(region: &JobRegion, rotation: u64, lease_ms: u64) -> Result<Option<(JobView, Claim)>, MrError> {
+    for j in 0..JOB_SLOTS {
+        if region.job_state(j)? == JobState::Free {
+            break;
+        }
+        let Some(view) = JobView::running(region, j)? else { continue };
+        for reduce in [false, true] {
+            let tasks = view.tasks(reduce);
+            let n = tasks.end - tasks.start;
+            let mut pending = false;
+            for i in 0..n {
+                let t = tasks.start + (rotation + i) % n;
+                if result(region, t).is_some() {
+                    continue;
+                }
+                pending = true;
+                view.check_task(region, t)?;
+                if let Some(claim) = try_claim(region, t, lease_ms) {
+                    return Ok(Some((view, claim)));
+                }
+            }
+            if pending {
+                break; // reduce tasks wait for every map task's result
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Runs task `t` of `view` and publishes its output; `Ok(false)` if another attempt won.
+fn run_task(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
+    let split = view.check_task(region, t)?;
+    let params = region.bytes(view.params.offset, view.params.len)?;
+    let app = view.app;
+    let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine(view.stage, acc, value);
+    let body = if t < view.first_task + view.maps {
+        let input = region.bytes(split.offset, split.len)?;
+        let mut emit = Emit::new(view.reduces as usize, &combine);
+        app.map(view.stage, &params, &input, &mut emit).map_err(MrError::BadInput)?;
+        emit.into_payload()
+    } else {
+        let part = t - view.first_task - view.maps;
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for m in view.tasks(false) {
+            let area =
+                result(region, m).ok_or_else(|| region.corrupt(format!("map task {m} has no result")))?;
+            let bytes = read_partition(region, area, part)?;
+            for record in decode(&bytes) {
+                let (key, value) = record.map_err(|e| region.corrupt(format!("map task {m}: {e}")))?;
+                match merged.get_mut(key) {
+                    Some(acc) => combine(acc, value),
+                    None => {
+                        merged.insert(key.to_vec(), value.to_vec());
+                    }
+                }
+            }
+        }
+        payload(&[encode_sorted(merged.into_iter().collect())])
+    };
+    let area = region.put_area(&body)?;
+    Ok(publish(region, t, area))
+}
