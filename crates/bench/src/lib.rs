@@ -33,7 +33,7 @@ pub mod keys;
 pub mod latency;
 pub mod load;
 pub mod pin;
-mod progress;
+pub mod progress;
 pub mod protocol;
 pub mod random;
 pub mod shm_load;

@@ -28,6 +28,7 @@ mod job;
 pub mod layout;
 mod records;
 mod region;
+mod status;
 pub mod tasks;
 #[cfg(test)]
 mod testing;
@@ -42,4 +43,5 @@ pub use error::MrError;
 pub use job::MAX_REDUCE_TASKS;
 pub use records::Emit;
 pub use region::{JobRegion, JobState};
+pub use status::JobStatus;
 pub use worker::{Worker, WorkerOptions, WorkerReport, DEFAULT_LEASE_MS};

@@ -127,8 +127,9 @@ impl JobRegion {
         Ok(JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms })
     }
 
-    /// Attaches to `path` if it exists, else creates it; `true` with a region this call
-    /// created. A region being created by another process is waited for (up to a second).
+    /// Attaches to `path` if it exists (even finished: a coordinator's new job reopens it),
+    /// else creates it; `true` with a region this call created. A region being created by
+    /// another process is waited for (up to a second).
     pub fn open_or_create(
         path: &Path,
         region_bytes: u64,
@@ -141,7 +142,7 @@ impl JobRegion {
         }
         let mut tries = 0;
         loop {
-            match JobRegion::attach(path, false) {
+            match JobRegion::attach(path, true) {
                 Err(MrError::BadMagic(_)) if tries < 100 => {
                     tries += 1;
                     std::thread::sleep(Duration::from_millis(10));
@@ -283,6 +284,7 @@ impl JobRegion {
                     .is_ok()
             {
                 self.job(j, job::OWNER).store(std::process::id() as u64, Ordering::Relaxed);
+                self.word(header::FINISHED).store(0, Ordering::Release);
                 return Ok(j);
             }
         }

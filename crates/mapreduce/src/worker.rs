@@ -32,6 +32,18 @@ pub struct WorkerOptions {
     pub threads: usize,
     /// Lease length in milliseconds.
     pub lease_ms: u64,
+    /// Leave after publishing this many task outputs (a worker that does a share and goes).
+    pub max_tasks: Option<u64>,
+    /// Hold each claimed task this long before running it: makes tests' and chaos runs' kills
+    /// land while a claim is held. 0 in production.
+    pub hold_ms: u64,
+}
+
+impl WorkerOptions {
+    /// `threads` threads, the default lease, no limit, no hold.
+    pub fn threads(threads: usize) -> WorkerOptions {
+        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0 }
+    }
 }
 
 /// What a worker did.
@@ -57,6 +69,8 @@ struct Shared {
     published: AtomicU64,
     lost: AtomicU64,
     lease_ms: u64,
+    max_tasks: u64,
+    hold_ms: u64,
 }
 
 impl Worker {
@@ -70,6 +84,8 @@ impl Worker {
             published: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             lease_ms,
+            max_tasks: options.max_tasks.unwrap_or(u64::MAX),
+            hold_ms: options.hold_ms,
         });
         let threads = (0..options.threads.max(1))
             .map(|n| {
@@ -141,6 +157,9 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
     let rotation = std::process::id() as u64 * 7 + thread * 13;
     let mut idle = 0u32;
     while !shared.stop.load(Ordering::Relaxed) {
+        if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
+            break;
+        }
         let Some((view, claim)) = next_task(region, rotation, shared.lease_ms)? else {
             if !worth_staying(region)? {
                 break;
@@ -151,6 +170,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
         };
         idle = 0;
         shared.held.lock().expect("held claims").push(claim);
+        std::thread::sleep(Duration::from_millis(shared.hold_ms));
         let outcome = run_task(region, &view, claim.task);
         shared.held.lock().expect("held claims").retain(|c| *c != claim);
         match outcome {

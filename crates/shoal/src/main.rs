@@ -8,6 +8,7 @@
 //! ```
 
 mod bench;
+mod mr_cmd;
 mod region_cmd;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ enum Command {
     Region(region_cmd::RegionArgs),
     /// Load a memcached-protocol server and measure it (see docs/BENCHMARKS.md).
     Bench(shoal_bench::BenchArgs),
+    /// MapReduce over a shared-memory job region; workers join and leave at any time.
+    Mr(mr_cmd::MrArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server(args),
         Command::Region(args) => region_cmd::run(args),
         Command::Bench(args) => shoal_bench::run(args),
+        Command::Mr(args) => mr_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
