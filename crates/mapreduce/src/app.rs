@@ -123,8 +123,15 @@ pub fn le_u64(bytes: &[u8]) -> u64 {
     bytes.try_into().map_or(0, u64::from_le_bytes)
 }
 
+/// Adds two little-endian `u64` counters (apps' combiner for counts); a malformed value
+/// counts as 0.
+pub fn add_u64(acc: &mut Vec<u8>, value: &[u8]) {
+    *acc = le_u64(acc).wrapping_add(le_u64(value)).to_le_bytes().to_vec();
+}
+
 /// Combines two equally long vectors of little-endian `i64`s (sums, counts) element-wise.
 pub fn add_i64s(acc: &mut [u8], value: &[u8]) {
+    // A value of another length (only in a damaged region) adds what overlaps.
     for (a, v) in acc.chunks_exact_mut(8).zip(value.chunks_exact(8)) {
         let sum = i64::from_le_bytes((&*a).try_into().expect("8 bytes"))
             .wrapping_add(i64::from_le_bytes(v.try_into().expect("8 bytes")));

@@ -34,13 +34,20 @@ pub const APP_NAME_BYTES: usize = 16;
 pub const MIN_REGION_BYTES: u64 = 1 << 20;
 
 /// Offsets of the header's fields.
-pub(crate) mod header {
+pub mod header {
+    /// [`super::MAGIC`], stored last at creation.
     pub const MAGIC: u64 = 0;
+    /// [`super::LAYOUT_VERSION`].
     pub const VERSION: u64 = 8;
+    /// Size of the file.
     pub const REGION_BYTES: u64 = 16;
+    /// Entries in the task table.
     pub const TASK_SLOTS: u64 = 24;
+    /// Start of the job table.
     pub const JOBS_OFFSET: u64 = 32;
+    /// Start of the task table.
     pub const TASKS_OFFSET: u64 = 40;
+    /// Start of the arena.
     pub const ARENA_OFFSET: u64 = 48;
     /// Next free byte of the arena (bump pointer, absolute offset).
     pub const ARENA_NEXT: u64 = 56;
@@ -52,22 +59,31 @@ pub(crate) mod header {
     pub const FINISHED: u64 = 80;
     /// The pid of the coordinator that created the region (workers wait for its first job).
     pub const CREATOR: u64 = 88;
+    /// End of the fields.
     pub const END: u64 = 96;
 }
 
 /// Offsets of a job entry's fields.
-pub(crate) mod job {
+pub mod job {
     /// A [`crate::region::JobState`].
     pub const STATE: u64 = 0;
     /// The app's name, NUL-padded ASCII (two words).
     pub const APP: u64 = 8;
+    /// The app's stage (which map and combine a chained app runs).
     pub const STAGE: u64 = 24;
+    /// Offset of the job's input.
     pub const INPUT: u64 = 32;
+    /// Its length.
     pub const INPUT_LEN: u64 = 40;
+    /// Offset of the job's parameters.
     pub const PARAMS: u64 = 48;
+    /// Their length.
     pub const PARAMS_LEN: u64 = 56;
+    /// The first of the job's task entries: its map tasks, then its reduce tasks.
     pub const FIRST_TASK: u64 = 64;
+    /// How many map tasks.
     pub const MAP_TASKS: u64 = 72;
+    /// How many reduce tasks (= partitions of the keys).
     pub const REDUCE_TASKS: u64 = 80;
     /// 0: none; [`crate::region::ERROR_REGION_FULL`]; else the offset of a message area.
     pub const ERROR: u64 = 88;
@@ -77,17 +93,20 @@ pub(crate) mod job {
     pub const OWNER: u64 = 104;
     /// The merged result's area (written by the coordinator), 0 until then.
     pub const RESULT: u64 = 112;
+    /// End of the fields.
     pub const END: u64 = 120;
 }
 
 /// Offsets of a task entry's fields.
-pub(crate) mod task {
+pub mod task {
+    /// The job it belongs to.
     pub const JOB: u64 = 0;
     /// [`crate::region::KIND_MAP`] or [`crate::region::KIND_REDUCE`] in the high 32 bits,
     /// the reduce partition in the low 32.
     pub const KIND: u64 = 8;
     /// A map task's split of the job's input (absolute offset).
     pub const INPUT: u64 = 16;
+    /// The split's length.
     pub const INPUT_LEN: u64 = 24;
     /// `pid << 32 | attempt`; 0 = never claimed.
     pub const CLAIM: u64 = 32;
@@ -95,6 +114,7 @@ pub(crate) mod task {
     pub const LEASE: u64 = 40;
     /// The winning attempt's output area; 0 until one is published.
     pub const RESULT: u64 = 48;
+    /// End of the fields.
     pub const END: u64 = 56;
 }
 
@@ -140,13 +160,13 @@ impl Geometry {
     }
 
     /// Offset of job `j`'s field `field`.
-    pub(crate) fn job_field(&self, j: u64, field: u64) -> u64 {
+    pub fn job_field(&self, j: u64, field: u64) -> u64 {
         debug_assert!(j < JOB_SLOTS && field < JOB_BYTES);
         self.jobs_offset + j * JOB_BYTES + field
     }
 
     /// Offset of task `t`'s field `field`.
-    pub(crate) fn task_field(&self, t: u64, field: u64) -> u64 {
+    pub fn task_field(&self, t: u64, field: u64) -> u64 {
         debug_assert!(t < self.task_slots && field < TASK_BYTES);
         self.tasks_offset + t * TASK_BYTES + field
     }

@@ -44,4 +44,4 @@ pub use job::MAX_REDUCE_TASKS;
 pub use records::Emit;
 pub use region::{JobRegion, JobState};
 pub use status::JobStatus;
-pub use worker::{Worker, WorkerOptions, WorkerReport, DEFAULT_LEASE_MS};
+pub use worker::{step, Worker, WorkerOptions, WorkerReport, DEFAULT_LEASE_MS};

@@ -151,6 +151,28 @@ impl Drop for Worker {
     }
 }
 
+/// Claims and runs at most one task of `region` in the calling thread: `None` if no task was
+/// claimable, else whether this run's output was the one published. For embedding a worker in
+/// another loop (and for fuzzing). A job's failure is recorded in the job; only a region this
+/// build cannot understand is an error.
+pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
+    let Some((view, claim)) = next_task(region, 0, lease_ms)? else { return Ok(None) };
+    run_or_fail(region, &view, claim.task).map(Some)
+}
+
+/// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
+/// reads as a lost run, a region this build cannot understand is the caller's error.
+fn run_or_fail(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
+    match run_task(region, view, t) {
+        Err(e @ MrError::Corrupt { .. }) => Err(e),
+        Err(e) => {
+            fail_job(region, view.index, &e);
+            Ok(false)
+        }
+        won => won,
+    }
+}
+
 /// One worker thread's loop.
 fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
     let region = &*shared.region;
@@ -171,17 +193,13 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
         idle = 0;
         shared.held.lock().expect("held claims").push(claim);
         std::thread::sleep(Duration::from_millis(shared.hold_ms));
-        let outcome = run_task(region, &view, claim.task);
+        let won = run_or_fail(region, &view, claim.task);
         shared.held.lock().expect("held claims").retain(|c| *c != claim);
-        match outcome {
-            Ok(true) => shared.published.fetch_add(1, Ordering::Relaxed),
-            Ok(false) => shared.lost.fetch_add(1, Ordering::Relaxed),
-            Err(e @ MrError::Corrupt { .. }) => return Err(e),
-            Err(e) => {
-                fail_job(region, view.index, &e);
-                0
-            }
-        };
+        if won? {
+            shared.published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            shared.lost.fetch_add(1, Ordering::Relaxed);
+        }
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! image (e.g. `convert photo.bmp rgb:photo.raw`). Each map counts its split in a local
 //! table and emits at most 768 records.
 
-use crate::app::{le_u64, App, Args, Jobs, Rendered, SplitUnit};
+use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
 use crate::records::Emit;
 
@@ -40,8 +40,7 @@ impl App for Histogram {
     }
 
     fn combine(&self, _stage: u32, acc: &mut Vec<u8>, value: &[u8]) {
-        let sum = le_u64(acc) + le_u64(value);
-        acc.copy_from_slice(&sum.to_le_bytes());
+        add_u64(acc, value);
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {

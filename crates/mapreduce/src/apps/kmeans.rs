@@ -90,6 +90,12 @@ impl App for KMeans {
 
     fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
         let (d, centroids) = decode(params);
+        if centroids.is_empty() || centroids.iter().any(|c| c.len() != d) {
+            return Err(format!(
+                "k-means parameters of {} bytes hold no centroids of dimension {d}",
+                params.len()
+            ));
+        }
         let mut sums = vec![vec![0i64; d + 1]; centroids.len()];
         for line in lines(split) {
             let p = parse_ints(line)?;
@@ -98,7 +104,7 @@ impl App for KMeans {
             }
             let s = &mut sums[nearest(&p, &centroids)];
             s[0] += 1;
-            s[1..].iter_mut().zip(&p).for_each(|(a, v)| *a += v);
+            s[1..].iter_mut().zip(&p).for_each(|(a, v)| *a = a.wrapping_add(*v));
         }
         for (i, s) in sums.iter().enumerate().filter(|(_, s)| s[0] > 0) {
             out.emit(&(i as u32).to_be_bytes(), &i64s_bytes(s));

@@ -22,7 +22,12 @@ impl App for MatrixMultiply {
 
     fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
         let b = bytes_i64s(params);
-        let (m, p) = (b[0] as usize, b[1] as usize);
+        let (m, p) = match b[..] {
+            [m, p, ..] if m > 0 && p > 0 && m.checked_mul(p) == Some(b.len() as i64 - 2) => {
+                (m as usize, p as usize)
+            }
+            _ => return Err(format!("matmul's parameters hold {} numbers, not m, p and B", b.len())),
+        };
         let b = &b[2..];
         for line in lines(split) {
             let row = parse_ints(line)?;

@@ -36,6 +36,25 @@ mod tests {
     use crate::layout::APP_NAME_BYTES;
 
     #[test]
+    fn maps_and_combiners_never_panic_on_damaged_params_splits_or_values() {
+        let mut rng = crate::testing::Rng(23);
+        let add = |_: &mut Vec<u8>, _: &[u8]| {};
+        for round in 0..3000 {
+            let mut bytes = |n: u64| -> Vec<u8> {
+                let len = rng.below(n);
+                (0..len).map(|_| [b'1', b' ', b'\n', b'-', 0, 255][rng.below(6) as usize]).collect()
+            };
+            let (params, split, value) = (bytes(80), bytes(300), bytes(40));
+            for app in ALL {
+                let mut emit = crate::records::Emit::new(3, &add);
+                let _ = app.map(round % 2, &params, &split, &mut emit);
+                let mut acc = value.clone();
+                app.combine(round % 2, &mut acc, &params);
+            }
+        }
+    }
+
+    #[test]
     fn names_fit_the_job_entry_and_unknown_names_list_the_apps() {
         for app in ALL {
             assert!(app.name().len() <= APP_NAME_BYTES && app.name().is_ascii(), "{}", app.name());

@@ -13,6 +13,8 @@ pub struct Pca;
 
 const SUMS: u32 = 0;
 const PRODUCTS: u32 = 1;
+/// Most columns: the covariance matrix of 2048 columns is 64 MiB of 128-bit sums per task.
+const MAX_COLUMNS: usize = 2048;
 
 /// Rows of `split`, each of `d` values (`d` = 0: any, the first row's).
 fn rows(split: &[u8], d: usize) -> Result<Vec<Vec<i64>>, String> {
@@ -49,20 +51,28 @@ impl App for Pca {
             let mut sums = vec![0i64; d + 1];
             for r in &rows {
                 sums[0] += 1;
-                sums[1..].iter_mut().zip(r).for_each(|(s, v)| *s += v);
+                sums[1..].iter_mut().zip(r).for_each(|(s, v)| *s = s.wrapping_add(*v));
             }
             out.emit(&(d as u32).to_be_bytes(), &i64s_bytes(&sums));
             return Ok(());
         }
         let sums = bytes_i64s(params);
-        let (n, s) = (sums[0] as i128, &sums[1..]);
+        let Some((&n, s)) = sums.split_first() else {
+            return Err("pca's parameters hold no column sums".into());
+        };
+        let n = n as i128;
         let d = s.len();
+        if d > MAX_COLUMNS {
+            return Err(format!("pca handles up to {MAX_COLUMNS} columns, not {d}"));
+        }
         let mut products = vec![0i128; d * d];
         for r in rows(split, d)? {
-            let c: Vec<i128> = r.iter().zip(s).map(|(&x, &s)| n * x as i128 - s as i128).collect();
+            // Exact for any real input (|n·x| < 2^127); wrapping only for a damaged region's.
+            let c: Vec<i128> =
+                r.iter().zip(s).map(|(&x, &s)| n.wrapping_mul(x as i128).wrapping_sub(s as i128)).collect();
             for j in 0..d {
                 for k in j..d {
-                    products[j * d + k] += c[j] * c[k];
+                    products[j * d + k] = products[j * d + k].wrapping_add(c[j].wrapping_mul(c[k]));
                 }
             }
         }
@@ -98,6 +108,11 @@ impl App for Pca {
             return Err(MrError::BadInput(format!("pca needs at least 2 rows, the input has {}", sums[0])));
         }
         let d = sums.len() - 1;
+        if d > MAX_COLUMNS {
+            return Err(MrError::BadInput(format!(
+                "pca handles up to {MAX_COLUMNS} columns, the input has {d}"
+            )));
+        }
         let mut products = vec![vec![0i128; d]; d];
         for (key, value) in jobs.run(self, PRODUCTS, input, &i64s_bytes(&sums))? {
             let j = u32::from_be_bytes(

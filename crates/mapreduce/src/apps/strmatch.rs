@@ -1,7 +1,7 @@
 //! String match: for each pattern given (`--arg pattern=…`, repeatable), how many lines of the
 //! input contain it (as `grep -c -F` counts).
 
-use crate::app::{le_u64, App, Args, Jobs, Rendered};
+use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
 
@@ -18,7 +18,7 @@ impl App for StringMatch {
     }
 
     fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
-        let patterns: Vec<&[u8]> = params.split(|&b| b == 0).collect();
+        let patterns: Vec<&[u8]> = params.split(|&b| b == 0).filter(|p| !p.is_empty()).collect();
         let mut counts = vec![0u64; patterns.len()];
         for line in split.split(|&b| b == b'\n') {
             for (count, pattern) in counts.iter_mut().zip(&patterns) {
@@ -34,8 +34,7 @@ impl App for StringMatch {
     }
 
     fn combine(&self, _stage: u32, acc: &mut Vec<u8>, value: &[u8]) {
-        let sum = le_u64(acc) + le_u64(value);
-        acc.copy_from_slice(&sum.to_le_bytes());
+        add_u64(acc, value);
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {

@@ -1,7 +1,7 @@
 //! Word count: how often each word occurs. A word is a run of ASCII letters and digits,
 //! lowercased. The map combines as it goes, so a task stores each distinct word once.
 
-use crate::app::{le_u64, App, Args, Jobs, Rendered};
+use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
 
@@ -32,8 +32,7 @@ impl App for WordCount {
     }
 
     fn combine(&self, _stage: u32, acc: &mut Vec<u8>, value: &[u8]) {
-        let sum = le_u64(acc) + le_u64(value);
-        acc.copy_from_slice(&sum.to_le_bytes());
+        add_u64(acc, value);
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
