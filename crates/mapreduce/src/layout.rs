@@ -152,8 +152,8 @@ impl Geometry {
         let least = arena_offset + MIN_REGION_BYTES;
         if region_bytes < least || !region_bytes.is_multiple_of(AREA_ALIGN) {
             return Err(format!(
-                "region size {region_bytes} is too small or not a multiple of {AREA_ALIGN}: make it at \
-                 least {least}"
+                "region size {region_bytes} is too small or not a multiple of {AREA_ALIGN}: use --region-size \
+                 {least} or more"
             ));
         }
         Ok(Geometry { region_bytes, task_slots, jobs_offset, tasks_offset, arena_offset })
@@ -199,7 +199,7 @@ mod tests {
     #[test]
     fn impossible_geometries_are_refused_with_the_size_to_use() {
         let err = Geometry::plan(4096, 10).unwrap_err();
-        assert!(err.contains("at least"), "{err}");
+        assert!(err.contains("--region-size"), "{err}");
         assert!(Geometry::plan(64 << 20, 0).is_err());
         assert!(Geometry::plan((64 << 20) + 1, 10).is_err());
     }

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! shoal region create|info|set|get|bench ──► shoal_region::{Writer, Reader}
+//! shoal mr run|worker|info|apps ──► shoal_mapreduce::{Coordinator, Worker}
 //! ```
 
 mod bench;
