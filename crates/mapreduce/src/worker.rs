@@ -12,10 +12,10 @@
 
 use crate::error::MrError;
 use crate::job::{fail_job, worth_staying, JobView};
-use crate::layout::JOB_SLOTS;
+use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, encode_sorted, payload, read_partition, Emit};
 use crate::region::{JobRegion, JobState};
-use crate::tasks::{publish, renew, result, try_claim, Claim};
+use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -212,6 +212,9 @@ fn next_task(region: &JobRegion, rotation: u64, lease_ms: u64) -> Result<Option<
             break;
         }
         let Some(view) = JobView::running(region, j)? else { continue };
+        if !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+            continue; // its coordinator died: nobody would merge it
+        }
         for reduce in [false, true] {
             let tasks = view.tasks(reduce);
             let n = tasks.end - tasks.start;
@@ -267,4 +270,30 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError>
     };
     let area = region.put_area(&body)?;
     Ok(publish(region, t, area))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::{InputRef, SplitUnit};
+    use crate::apps;
+    use crate::job::{publish_job, split_input, JobSpec};
+    use crate::region::tests::TempPath;
+
+    #[test]
+    fn jobs_of_a_dead_coordinator_are_left_alone() {
+        let p = TempPath::new("orphan");
+        let region = JobRegion::create(&p.0, 8 << 20, 100).unwrap();
+        let j = region.take_job_slot().unwrap();
+        let off = region.put_area(b"one two\nthree\n").unwrap();
+        let input = InputRef { offset: off + 8, len: 14 };
+        let splits = split_input(&region, input, SplitUnit::Lines, 4).unwrap();
+        let app = apps::find("wordcount").unwrap();
+        let spec = JobSpec { app, stage: 0, input, params: input, reduces: 2, splits };
+        publish_job(&region, j, &spec).unwrap();
+        region.job(j, job::OWNER).store(i32::MAX as u64, Ordering::Relaxed);
+        assert_eq!(step(&region, 1000).unwrap(), None);
+        region.job(j, job::OWNER).store(std::process::id() as u64, Ordering::Relaxed);
+        assert_eq!(step(&region, 1000).unwrap(), Some(true));
+    }
 }
