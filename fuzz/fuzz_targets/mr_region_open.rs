@@ -27,7 +27,7 @@ fn templates() -> &'static Templates {
     T.get_or_init(|| {
         let path = std::path::PathBuf::from(format!("/dev/shm/shoal-fuzz-mr-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let region = Arc::new(JobRegion::create(&path, 2 << 20, 64).expect("template region"));
+        let region = Arc::new(JobRegion::create(&path, 2 << 20, 4 << 20, 64).expect("template region"));
         let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(1));
         let options = JobOptions { split_bytes: 64, reduce_tasks: 3 };
         let input = b"the quick brown fox\njumps over\nthe lazy dog\n1 2 3\n4 5 6\nthe end\n".repeat(4);

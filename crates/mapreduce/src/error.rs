@@ -35,14 +35,23 @@ pub enum MrError {
     },
     /// Every job in the region is done and its coordinators have left.
     Finished(PathBuf),
-    /// The region has no room left for a job's data.
+    /// The region has grown to its maximum and has no room left for a job's data.
     RegionFull {
         /// The region file.
         path: PathBuf,
-        /// Its size.
+        /// Its maximum size.
         size: u64,
         /// A size that holds what the job asked for.
         needed: u64,
+    },
+    /// The file system holding the region has no room to grow it.
+    NoSpace {
+        /// The region file.
+        path: PathBuf,
+        /// The size it had to grow to.
+        grow_to: u64,
+        /// Bytes free on its file system.
+        free: u64,
     },
     /// The job or task table is full.
     TableFull(String),
@@ -84,7 +93,13 @@ impl fmt::Display for MrError {
             }
             MrError::RegionFull { path, size, needed } => write!(
                 f,
-                "job region {} ({size} bytes) is full; rerun with --region-size {needed} (or more)",
+                "job region {} is full at its maximum of {size} bytes; rerun with --region-max {needed} (or more)",
+                path.display()
+            ),
+            MrError::NoSpace { path, grow_to, free } => write!(
+                f,
+                "job region {} must grow to {grow_to} bytes but its file system has only {free} bytes free: \
+                 free memory there, or put the region elsewhere with --region",
                 path.display()
             ),
             MrError::TableFull(what) => write!(f, "{what}"),

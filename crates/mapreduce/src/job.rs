@@ -50,8 +50,8 @@ impl JobView {
         if tasks_fit.is_none_or(|end| end > g.task_slots)
             || view.maps == 0
             || !(1..=MAX_REDUCE_TASKS).contains(&view.reduces)
-            || !g.in_arena(view.input.offset, view.input.len)
-            || !g.in_arena(view.params.offset, view.params.len)
+            || !region.in_arena(view.input.offset, view.input.len)
+            || !region.in_arena(view.params.offset, view.params.len)
         {
             return Err(region.corrupt(format!(
                 "job {j} has tasks {}+{}+{}, input {:?} and params {:?} outside the region",
@@ -200,11 +200,11 @@ pub(crate) fn job_error(region: &JobRegion, j: u64) -> MrError {
     match region.job(j, job::ERROR).load(Ordering::Acquire) {
         ERROR_REGION_FULL => MrError::RegionFull {
             path: region.path().to_path_buf(),
-            size: region.geometry().region_bytes,
+            size: region.geometry().max_bytes,
             needed: region
                 .job(j, job::ERROR_DETAIL)
                 .load(Ordering::Relaxed)
-                .max(region.geometry().region_bytes * 2),
+                .max(region.geometry().max_bytes * 2),
         },
         0 => MrError::JobFailed(format!("job {j} failed without saying why")),
         area => match region.area(area) {

@@ -32,6 +32,8 @@ pub const AREA_ALIGN: u64 = 64;
 pub const APP_NAME_BYTES: usize = 16;
 /// The smallest region: header, tables and a little arena.
 pub const MIN_REGION_BYTES: u64 = 1 << 20;
+/// The largest a region may grow to (16 TiB of address space).
+pub const MAX_REGION_BYTES: u64 = 1 << 44;
 
 /// Offsets of the header's fields.
 pub mod header {
@@ -39,7 +41,7 @@ pub mod header {
     pub const MAGIC: u64 = 0;
     /// [`super::LAYOUT_VERSION`].
     pub const VERSION: u64 = 8;
-    /// Size of the file.
+    /// Bytes of the file in use: grows (never shrinks) as the arena needs room.
     pub const REGION_BYTES: u64 = 16;
     /// Entries in the task table.
     pub const TASK_SLOTS: u64 = 24;
@@ -59,8 +61,11 @@ pub mod header {
     pub const FINISHED: u64 = 80;
     /// The pid of the coordinator that created the region (workers wait for its first job).
     pub const CREATOR: u64 = 88;
+    /// The most the region may grow to: every process maps this much address space at once,
+    /// so growing never moves a mapping.
+    pub const MAX_BYTES: u64 = 96;
     /// End of the fields.
-    pub const END: u64 = 96;
+    pub const END: u64 = 104;
 }
 
 /// Offsets of a job entry's fields.
@@ -128,8 +133,10 @@ const _: () = assert!((JOB_SLOTS * JOB_BYTES).is_multiple_of(AREA_ALIGN) && TASK
 /// Where the parts of a region are, as created or as validated on attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
-    /// Size of the file.
+    /// Size of the file when created (or, attached, when checked): it grows.
     pub region_bytes: u64,
+    /// The most it may grow to.
+    pub max_bytes: u64,
     /// Entries in the task table.
     pub task_slots: u64,
     /// Start of the job table.
@@ -141,8 +148,9 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// The geometry of a new region of `region_bytes` with `task_slots` tasks, or why not.
-    pub fn plan(region_bytes: u64, task_slots: u64) -> Result<Geometry, String> {
+    /// The geometry of a new region of `region_bytes`, growing up to `max_bytes`, with
+    /// `task_slots` tasks, or why not.
+    pub fn plan(region_bytes: u64, max_bytes: u64, task_slots: u64) -> Result<Geometry, String> {
         if task_slots == 0 || task_slots > 1 << 32 {
             return Err(format!("task slots {task_slots} must be between 1 and 2^32"));
         }
@@ -156,7 +164,13 @@ impl Geometry {
                  {least} or more"
             ));
         }
-        Ok(Geometry { region_bytes, task_slots, jobs_offset, tasks_offset, arena_offset })
+        if max_bytes < region_bytes || max_bytes > MAX_REGION_BYTES || !max_bytes.is_multiple_of(AREA_ALIGN) {
+            return Err(format!(
+                "region maximum {max_bytes} must be a multiple of {AREA_ALIGN} from the size {region_bytes} to \
+                 {MAX_REGION_BYTES}: use --region-max"
+            ));
+        }
+        Ok(Geometry { region_bytes, max_bytes, task_slots, jobs_offset, tasks_offset, arena_offset })
     }
 
     /// Offset of job `j`'s field `field`.
@@ -169,11 +183,6 @@ impl Geometry {
     pub fn task_field(&self, t: u64, field: u64) -> u64 {
         debug_assert!(t < self.task_slots && field < TASK_BYTES);
         self.tasks_offset + t * TASK_BYTES + field
-    }
-
-    /// Whether `[off, off + len)` lies inside the arena.
-    pub(crate) fn in_arena(&self, off: u64, len: u64) -> bool {
-        off >= self.arena_offset && off.checked_add(len).is_some_and(|end| end <= self.region_bytes)
     }
 }
 
@@ -188,19 +197,20 @@ mod tests {
 
     #[test]
     fn a_planned_geometry_keeps_its_parts_in_order_and_aligned() {
-        let g = Geometry::plan(64 << 20, 1000).unwrap();
+        let g = Geometry::plan(64 << 20, 1 << 30, 1000).unwrap();
         assert!(g.jobs_offset >= HEADER_BYTES && g.tasks_offset >= g.jobs_offset + JOB_SLOTS * JOB_BYTES);
         assert!(g.arena_offset >= g.tasks_offset + 1000 * TASK_BYTES);
         assert_eq!(g.arena_offset % AREA_ALIGN, 0);
-        assert!(g.in_arena(g.arena_offset, 8) && !g.in_arena(g.arena_offset - 8, 8));
-        assert!(!g.in_arena(g.region_bytes - 4, 8) && !g.in_arena(u64::MAX, 2));
     }
 
     #[test]
     fn impossible_geometries_are_refused_with_the_size_to_use() {
-        let err = Geometry::plan(4096, 10).unwrap_err();
+        let err = Geometry::plan(4096, 1 << 20, 10).unwrap_err();
         assert!(err.contains("--region-size"), "{err}");
-        assert!(Geometry::plan(64 << 20, 0).is_err());
-        assert!(Geometry::plan((64 << 20) + 1, 10).is_err());
+        assert!(Geometry::plan(64 << 20, 64 << 20, 0).is_err());
+        assert!(Geometry::plan((64 << 20) + 1, 1 << 30, 10).is_err());
+        let err = Geometry::plan(64 << 20, 32 << 20, 10).unwrap_err();
+        assert!(err.contains("--region-max"), "{err}");
+        assert!(Geometry::plan(64 << 20, MAX_REGION_BYTES * 2, 10).is_err());
     }
 }

@@ -92,15 +92,14 @@ pub(crate) fn payload(parts: &[Vec<u8>]) -> Vec<u8> {
 
 /// The encoded records of partition `part` of the output area at `area`, bounds-checked.
 pub(crate) fn read_partition(region: &JobRegion, area: u64, part: u64) -> Result<Vec<u8>, MrError> {
-    let g = region.geometry();
     let corrupt = |what: String| region.corrupt(format!("output area at {area}: {what}"));
-    if !g.in_arena(area, 16) || !area.is_multiple_of(8) {
+    if !region.in_arena(area, 16) || !area.is_multiple_of(8) {
         return Err(corrupt("outside the arena".into()));
     }
     let len = region.word(area).load(Ordering::Relaxed);
     let parts = region.word(area + 8).load(Ordering::Relaxed);
     let head = parts.checked_add(1).and_then(|p| p.checked_mul(8));
-    if part >= parts || head.is_none_or(|h| h > len) || !g.in_arena(area + 8, len) {
+    if part >= parts || head.is_none_or(|h| h > len) || !region.in_arena(area + 8, len) {
         return Err(corrupt(format!("{parts} partitions in {len} bytes, partition {part} asked for")));
     }
     let data = area + 8 + 8 + 8 * parts;
@@ -155,7 +154,7 @@ mod tests {
     #[test]
     fn emitted_records_are_combined_partitioned_and_read_back_sorted() {
         let p = TempPath::new("records");
-        let region = JobRegion::create(&p.0, 4 << 20, 10).unwrap();
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
         let mut emit = Emit::new(3, &add);
         for word in ["b", "a", "c", "a", "b", "a", "dd"] {
             emit.emit(word.as_bytes(), &1u64.to_le_bytes());
@@ -184,7 +183,7 @@ mod tests {
             assert!(cut == 0 || results.last().unwrap().is_err(), "cut at {cut}");
         }
         let p = TempPath::new("bad-area");
-        let region = JobRegion::create(&p.0, 4 << 20, 10).unwrap();
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
         let area = region.put_area(&payload(&[good])).unwrap();
         region.word(area + 16).store(1 << 40, Ordering::Relaxed);
         assert!(read_partition(&region, area, 0).is_err());

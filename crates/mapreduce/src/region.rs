@@ -1,15 +1,24 @@
-//! A job region: creating, attaching (with validation), and the typed accessors every other
-//! module uses. All access is through [`shoal_region::Mapping`]'s atomics; every offset read
-//! from the region is checked before use, so a damaged region yields [`MrError::Corrupt`],
+//! A job region: creating, attaching (with validation), growing, and the typed accessors every
+//! other module uses. All access is through [`shoal_region::Mapping`]'s atomics; every offset
+//! read from the region is checked before use, so a damaged region yields [`MrError::Corrupt`],
 //! never a wild access.
+//!
+//! **Growing.** Every process maps the region's maximum size at once (address space only:
+//! pages past the end of the file are never touched). The file starts at its initial size and
+//! grows, under an exclusive `flock` and never shrinking, when the arena's bump pointer passes
+//! its end; the header's size is raised (release) only after the file is, and every access
+//! checks against that size (acquire), so no process touches a page beyond the file's end and
+//! no mapping ever moves.
 
 use crate::error::MrError;
 use crate::layout::{align_up, header, job, Geometry, APP_NAME_BYTES, JOB_SLOTS, LAYOUT_VERSION, MAGIC};
 use shoal_region::Mapping;
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The life of a job entry.
@@ -49,14 +58,23 @@ pub struct JobRegion {
     geometry: Geometry,
     path: PathBuf,
     epoch_ms: u64,
+    /// The file, for growing it (the mapping keeps its own descriptor).
+    file: File,
+    /// Serialises this process's threads around growing (`flock` serialises processes).
+    grow: Mutex<()>,
 }
 
 impl JobRegion {
     /// Creates a new region file at `path` (which must not exist) of `region_bytes`, sparse,
-    /// with room for `task_slots` tasks. The magic is stored last, so a creation cut short
-    /// leaves a file that attaching refuses.
-    pub fn create(path: &Path, region_bytes: u64, task_slots: u64) -> Result<JobRegion, MrError> {
-        let geometry = Geometry::plan(region_bytes, task_slots).map_err(MrError::BadInput)?;
+    /// growing up to `max_bytes`, with room for `task_slots` tasks. The magic is stored last,
+    /// so a creation cut short leaves a file that attaching refuses.
+    pub fn create(
+        path: &Path,
+        region_bytes: u64,
+        max_bytes: u64,
+        task_slots: u64,
+    ) -> Result<JobRegion, MrError> {
+        let geometry = Geometry::plan(region_bytes, max_bytes, task_slots).map_err(MrError::BadInput)?;
         let io = |action| move |source| MrError::Io { path: path.to_path_buf(), action, source };
         let file = OpenOptions::new()
             .read(true)
@@ -66,13 +84,15 @@ impl JobRegion {
             .open(path)
             .map_err(io("create job region"))?;
         file.set_len(region_bytes).map_err(io("size job region"))?;
-        let map = map_file(path, file, region_bytes)?;
+        let map = map_file(path, &file, max_bytes)?;
         let epoch_ms = now_ms();
-        let region = JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms };
+        let region =
+            JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms, file, grow: Mutex::new(()) };
         let g = &geometry;
         for (field, value) in [
             (header::VERSION, LAYOUT_VERSION),
             (header::REGION_BYTES, g.region_bytes),
+            (header::MAX_BYTES, g.max_bytes),
             (header::TASK_SLOTS, g.task_slots),
             (header::JOBS_OFFSET, g.jobs_offset),
             (header::TASKS_OFFSET, g.tasks_offset),
@@ -97,8 +117,8 @@ impl JobRegion {
         if file_len < crate::layout::HEADER_BYTES {
             return Err(MrError::BadMagic(path.to_path_buf()));
         }
-        let map = map_file(path, file, file_len - file_len % 8)?;
-        let word = |field: u64| map.u64_at(field as usize).load(Ordering::Acquire);
+        let header_map = map_file(path, &file, crate::layout::HEADER_BYTES)?;
+        let word = |field: u64| header_map.u64_at(field as usize).load(Ordering::Acquire);
         if word(header::MAGIC) != MAGIC {
             return Err(MrError::BadMagic(path.to_path_buf()));
         }
@@ -107,10 +127,10 @@ impl JobRegion {
             return Err(MrError::UnsupportedVersion { path: path.to_path_buf(), found });
         }
         let region_bytes = word(header::REGION_BYTES);
-        if region_bytes != file_len {
+        if region_bytes > file_len {
             return Err(corrupt(format!("its header says {region_bytes} bytes but the file has {file_len}")));
         }
-        let geometry = Geometry::plan(region_bytes, word(header::TASK_SLOTS))
+        let geometry = Geometry::plan(region_bytes, word(header::MAX_BYTES), word(header::TASK_SLOTS))
             .map_err(|e| corrupt(format!("impossible geometry ({e})")))?;
         let recorded = (word(header::JOBS_OFFSET), word(header::TASKS_OFFSET), word(header::ARENA_OFFSET));
         if recorded != (geometry.jobs_offset, geometry.tasks_offset, geometry.arena_offset) {
@@ -124,7 +144,8 @@ impl JobRegion {
             return Err(MrError::Finished(path.to_path_buf()));
         }
         let epoch_ms = word(header::EPOCH_MS);
-        Ok(JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms })
+        let map = map_file(path, &file, geometry.max_bytes)?;
+        Ok(JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms, file, grow: Mutex::new(()) })
     }
 
     /// Attaches to `path` if it exists (even finished: a coordinator's new job reopens it),
@@ -133,9 +154,10 @@ impl JobRegion {
     pub fn open_or_create(
         path: &Path,
         region_bytes: u64,
+        max_bytes: u64,
         task_slots: u64,
     ) -> Result<(JobRegion, bool), MrError> {
-        match JobRegion::create(path, region_bytes, task_slots) {
+        match JobRegion::create(path, region_bytes, max_bytes, task_slots) {
             Ok(region) => return Ok((region, true)),
             Err(MrError::Io { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
@@ -160,6 +182,16 @@ impl JobRegion {
     /// Where the region's parts are.
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
+    }
+
+    /// Bytes of the file in use now (it grows).
+    pub fn size(&self) -> u64 {
+        self.word(header::REGION_BYTES).load(Ordering::Acquire)
+    }
+
+    /// Whether `[off, off + len)` lies inside the arena as it is now.
+    pub(crate) fn in_arena(&self, off: u64, len: u64) -> bool {
+        off >= self.geometry.arena_offset && off.checked_add(len).is_some_and(|end| end <= self.size())
     }
 
     /// Whether every job is done and the last coordinator left.
@@ -218,28 +250,54 @@ impl JobRegion {
         MrError::Corrupt { path: self.path.clone(), what }
     }
 
-    /// Reserves `len` bytes of the arena (64-byte aligned) and returns their offset. The bump
-    /// pointer never passes the end, so a full region stays usable for smaller requests.
+    /// Reserves `len` bytes of the arena (64-byte aligned), growing the file if they pass its
+    /// end, and returns their offset. The bump pointer never passes the maximum, so a full
+    /// region stays usable for smaller requests.
     pub(crate) fn alloc(&self, len: u64) -> Result<u64, MrError> {
         let size = align_up(len.max(1));
         let next = self.word(header::ARENA_NEXT);
+        let max = self.geometry.max_bytes;
         let mut at = next.load(Ordering::Relaxed);
         loop {
-            let end = at.checked_add(size).filter(|&end| end <= self.geometry.region_bytes);
-            let Some(end) = end else {
+            let Some(end) = at.checked_add(size).filter(|&end| end <= max) else {
                 let used = at.saturating_sub(self.geometry.arena_offset);
-                let needed = self.geometry.arena_offset + 2 * (used + size);
-                return Err(MrError::RegionFull {
-                    path: self.path.clone(),
-                    size: self.geometry.region_bytes,
-                    needed: align_up(needed.max(self.geometry.region_bytes * 2)),
-                });
+                let needed = align_up((self.geometry.arena_offset + 2 * (used + size)).max(max * 2));
+                return Err(MrError::RegionFull { path: self.path.clone(), size: max, needed });
             };
             match next.compare_exchange_weak(at, end, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(at),
+                Ok(_) => {
+                    self.ensure_size(end)?;
+                    return Ok(at);
+                }
                 Err(seen) => at = seen,
             }
         }
+    }
+
+    /// Grows the file (by half its size at least, up to the maximum) until it holds `end`.
+    fn ensure_size(&self, end: u64) -> Result<(), MrError> {
+        let size = self.word(header::REGION_BYTES);
+        if size.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
+        let io = |action| move |source| MrError::Io { path: self.path.clone(), action, source };
+        let _threads = self.grow.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _processes = FileLock::exclusive(&self.file).map_err(io("lock job region to grow it"))?;
+        let current = size.load(Ordering::Acquire);
+        if current >= end {
+            return Ok(());
+        }
+        let target = align_up(end.max(current + current / 2)).min(self.geometry.max_bytes);
+        let file_len = self.file.metadata().map_err(io("inspect job region"))?.len();
+        if file_len < target {
+            let free = free_bytes(&self.file).map_err(io("inspect the job region's file system"))?;
+            if target - file_len > free {
+                return Err(MrError::NoSpace { path: self.path.clone(), grow_to: target, free });
+            }
+            self.file.set_len(target).map_err(io("grow job region"))?;
+        }
+        size.fetch_max(target, Ordering::Release);
+        Ok(())
     }
 
     /// Copies `bytes` into a new area: `[len u64][bytes]`. Returns the area's offset.
@@ -252,7 +310,7 @@ impl JobRegion {
 
     /// The bytes of the area at `off` (as [`JobRegion::put_area`] wrote them), bounds-checked.
     pub(crate) fn area(&self, off: u64) -> Result<Vec<u8>, MrError> {
-        if !self.geometry.in_arena(off, 8) || !off.is_multiple_of(8) {
+        if !self.in_arena(off, 8) || !off.is_multiple_of(8) {
             return Err(self.corrupt(format!("area offset {off} lies outside the arena")));
         }
         let len = self.word(off).load(Ordering::Relaxed);
@@ -261,7 +319,7 @@ impl JobRegion {
 
     /// A copy of `len` bytes at `off`, which must lie inside the arena.
     pub(crate) fn bytes(&self, off: u64, len: u64) -> Result<Vec<u8>, MrError> {
-        if !self.geometry.in_arena(off, len) {
+        if !self.in_arena(off, len) {
             return Err(self.corrupt(format!("{len} bytes at offset {off} run outside the arena")));
         }
         let mut out = vec![0; len as usize];
@@ -309,14 +367,43 @@ impl JobRegion {
     }
 }
 
-fn map_file(path: &Path, file: File, len: u64) -> Result<Mapping, MrError> {
+/// Maps `len` bytes of `file` read-write (past its end too: address space for growing).
+fn map_file(path: &Path, file: &File, len: u64) -> Result<Mapping, MrError> {
+    let io = |action| move |source| MrError::Io { path: path.to_path_buf(), action, source };
     let len = usize::try_from(len)
         .map_err(|_| MrError::BadInput(format!("region size {len} does not fit in memory")))?;
-    Mapping::map(file, len, true).map_err(|source| MrError::Io {
-        path: path.to_path_buf(),
-        action: "map job region",
-        source,
-    })
+    Mapping::map(file.try_clone().map_err(io("reopen job region"))?, len, true).map_err(io("map job region"))
+}
+
+/// An exclusive `flock` on a file, released when dropped.
+struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    fn exclusive(file: &'a File) -> std::io::Result<FileLock<'a>> {
+        // SAFETY: flock on a descriptor this File owns for the guard's lifetime.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(FileLock(file))
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as in `exclusive`; unlocking a lock we hold.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// Bytes free for an unprivileged writer on the file system holding `file`.
+fn free_bytes(file: &File) -> std::io::Result<u64> {
+    // SAFETY: statvfs is plain data: all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs fills `st` from a descriptor we own.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// Wall-clock milliseconds since the Unix epoch.
@@ -350,7 +437,7 @@ pub(crate) mod tests {
     #[test]
     fn a_created_region_attaches_and_keeps_its_areas() {
         let p = TempPath::new("attach");
-        let r = JobRegion::create(&p.0, 8 << 20, 100).unwrap();
+        let r = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
         let a = r.put_area(b"hello areas").unwrap();
         let b = r.put_area(b"").unwrap();
         assert!(b > a && a.is_multiple_of(64));
@@ -359,13 +446,13 @@ pub(crate) mod tests {
         assert_eq!(again.area(a).unwrap(), b"hello areas");
         assert!(again.area(b).unwrap().is_empty());
         assert!(matches!(again.area(8), Err(MrError::Corrupt { .. })));
-        assert!(matches!(JobRegion::create(&p.0, 8 << 20, 100), Err(MrError::Io { .. })));
+        assert!(matches!(JobRegion::create(&p.0, 8 << 20, 8 << 20, 100), Err(MrError::Io { .. })));
     }
 
     #[test]
     fn other_versions_damaged_headers_and_finished_regions_are_refused() {
         let p = TempPath::new("refuse");
-        let r = JobRegion::create(&p.0, 8 << 20, 100).unwrap();
+        let r = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
         r.word(header::VERSION).store(LAYOUT_VERSION + 1, Ordering::Relaxed);
         let err = JobRegion::attach(&p.0, false).err().unwrap();
         assert!(matches!(err, MrError::UnsupportedVersion { found: 2, .. }), "{err}");
@@ -382,28 +469,47 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_full_arena_says_how_large_to_make_the_region() {
-        let p = TempPath::new("full");
-        let r = JobRegion::create(&p.0, 2 << 20, 16).unwrap();
-        let err = r.alloc(4 << 20).err().unwrap();
+    fn the_region_grows_as_the_arena_needs_and_a_full_one_says_how_large_to_make_it() {
+        let p = TempPath::new("grow");
+        let r = JobRegion::create(&p.0, 2 << 20, 16 << 20, 16).unwrap();
+        let other = JobRegion::attach(&p.0, false).unwrap();
+        let file_len = || std::fs::metadata(&p.0).unwrap().len();
+        assert_eq!(file_len(), 2 << 20);
+        let mut areas = Vec::new();
+        for i in 0..10u8 {
+            let area = r.put_area(&vec![i; 1 << 20]).unwrap();
+            areas.push(area);
+            assert!(r.size() >= area + (1 << 20) && file_len() >= r.size(), "grown before use");
+        }
+        assert!(r.size() <= 16 << 20);
+        for (i, &area) in areas.iter().enumerate() {
+            assert_eq!(other.area(area).unwrap(), vec![i as u8; 1 << 20], "seen through another mapping");
+        }
+        let err = r.alloc(8 << 20).err().unwrap();
         let MrError::RegionFull { needed, .. } = err else { panic!("{err}") };
-        assert!(needed >= 4 << 20);
-        assert!(err_text(&r, 4 << 20).contains(&format!("--region-size {needed}")));
+        assert!(needed >= 32 << 20);
+        assert!(r.alloc(8 << 20).err().unwrap().to_string().contains(&format!("--region-max {needed}")));
         assert!(r.alloc(1000).is_ok(), "a refused allocation leaves room for smaller ones");
+        assert!(JobRegion::attach(&p.0, false).is_ok());
     }
 
-    fn err_text(r: &JobRegion, n: u64) -> String {
-        r.alloc(n).err().unwrap().to_string()
+    #[test]
+    fn a_header_larger_than_its_file_is_refused() {
+        let p = TempPath::new("short");
+        let r = JobRegion::create(&p.0, 2 << 20, 4 << 20, 16).unwrap();
+        r.word(header::REGION_BYTES).store(3 << 20, Ordering::Release);
+        let err = JobRegion::attach(&p.0, false).err().unwrap().to_string();
+        assert!(err.contains("3145728 bytes but the file has 2097152"), "{err}");
     }
 
     #[test]
     fn regions_past_four_gib_address_their_far_end() {
         let p = TempPath::new("big");
-        let size = 5u64 << 30;
-        let r = JobRegion::create(&p.0, size, 16).unwrap();
-        r.word(header::ARENA_NEXT).store(size - (1 << 20), Ordering::Relaxed);
+        let r = JobRegion::create(&p.0, 4 << 20, 6 << 30, 16).unwrap();
+        // A sparse gap of 4.5 GiB, then an area past it: the file grows, and stays sparse.
+        r.alloc(9 << 29).unwrap();
         let off = r.put_area(b"beyond four gibibytes").unwrap();
-        assert!(off > 4 << 30);
+        assert!(off > 4 << 30 && r.size() > off);
         assert_eq!(JobRegion::attach(&p.0, false).unwrap().area(off).unwrap(), b"beyond four gibibytes");
     }
 }

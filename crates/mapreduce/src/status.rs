@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn status_follows_a_job_from_its_tasks_to_done() {
         let p = TempPath::new("status");
-        let region = Arc::new(JobRegion::create(&p.0, 16 << 20, 100).unwrap());
+        let region = Arc::new(JobRegion::create(&p.0, 16 << 20, 16 << 20, 100).unwrap());
         assert!(region.jobs().unwrap().is_empty());
         let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(1));
         // Splits end after the first newline 4 bytes on: "a b\nc d\n" and "e f\n".

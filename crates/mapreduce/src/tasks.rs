@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn a_live_claim_excludes_others_until_its_lease_lapses_or_its_process_dies() {
         let p = TempPath::new("claims");
-        let region = JobRegion::create(&p.0, 4 << 20, 4).unwrap();
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 4).unwrap();
         let first = try_claim(&region, 0, 60_000).expect("an unclaimed task is claimable");
         assert_eq!(try_claim(&region, 0, 60_000), None, "our own live claim stands");
         renew(&region, first, 60_000);
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn the_first_publication_wins_and_a_published_task_is_not_claimable() {
         let p = TempPath::new("publish");
-        let region = JobRegion::create(&p.0, 4 << 20, 4).unwrap();
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 4).unwrap();
         assert_eq!(result(&region, 1), None);
         assert!(publish(&region, 1, 4096));
         assert!(!publish(&region, 1, 8192), "a second attempt loses");

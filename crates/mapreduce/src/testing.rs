@@ -12,8 +12,7 @@ use std::sync::Arc;
 /// Runs `app` over `input` with `args` (`name=value`) in a fresh region.
 pub(crate) fn run_local(app: &dyn App, input: &[u8], args: &[&str]) -> Result<Rendered, MrError> {
     let path = TempPath::new(app.name());
-    let region =
-        Arc::new(JobRegion::create(&path.0, (64 << 20) + 16 * input.len() as u64 / 64 * 64, 1 << 14)?);
+    let region = Arc::new(JobRegion::create(&path.0, 4 << 20, 1 << 30, 1 << 14)?);
     let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(2));
     let args = Args::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())?;
     let options = JobOptions { split_bytes: (input.len() as u64 / 9).max(64), reduce_tasks: 5 };

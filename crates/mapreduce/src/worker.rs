@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn jobs_of_a_dead_coordinator_are_left_alone() {
         let p = TempPath::new("orphan");
-        let region = JobRegion::create(&p.0, 8 << 20, 100).unwrap();
+        let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
         let j = region.take_job_slot().unwrap();
         let off = region.put_area(b"one two\nthree\n").unwrap();
         let input = InputRef { offset: off + 8, len: 14 };

@@ -50,7 +50,7 @@ impl Scratch {
     }
 
     fn region(&self) -> Arc<JobRegion> {
-        Arc::new(JobRegion::create(&self.0, 64 << 20, 4096).unwrap())
+        Arc::new(JobRegion::create(&self.0, 4 << 20, 1 << 30, 4096).unwrap())
     }
 }
 

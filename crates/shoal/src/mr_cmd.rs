@@ -46,10 +46,14 @@ struct RunArgs {
     /// jobs then queue after the ones already there). Default: /dev/shm/shoal-mr-<pid>.
     #[arg(long)]
     region: Option<PathBuf>,
-    /// Size of a new region (bytes; K, M, G, T suffixes). The file is sparse: only what jobs
-    /// write takes memory. Default: 256M or 16 times the input, whichever is larger.
+    /// Initial size of a new region (bytes; K, M, G, T suffixes): it grows as jobs need, up
+    /// to --region-max. Default: twice the input, at least 64M.
     #[arg(long, value_parser = parse_size)]
     region_size: Option<u64>,
+    /// The most a new region may grow to (address space each process maps; memory is used
+    /// only as jobs write). Default: 64G, or 16 times the input if that is more.
+    #[arg(long, value_parser = parse_size)]
+    region_max: Option<u64>,
     /// Task entries of a new region.
     #[arg(long, default_value_t = 1 << 16)]
     task_slots: u64,
@@ -168,8 +172,10 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
         .region
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/shoal-mr-{}", std::process::id())));
-    let size = a.region_size.unwrap_or((16 * input.len() as u64).max(256 << 20)).div_ceil(64) * 64;
-    let (region, created) = JobRegion::open_or_create(&path, size, a.task_slots)?;
+    let input_bytes = input.len() as u64;
+    let size = a.region_size.unwrap_or((2 * input_bytes).max(64 << 20)).div_ceil(64) * 64;
+    let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
+    let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
     let region = Arc::new(region);
     eprintln!("shoal mr: job region {} (join with: shoal mr worker {})", path.display(), path.display());
     let threads = threads(a.threads);
