@@ -105,7 +105,8 @@ impl Worker {
                 for claim in beat.held.lock().expect("held claims").iter() {
                     renew(&beat.region, *claim, beat.lease_ms);
                 }
-                std::thread::sleep(Duration::from_millis((beat.lease_ms / 4).clamp(1, 1000)));
+                // Woken early by `join`, so stopping never waits for a beat.
+                std::thread::park_timeout(Duration::from_millis((beat.lease_ms / 4).clamp(1, 1000)));
             }
         }));
         Worker { threads, heartbeat, shared }
@@ -132,6 +133,7 @@ impl Worker {
         }
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.heartbeat.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
         match first_error {

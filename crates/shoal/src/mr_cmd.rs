@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `shoal mr` and its subcommands.
 #[derive(Args)]
 pub struct MrArgs {
     #[command(subcommand)]
@@ -115,6 +116,7 @@ struct InfoArgs {
     json: bool,
 }
 
+/// Runs a `shoal mr` subcommand; `Err` is the message to print.
 pub fn run(args: MrArgs) -> Result<(), String> {
     match args.command {
         MrCommand::Run(a) => run_job(a).map_err(|e| e.to_string()),
