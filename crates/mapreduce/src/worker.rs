@@ -298,4 +298,22 @@ mod tests {
         region.job(j, job::OWNER).store(std::process::id() as u64, Ordering::Relaxed);
         assert_eq!(step(&region, 1000).unwrap(), Some(true));
     }
+
+    #[test]
+    fn a_job_of_an_app_this_build_does_not_know_is_refused_untouched() {
+        let p = TempPath::new("unknown-app");
+        let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
+        let j = region.take_job_slot().unwrap();
+        let off = region.put_area(b"one two\n").unwrap();
+        let input = InputRef { offset: off + 8, len: 8 };
+        let splits = split_input(&region, input, SplitUnit::Lines, 4).unwrap();
+        let app = apps::find("wordcount").unwrap();
+        publish_job(&region, j, &JobSpec { app, stage: 0, input, params: input, reduces: 1, splits })
+            .unwrap();
+        region.set_job_app(j, "fromthefuture");
+        let err = step(&region, 1000).unwrap_err().to_string();
+        assert!(err.contains("\"fromthefuture\", unknown here"), "{err}");
+        let status = &region.jobs().unwrap()[0];
+        assert!(status.claims.is_empty() && status.maps.1 == 0, "nothing written: {status:?}");
+    }
 }

@@ -179,6 +179,9 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
     let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
     let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
     let region = Arc::new(region);
+    if created && !a.keep_region {
+        remove_on_interrupt(&path)?;
+    }
     eprintln!("shoal mr: job region {} (join with: shoal mr worker {})", path.display(), path.display());
     let threads = threads(a.threads);
     let lease_ms = a.lease_ms;
@@ -228,6 +231,24 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
             Ok(())
         }
     }
+}
+
+/// Removes the region file when the run is interrupted (SIGINT, SIGTERM, SIGHUP), so that an
+/// abandoned run leaves no memory behind in /dev/shm; its workers leave by themselves once
+/// they see that their coordinator is gone.
+fn remove_on_interrupt(path: &Path) -> Result<(), MrError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|source| MrError::Io { path: path.to_path_buf(), action: "watch signals for", source })?;
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            let _ = std::fs::remove_file(&path);
+            eprintln!("shoal mr: interrupted; removed job region {}", path.display());
+            std::process::exit(128 + signal);
+        }
+    });
+    Ok(())
 }
 
 /// Starts `n` `shoal mr worker` processes on the region at `path`.

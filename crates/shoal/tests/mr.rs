@@ -82,3 +82,31 @@ fn apps_are_listed() {
     let names: Vec<&str> = list.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["wordcount", "histogram", "linreg", "matmul", "strmatch", "kmeans", "pca"]);
 }
+
+#[test]
+fn an_interrupted_run_removes_the_region_it_created() {
+    let input = temp("interrupted", b"some words\n");
+    let region = std::env::temp_dir().join(format!("shoal-mr-cli-{}-region", std::process::id()));
+    let mut run = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["mr", "run", "wordcount", input.to_str().unwrap(), "--workers", "0", "--region"])
+        .arg(&region)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // With no workers the job waits; once its tasks are published, interrupt it.
+    while !Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["mr", "info", "--json"])
+        .arg(&region)
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"running\""))
+    {
+        assert!(std::time::Instant::now() < deadline, "the job never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    assert!(!region.exists(), "the region is removed");
+    let _ = std::fs::remove_file(input);
+}
