@@ -4,8 +4,8 @@
 use crate::app::{App, InputRef, SplitUnit};
 use crate::apps;
 use crate::error::MrError;
-use crate::layout::{job, task, JOB_SLOTS};
-use crate::region::{JobRegion, JobState, ERROR_REGION_FULL, KIND_MAP, KIND_REDUCE};
+use crate::layout::{job, task, ERROR_REGION_FULL, JOB_SLOTS, KIND_MAP, KIND_REDUCE};
+use crate::region::{JobRegion, JobState};
 use crate::tasks::pid_alive;
 use std::sync::atomic::Ordering;
 

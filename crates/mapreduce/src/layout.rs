@@ -35,6 +35,13 @@ pub const MIN_REGION_BYTES: u64 = 1 << 20;
 /// The largest a region may grow to (16 TiB of address space).
 pub const MAX_REGION_BYTES: u64 = 1 << 44;
 
+/// A map task's kind (the high half of its kind word).
+pub const KIND_MAP: u64 = 1;
+/// A reduce task's kind.
+pub const KIND_REDUCE: u64 = 2;
+/// The job error word's value for "an allocation did not fit".
+pub const ERROR_REGION_FULL: u64 = 1;
+
 /// Offsets of the header's fields.
 pub mod header {
     /// [`super::MAGIC`], stored last at creation.
@@ -90,7 +97,7 @@ pub mod job {
     pub const MAP_TASKS: u64 = 72;
     /// How many reduce tasks (= partitions of the keys).
     pub const REDUCE_TASKS: u64 = 80;
-    /// 0: none; [`crate::region::ERROR_REGION_FULL`]; else the offset of a message area.
+    /// 0: none; [`super::ERROR_REGION_FULL`]; else the offset of a message area.
     pub const ERROR: u64 = 88;
     /// For a full region: the bytes the failed allocation asked for.
     pub const ERROR_DETAIL: u64 = 96;
@@ -106,7 +113,7 @@ pub mod job {
 pub mod task {
     /// The job it belongs to.
     pub const JOB: u64 = 0;
-    /// [`crate::region::KIND_MAP`] or [`crate::region::KIND_REDUCE`] in the high 32 bits,
+    /// [`super::KIND_MAP`] or [`super::KIND_REDUCE`] in the high 32 bits,
     /// the reduce partition in the low 32.
     pub const KIND: u64 = 8;
     /// A map task's split of the job's input (absolute offset).

@@ -45,13 +45,6 @@ impl JobState {
     }
 }
 
-/// A task's kind (high half of its kind word).
-pub(crate) const KIND_MAP: u64 = 1;
-/// See [`KIND_MAP`].
-pub(crate) const KIND_REDUCE: u64 = 2;
-/// The job error word's value for "an allocation did not fit".
-pub(crate) const ERROR_REGION_FULL: u64 = 1;
-
 /// One mapped job region.
 pub struct JobRegion {
     map: Mapping,
