@@ -14,7 +14,7 @@ use crate::job::{job_error, publish_job, split_input, JobSpec, JobView, MAX_REDU
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, encode_sorted, payload, read_partition};
 use crate::region::{JobRegion, JobState};
-use crate::tasks::result;
+use crate::tasks::{pid_alive, result};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -75,14 +75,19 @@ impl<'a> Coordinator<'a> {
         app.drive(input, args, self)
     }
 
-    /// Marks the region finished if every job in it is done or failed; `true` if so. A
-    /// coordinator calls this as it leaves, so workers leave too.
+    /// Marks the region finished if every job in it is done, failed, or abandoned by a
+    /// coordinator that died; `true` if so. A coordinator calls this as it leaves, so workers
+    /// leave too.
     pub fn finish(region: &JobRegion) -> Result<bool, MrError> {
         for j in 0..JOB_SLOTS {
             match region.job_state(j)? {
                 JobState::Free => break,
                 JobState::Done | JobState::Failed => {}
-                JobState::Preparing | JobState::Running => return Ok(false),
+                JobState::Preparing | JobState::Running => {
+                    if pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+                        return Ok(false);
+                    }
+                }
             }
         }
         region.set_finished();

@@ -279,6 +279,7 @@ mod tests {
     use super::*;
     use crate::app::{InputRef, SplitUnit};
     use crate::apps;
+    use crate::coordinator::Coordinator;
     use crate::job::{publish_job, split_input, JobSpec};
     use crate::region::tests::TempPath;
 
@@ -293,8 +294,10 @@ mod tests {
         let app = apps::find("wordcount").unwrap();
         let spec = JobSpec { app, stage: 0, input, params: input, reduces: 2, splits };
         publish_job(&region, j, &spec).unwrap();
+        assert!(!Coordinator::finish(&region).unwrap(), "a live coordinator's job keeps the region open");
         region.job(j, job::OWNER).store(i32::MAX as u64, Ordering::Relaxed);
         assert_eq!(step(&region, 1000).unwrap(), None);
+        assert!(Coordinator::finish(&region).unwrap(), "an abandoned job does not");
         region.job(j, job::OWNER).store(std::process::id() as u64, Ordering::Relaxed);
         assert_eq!(step(&region, 1000).unwrap(), Some(true));
     }
