@@ -29,37 +29,41 @@ def free_port() -> int:
 class Server:
     """A server process listening on 127.0.0.1:`port`."""
 
-    def __init__(self, argv, port, kind, stderr=None):
+    def __init__(self, argv, port, kind, stderr=None, env=None):
         self.argv, self.port, self.kind = argv, port, kind
+        self.env = env  # extra environment variables for the server process
         self.stderr = stderr  # a path that receives the server's stderr, or None to inherit it
         self.proc = None
 
     @classmethod
-    def shoal(cls, *extra, port=None, memory_mb=64, stderr=None):
+    def shoal(cls, *extra, port=None, memory_mb=64, stderr=None, env=None):
         port = port or free_port()
-        argv = [str(SHOAL), "server", "-p", str(port), "-U", "0", "-l", "127.0.0.1",
+        udp = [] if "-U" in extra else ["-U", "0"]
+        argv = [str(SHOAL), "server", "-p", str(port), *udp, "-l", "127.0.0.1",
                 "-m", str(memory_mb), *extra]
-        return cls(argv, port, "shoal", stderr)
+        return cls(argv, port, "shoal", stderr, env)
 
     @classmethod
-    def memcached(cls, *extra, port=None, memory_mb=64):
+    def memcached(cls, *extra, port=None, memory_mb=64, env=None):
         port = port or free_port()
-        argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", str(memory_mb),
+        udp = [] if "-U" in extra else ["-U", "0"]
+        argv = [MEMCACHED, "-p", str(port), *udp, "-l", "127.0.0.1", "-m", str(memory_mb),
                 *extra]
         if os.geteuid() == 0:
             argv += ["-u", "root"]
-        return cls(argv, port, "memcached")
+        return cls(argv, port, "memcached", env=env)
 
     @property
     def address(self):
         return ("127.0.0.1", self.port)
 
     def start(self, timeout=10.0):
+        env = {**os.environ, **self.env} if self.env else None
         if self.stderr is None:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, env=env)
         else:
             with open(self.stderr, "wb") as log:
-                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stderr=log)
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stderr=log, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -35,7 +35,8 @@ def test_help_and_version_exit_zero_and_name_the_unix_socket():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["-B", "binary"], "not supported yet"),
+    (["-B", "binery"], "should be one of auto, binary, or ascii"),
+    (["-S", "-B", "ascii"], "You cannot allow the ASCII protocol while using SASL"),
     (["-o", "no_such_option"], 'Illegal suboption "no_such_option"'),
     (["-I", "64m"], "between 512 bytes and 8m"),
 ])

@@ -110,7 +110,7 @@ pub fn run_latency(o: &LatencyOptions) -> Result<LatencyReport, String> {
 }
 
 /// Times `requests` calls of `read`, each of which must find what it looks for.
-fn time(
+pub(crate) fn time(
     requests: u64,
     mut read: impl FnMut() -> shoal_client::Result<bool>,
 ) -> Result<LatencySummary, shoal_client::Error> {

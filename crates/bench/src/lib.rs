@@ -10,6 +10,7 @@
 //!   latency percentiles, hits, misses, errors and the server's CPU time per request.
 //! - `shoal bench fill` ([`fill`]): how many items of a given size fit in the server.
 //! - `shoal bench latency` ([`latency`]): one client read through shared memory vs TCP.
+//! - `shoal bench pool` ([`pool`]): a multiget across a pool, parallel vs one server at a time.
 //! - `shoal bench ycsb` ([`ycsb`]): the Nahanni paper's look-aside experiment (ATRL).
 //!
 //! ```text
@@ -33,6 +34,7 @@ pub mod keys;
 pub mod latency;
 pub mod load;
 pub mod pin;
+pub mod pool;
 pub mod progress;
 pub mod protocol;
 pub mod random;
@@ -61,6 +63,9 @@ enum BenchCommand {
     /// Latency of one client read through Shoal's shared memory, over TCP to Shoal, and over
     /// TCP to memcached, measured by the same client.
     Latency(latency::LatencyOptions),
+    /// A multiget spread over a pool of servers: the pool client (owners in parallel) vs a
+    /// client per server asked in turn, and through shared memory.
+    Pool(pool::PoolBenchOptions),
     /// The Nahanni paper's look-aside experiment: YCSB clients reading through a cache in
     /// front of SQLite or PostgreSQL; average total read latency and its breakdown.
     Ycsb(ycsb::YcsbOptions),
@@ -72,6 +77,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Load(o) => load::run_load(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Fill(o) => fill::run_fill(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Latency(o) => latency::run_latency(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+        BenchCommand::Pool(o) => pool::run_pool_bench(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Ycsb(o) => ycsb::run_ycsb(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
     };
     if as_json {

@@ -109,15 +109,12 @@ impl Client {
     /// The items under `keys` that exist, with their keys, in the order asked.
     pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
         keys.iter().try_for_each(|k| check_key(k))?;
-        let mut found = Vec::with_capacity(keys.len());
-        let mut remote = Vec::new();
-        for &key in keys {
-            match self.local_region().and_then(|local| local.get(key)) {
-                Some(Some(item)) => found.push((key.to_vec(), item)),
-                Some(None) => {}
-                None => remote.push(key),
-            }
-        }
+        let all: Vec<usize> = (0..keys.len()).collect();
+        let mut hits = Vec::with_capacity(keys.len());
+        let remote = self.local_get_each(keys, &all, &mut hits);
+        let mut found: Vec<(Vec<u8>, Item)> =
+            hits.into_iter().map(|(i, item)| (keys[i].to_vec(), item)).collect();
+        let remote: Vec<&[u8]> = remote.iter().map(|&i| keys[i]).collect();
         for chunk in remote.chunks(KEYS_PER_LINE) {
             found.extend(self.network_get(chunk)?);
         }
@@ -164,12 +161,7 @@ impl Client {
     /// `delete`; whether there was an item.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
-        let request = request_line(&[b"delete ", key]);
-        self.exchange(&request, |line| match line {
-            b"DELETED" => Ok(true),
-            b"NOT_FOUND" => Ok(false),
-            other => Err(unexpected(other, "DELETED or NOT_FOUND")),
-        })
+        self.exchange(&request_line(&[b"delete ", key]), deleted_answer)
     }
 
     /// `incr`; the new value, or `None` without an item.
@@ -276,23 +268,8 @@ impl Client {
     ) -> Result<Stored> {
         check_key(key)?;
         let mut request = Vec::with_capacity(key.len() + value.len() + 64);
-        request.extend_from_slice(cmd.as_bytes());
-        request.push(b' ');
-        request.extend_from_slice(key);
-        request.extend_from_slice(format!(" {flags} {exptime} {}", value.len()).as_bytes());
-        if let Some(unique) = cas {
-            request.extend_from_slice(format!(" {unique}").as_bytes());
-        }
-        request.extend_from_slice(b"\r\n");
-        request.extend_from_slice(value);
-        request.extend_from_slice(b"\r\n");
-        self.exchange(&request, |line| match line {
-            b"STORED" => Ok(Stored::Stored),
-            b"NOT_STORED" => Ok(Stored::NotStored),
-            b"EXISTS" => Ok(Stored::Exists),
-            b"NOT_FOUND" => Ok(Stored::NotFound),
-            other => Err(unexpected(other, "STORED")),
-        })
+        storage_request(&mut request, cmd, key, value, flags, exptime, cas);
+        self.exchange(&request, stored_answer)
     }
 
     fn arith(&mut self, cmd: &str, key: &[u8], delta: u64) -> Result<Option<u64>> {
@@ -310,28 +287,45 @@ impl Client {
 
     /// Sends `<command prefix><keys>` and reads the `VALUE` blocks up to `END`.
     fn retrieve(&mut self, prefix: &[u8], keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
-        let mut request = prefix.to_vec();
-        for (i, key) in keys.iter().enumerate() {
-            if i > 0 {
-                request.push(b' ');
+        self.send(&retrieval_request(prefix, keys))?;
+        self.read_values()
+    }
+
+    /// Sends `request` on the connection (opening one first if needed), without waiting for
+    /// an answer: a pool sends to every server before it reads from any.
+    pub(crate) fn send(&mut self, request: &[u8]) -> Result<()> {
+        self.with_connection(|conn| conn.send(request))
+    }
+
+    /// Reads `VALUE` blocks up to `END`: the answer to a retrieval request.
+    pub(crate) fn read_values(&mut self) -> Result<Vec<(Vec<u8>, Item)>> {
+        self.with_connection(read_values)
+    }
+
+    /// Reads one answer line and interprets it.
+    pub(crate) fn read_line<T>(&mut self, answer: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
+        self.with_connection(|conn| answer(conn.line()?))
+    }
+
+    /// Reads `keys[i]` for each `i` of `wanted` from the server's region (checked once for
+    /// the whole batch), pushing hits onto `found`; returns the indexes the region could not
+    /// answer (all of them when reads are not local).
+    pub(crate) fn local_get_each(
+        &mut self,
+        keys: &[&[u8]],
+        wanted: &[usize],
+        found: &mut Vec<(usize, Item)>,
+    ) -> Vec<usize> {
+        let Some(local) = self.local_region() else { return wanted.to_vec() };
+        let mut rest = Vec::new();
+        for &i in wanted {
+            match local.get(keys[i]) {
+                Some(Some(item)) => found.push((i, item)),
+                Some(None) => {}
+                None => rest.push(i),
             }
-            request.extend_from_slice(key);
         }
-        request.extend_from_slice(b"\r\n");
-        self.with_connection(|conn| {
-            conn.send(&request)?;
-            let mut found = Vec::new();
-            loop {
-                let line = conn.line()?;
-                if line == b"END" {
-                    return Ok(found);
-                }
-                let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
-                let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
-                let value = conn.data(len)?;
-                found.push((key, Item { value, flags, cas }));
-            }
-        })
+        rest
     }
 
     /// Sends a request whose answer is one line, and interprets that line.
@@ -386,6 +380,76 @@ impl Client {
             let _ = self.connection();
         }
         self.local.as_mut()
+    }
+}
+
+/// Reads `VALUE` blocks up to `END` from `conn`: the answer to a retrieval request.
+pub(crate) fn read_values(conn: &mut Connection) -> Result<Vec<(Vec<u8>, Item)>> {
+    let mut found = Vec::new();
+    loop {
+        let line = conn.line()?;
+        if line == b"END" {
+            return Ok(found);
+        }
+        let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
+        let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
+        let value = conn.data(len)?;
+        found.push((key, Item { value, flags, cas }));
+    }
+}
+
+/// `<prefix>key key …\r\n`: a retrieval request (`gets `, `gats 60 `).
+pub(crate) fn retrieval_request(prefix: &[u8], keys: &[&[u8]]) -> Vec<u8> {
+    let mut request = prefix.to_vec();
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            request.push(b' ');
+        }
+        request.extend_from_slice(key);
+    }
+    request.extend_from_slice(b"\r\n");
+    request
+}
+
+/// Appends `<cmd> <key> <flags> <exptime> <bytes> [cas]\r\n<value>\r\n` to `request`.
+pub(crate) fn storage_request(
+    request: &mut Vec<u8>,
+    cmd: &str,
+    key: &[u8],
+    value: &[u8],
+    flags: u32,
+    exptime: i64,
+    cas: Option<u64>,
+) {
+    request.extend_from_slice(cmd.as_bytes());
+    request.push(b' ');
+    request.extend_from_slice(key);
+    request.extend_from_slice(format!(" {flags} {exptime} {}", value.len()).as_bytes());
+    if let Some(unique) = cas {
+        request.extend_from_slice(format!(" {unique}").as_bytes());
+    }
+    request.extend_from_slice(b"\r\n");
+    request.extend_from_slice(value);
+    request.extend_from_slice(b"\r\n");
+}
+
+/// What a storage command's answer line says.
+pub(crate) fn stored_answer(line: &[u8]) -> Result<Stored> {
+    match line {
+        b"STORED" => Ok(Stored::Stored),
+        b"NOT_STORED" => Ok(Stored::NotStored),
+        b"EXISTS" => Ok(Stored::Exists),
+        b"NOT_FOUND" => Ok(Stored::NotFound),
+        other => Err(unexpected(other, "STORED")),
+    }
+}
+
+/// What a `delete`'s answer line says: whether there was an item.
+pub(crate) fn deleted_answer(line: &[u8]) -> Result<bool> {
+    match line {
+        b"DELETED" => Ok(true),
+        b"NOT_FOUND" => Ok(false),
+        other => Err(unexpected(other, "DELETED or NOT_FOUND")),
     }
 }
 

@@ -51,6 +51,9 @@ impl std::fmt::Display for Address {
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A whole answer that arrived some other way (reassembled UDP datagrams): nothing more
+    /// can be read or sent.
+    Finished,
 }
 
 /// A connected stream and what was read from it but not consumed yet.
@@ -106,11 +109,18 @@ impl Connection {
         Ok(Connection { stream, buf: vec![0; 16 << 10], start: 0, end: 0 })
     }
 
+    /// A connection that reads `answer` and then ends: the answer parsers serve datagrams too.
+    pub fn finished(answer: Vec<u8>) -> Connection {
+        let end = answer.len();
+        Connection { stream: Stream::Finished, buf: answer, start: 0, end }
+    }
+
     /// Sends `request` whole.
     pub fn send(&mut self, request: &[u8]) -> Result<()> {
         match &mut self.stream {
             Stream::Tcp(s) => s.write_all(request)?,
             Stream::Unix(s) => s.write_all(request)?,
+            Stream::Finished => return Err(ended().into()),
         }
         Ok(())
     }
@@ -121,6 +131,7 @@ impl Connection {
         let socket = match &self.stream {
             Stream::Tcp(s) => socket2::SockRef::from(s),
             Stream::Unix(s) => socket2::SockRef::from(s),
+            Stream::Finished => return false,
         };
         let mut byte = [std::mem::MaybeUninit::uninit()];
         match socket.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
@@ -181,12 +192,10 @@ impl Connection {
         let read = match &mut self.stream {
             Stream::Tcp(s) => s.read(&mut self.buf[self.end..]),
             Stream::Unix(s) => s.read(&mut self.buf[self.end..]),
+            Stream::Finished => Ok(0),
         };
         match read {
-            Ok(0) => Err(Error::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
-            ))),
+            Ok(0) => Err(Error::Io(ended())),
             Ok(n) => {
                 self.end += n;
                 Ok(())
@@ -195,6 +204,11 @@ impl Connection {
             Err(e) => Err(Error::Io(e)),
         }
     }
+}
+
+/// The error of reading past the end of what the server sent.
+fn ended() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection")
 }
 
 #[cfg(test)]

@@ -18,6 +18,12 @@ pub enum Error {
     Server(String),
     /// The server answered something this client does not understand.
     Protocol(String),
+    /// A pool's description is wrong (no servers, a server or weight that does not parse, an
+    /// unknown hashing): found before any request is sent.
+    Pool(shoal_route::Error),
+    /// The key's server failed recently and is skipped until its retry time (a pool without
+    /// a Gutter pool answers its writes with this; its reads miss).
+    Down(String),
 }
 
 /// The result of a client call.
@@ -48,6 +54,10 @@ impl fmt::Display for Error {
             ),
             Error::Server(line) => write!(f, "the server refused the request: {line}"),
             Error::Protocol(what) => write!(f, "unexpected answer from the server: {what}"),
+            Error::Pool(e) => write!(f, "bad pool: {e}"),
+            Error::Down(server) => {
+                write!(f, "server {server} is marked down after a failure; it is tried again after the retry interval")
+            }
         }
     }
 }
@@ -56,8 +66,15 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io(e) => Some(e),
+            Error::Pool(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl From<shoal_route::Error> for Error {
+    fn from(e: shoal_route::Error) -> Error {
+        Error::Pool(e)
     }
 }
 

@@ -1,9 +1,10 @@
-//! # shoal-client: a client for one memcached-protocol server
+//! # shoal-client: a client for memcached-protocol servers
 //!
-//! Owns the client side of DESIGN §5 for a single server (routing across many is a later
-//! crate): memcached's text protocol over TCP or a unix socket for every command, raw meta
-//! commands, and — Nahanni's idea — reads served straight from the server's shared-memory
-//! region when the server runs on this host.
+//! Owns the client side of DESIGN §5: memcached's text protocol over TCP or a unix socket for
+//! every command, raw meta commands, and — Nahanni's idea — reads served straight from the
+//! server's shared-memory region when the server runs on this host. [`Client`] talks to one
+//! server; [`Pool`] to a pool of them, each key on the server the routing core
+//! (`shoal-route`) names, batches sent to every owner at once (see [`pool`]).
 //!
 //! ```text
 //!   Client::connect ──► Connection (TCP / unix) ──► `shm` ──► SHM <path> <offset> <cookie>
@@ -26,9 +27,12 @@ mod conn;
 mod error;
 mod lease;
 pub mod local;
+pub mod pool;
 pub mod response;
 
 pub use client::{Client, Item, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
 pub use lease::{FillOptions, Lease, LeaseStored};
+pub use pool::{Pool, PoolCounters, PoolOptions, Stats, WindowOptions};
+pub use shoal_route::{Hashing, Server};

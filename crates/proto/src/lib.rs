@@ -1,7 +1,8 @@
 //! # shoal-proto: memcached requests, parsed without copying
 //!
 //! Owns the wire format of requests: memcached's text protocol ([`text`]) and meta protocol
-//! ([`meta`]), behind one entry point. The server hands [`Parser::parse`] the unconsumed bytes
+//! ([`meta`]), behind one entry point; the binary protocol ([`binary`], its own parser, as a
+//! connection speaks one or the other); authentication messages ([`auth`]). The server hands [`Parser::parse`] the unconsumed bytes
 //! of a connection's read buffer; requests borrow their keys and data from that buffer.
 //!
 //! ```text
@@ -24,10 +25,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
+pub mod binary;
 pub mod meta;
 pub mod text;
 mod token;
 
+pub use auth::{parse_ascii_auth, parse_plain, AsciiAuth, Plain};
+pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
 pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Store, StoreCmd};
 pub use token::{valid_key, Tokens, KEY_MAX};

@@ -13,7 +13,8 @@ pub struct Tokens<'a> {
 }
 
 impl<'a> Tokens<'a> {
-    pub(crate) fn new(rest: &'a [u8]) -> Self {
+    /// The tokens of `rest`.
+    pub fn new(rest: &'a [u8]) -> Self {
         Tokens { rest }
     }
 

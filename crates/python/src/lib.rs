@@ -15,7 +15,10 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
-use shoal_client::{Error as ClientError, FillOptions, Item, Lease, LeaseStored, Options, Stored};
+use shoal_client::{
+    Error as ClientError, FillOptions, Hashing, Item, Lease, LeaseStored, Options, Pool, PoolOptions, Stored,
+};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -33,9 +36,11 @@ create_exception!(shoal, ProtocolError, Error, "The server answered something un
 fn raise(e: ClientError) -> PyErr {
     let message = e.to_string();
     match e {
-        ClientError::InvalidKey(_) | ClientError::Address(_) => IllegalInput::new_err(message),
+        ClientError::InvalidKey(_) | ClientError::Address(_) | ClientError::Pool(_) => {
+            IllegalInput::new_err(message)
+        }
         ClientError::Server(_) => ServerError::new_err(message),
-        ClientError::Io(_) => ConnectionFailed::new_err(message),
+        ClientError::Io(_) | ClientError::Down(_) => ConnectionFailed::new_err(message),
         ClientError::Protocol(_) => ProtocolError::new_err(message),
     }
 }
@@ -61,26 +66,52 @@ fn text_or_bytes(object: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     }
 }
 
-/// `host:port` or a unix socket path from `("host", port)` or a string.
+/// `host:port` (or `host:port:weight`) or a unix socket path from `("host", port)`,
+/// `("host", port, weight)` or a string.
 fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
+    let host_port = |host: &str, port: u16| {
+        if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }
+    };
     if let Ok((host, port)) = server.extract::<(String, u16)>() {
-        return Ok(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") });
+        return Ok(host_port(&host, port));
     }
-    server
-        .extract::<String>()
-        .map_err(|_| PyTypeError::new_err("server is (host, port), \"host:port\" or a unix socket path"))
+    if let Ok((host, port, weight)) = server.extract::<(String, u16, f64)>() {
+        return Ok(format!("{}:{weight}", host_port(&host, port)));
+    }
+    server.extract::<String>().map_err(|_| {
+        PyTypeError::new_err(
+            "a server is (host, port), (host, port, weight), \"host:port\" or a unix socket path",
+        )
+    })
 }
 
-/// A client for one memcached-protocol server. Reads come from the server's shared memory
-/// when it runs on this host and offers it (see `is_local()`); everything else, and reads of
-/// any other server, go over the network.
+/// A client for one memcached-protocol server, or for a pool of them. Reads come from a
+/// server's shared memory when it runs on this host and offers it (see `is_local()`);
+/// everything else, and reads of any other server, go over the network.
 ///
-/// `Client(server, connect_timeout=5.0, timeout=5.0, local=True)`: `server` is
+/// `Client(server, connect_timeout=5.0, timeout=5.0, local=True)`: one server, given as
 /// `("host", port)`, `"host:port"` or a unix socket path; timeouts in seconds (None: wait
-/// forever); `local=False` keeps every read on the network.
+/// forever); `local=False` keeps every read on the network. Errors raise.
+///
+/// `Client(servers=[...], hashing="ketama_weighted", gutter=None, gutter_ttl=10,
+/// dead_timeout=1.0, ...)`: a pool, with pymemcache's `HashClient` calls. Each key goes to
+/// the server `hashing` names (`ketama_weighted`, `ketama`, `pymemcache`, `memcached_proxy`,
+/// `ch3`, `weighted_ch3`, `jump`, `rendezvous`, `proteus`, `modulo`; servers may carry a
+/// weight: `("host", port, weight)` or `"host:port:weight"`); multigets and `set_many` /
+/// `delete_many` go to every server at once. A server that fails is skipped for
+/// `dead_timeout` seconds: its keys' reads miss and its writes raise, or with
+/// `gutter=[servers]` both go to that Gutter pool (fills with their TTL clamped to
+/// `gutter_ttl` seconds). `udp=True` sends gets that are not local over UDP (to each
+/// server's port number): a lost or reordered answer is a miss.
 #[pyclass(module = "shoal", frozen)]
 struct Client {
-    inner: Mutex<Option<shoal_client::Client>>,
+    inner: Mutex<Option<Pool>>,
+    /// A pool (`servers=`) rather than one server: `stats()` and `version()` answer per server.
+    pooled: bool,
 }
 
 /// The time in seconds an optional float names.
@@ -97,7 +128,7 @@ impl Client {
     fn call<T: Send>(
         &self,
         py: Python<'_>,
-        call: impl FnOnce(&mut shoal_client::Client) -> shoal_client::Result<T> + Send,
+        call: impl FnOnce(&mut Pool) -> shoal_client::Result<T> + Send,
     ) -> PyResult<T> {
         py.detach(|| {
             let mut guard: MutexGuard<'_, _> = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -113,7 +144,7 @@ impl Client {
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
-        store: impl FnOnce(&mut shoal_client::Client, &[u8], &[u8]) -> shoal_client::Result<Stored> + Send,
+        store: impl FnOnce(&mut Pool, &[u8], &[u8]) -> shoal_client::Result<Stored> + Send,
     ) -> PyResult<Stored> {
         let (key, value) = (key_bytes(key)?, value_bytes(value)?);
         self.call(py, |c| store(c, &key, &value))
@@ -127,19 +158,79 @@ fn bytes<'py>(py: Python<'py>, value: &[u8]) -> Bound<'py, PyAny> {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (server, connect_timeout=Some(5.0), timeout=Some(5.0), local=true))]
+    #[pyo3(signature = (server=None, connect_timeout=Some(5.0), timeout=Some(5.0), local=true, *,
+                        servers=None, hashing=None, gutter=None, gutter_ttl=10, dead_timeout=1.0, udp=false))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments, as pymemcache's
     fn new(
         py: Python<'_>,
-        server: &Bound<'_, PyAny>,
+        server: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<f64>,
         timeout: Option<f64>,
         local: bool,
+        servers: Option<Vec<Bound<'_, PyAny>>>,
+        hashing: Option<&str>,
+        gutter: Option<Vec<Bound<'_, PyAny>>>,
+        gutter_ttl: u32,
+        dead_timeout: f64,
+        udp: bool,
     ) -> PyResult<Client> {
-        let address = address(server)?;
-        let options =
+        let client =
             Options { connect_timeout: seconds(connect_timeout)?, io_timeout: seconds(timeout)?, local };
-        let client = py.detach(|| shoal_client::Client::connect(&address, options)).map_err(raise)?;
-        Ok(Client { inner: Mutex::new(Some(client)) })
+        let addresses = |list: Vec<Bound<'_, PyAny>>| list.iter().map(address).collect::<PyResult<Vec<_>>>();
+        let (addresses, options) = match (server, servers) {
+            (Some(server), None) => {
+                // One server: errors raise, and the next call simply tries again.
+                let options = PoolOptions {
+                    hashing: Hashing::Jump,
+                    client,
+                    retry_interval: Duration::ZERO,
+                    miss_when_down: false,
+                    ..PoolOptions::default()
+                };
+                (vec![address(server)?], options)
+            }
+            (None, Some(servers)) => {
+                let hashing = match hashing {
+                    Some(name) => Hashing::parse(name).map_err(|e| IllegalInput::new_err(e.to_string()))?,
+                    None => PoolOptions::default().hashing,
+                };
+                let retry_interval = seconds(Some(dead_timeout))?.unwrap_or_default();
+                let gutter = gutter.map(addresses).transpose()?.unwrap_or_default();
+                let options = PoolOptions {
+                    hashing,
+                    client,
+                    retry_interval,
+                    gutter,
+                    gutter_ttl,
+                    udp_gets: udp,
+                    ..PoolOptions::default()
+                };
+                (addresses(servers)?, options)
+            }
+            _ => return Err(PyTypeError::new_err("give either server (one) or servers=[...] (a pool)")),
+        };
+        let pooled = options.miss_when_down;
+        let pool = py
+            .detach(|| {
+                let mut pool = Pool::new(&addresses, options)?;
+                if !pooled {
+                    pool.connect()?;
+                }
+                Ok(pool)
+            })
+            .map_err(raise)?;
+        Ok(Client { inner: Mutex::new(Some(pool)), pooled })
+    }
+
+    /// The server that owns `key` (`host:port` or a socket path).
+    fn server_for(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.server_for(&key).map(str::to_string))
+    }
+
+    /// The servers whose reads come from shared memory right now.
+    fn local_servers(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.call(py, |c| Ok(c.local_servers()))
     }
 
     /// Whether reads are served from the server's shared memory right now.
@@ -204,7 +295,8 @@ impl Client {
         Ok(stored == Stored::Stored)
     }
 
-    /// Stores every `{key: value}`; the keys that were not stored (a list).
+    /// Stores every `{key: value}`, on every server at once; the keys that were not stored (a
+    /// list).
     #[pyo3(signature = (values, expire=0, noreply=None, flags=None))]
     fn set_many<'py>(
         &self,
@@ -214,13 +306,18 @@ impl Client {
         noreply: Option<bool>,
         flags: Option<u32>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let mut failed = Vec::new();
-        for (key, value) in values.iter() {
-            if !self.set(py, &key, &value, expire, noreply, flags)? {
-                failed.push(key);
-            }
-        }
-        Ok(failed)
+        let _ = noreply;
+        let objects: Vec<Bound<'py, PyAny>> = values.keys().iter().collect();
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            values.iter().map(|(k, v)| Ok((key_bytes(&k)?, value_bytes(&v)?))).collect::<PyResult<_>>()?;
+        let failed = self.call(py, |c| {
+            let items: Vec<(&[u8], &[u8])> =
+                pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+            c.set_many(&items, flags.unwrap_or(0), expire)
+        })?;
+        let by_bytes: HashMap<&[u8], &Bound<'py, PyAny>> =
+            pairs.iter().zip(&objects).map(|((k, _), o)| (k.as_slice(), o)).collect();
+        Ok(failed.iter().filter_map(|k| by_bytes.get(k.as_slice()).map(|o| (*o).clone())).collect())
     }
 
     /// Stores only if `key` is absent; whether it was stored.
@@ -386,7 +483,8 @@ impl Client {
         Ok(bytes(py, &filled?))
     }
 
-    /// Deletes every key; True.
+    /// Deletes every key, on every server at once; True, or ConnectionFailed naming the keys
+    /// whose server could not be reached.
     #[pyo3(signature = (keys, noreply=None))]
     fn delete_many(
         &self,
@@ -394,10 +492,17 @@ impl Client {
         keys: Vec<Bound<'_, PyAny>>,
         noreply: Option<bool>,
     ) -> PyResult<bool> {
-        for key in &keys {
-            self.delete(py, key, noreply, 0)?;
+        let _ = noreply;
+        let raw: Vec<Vec<u8>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
+        let failed = self.call(py, |c| c.delete_many(&raw.iter().map(Vec::as_slice).collect::<Vec<_>>()))?;
+        match failed.first() {
+            None => Ok(true),
+            Some(key) => Err(ConnectionFailed::new_err(format!(
+                "{} deletes were not carried out (first: {:?}): their servers are down",
+                failed.len(),
+                String::from_utf8_lossy(key)
+            ))),
         }
-        Ok(true)
     }
 
     /// Adds `value` to a decimal value; the new value, or None without the key.
@@ -450,27 +555,49 @@ impl Client {
         Ok(true)
     }
 
-    /// `stats [args]` as a dict of str to int, float or str.
+    /// `stats [args]` as a dict of str to int, float or str; for a pool, a dict of such
+    /// dicts keyed by server (a server that failed maps to None).
     #[pyo3(signature = (*args))]
-    fn stats<'py>(&self, py: Python<'py>, args: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
+    fn stats<'py>(&self, py: Python<'py>, args: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
         let group = (!args.is_empty()).then(|| args.join(" "));
-        let stats = self.call(py, |c| c.stats(group.as_deref()))?;
-        let dict = PyDict::new(py);
-        for (name, value) in stats {
-            if let Ok(n) = value.parse::<i64>() {
-                dict.set_item(name, n)?;
-            } else if let Ok(x) = value.parse::<f64>() {
-                dict.set_item(name, x)?;
-            } else {
-                dict.set_item(name, value)?;
+        let per_server = self.call(py, |c| Ok(c.stats(group.as_deref())))?;
+        let to_dict = |stats: Vec<(String, String)>| -> PyResult<Bound<'py, PyDict>> {
+            let dict = PyDict::new(py);
+            for (name, value) in stats {
+                if let Ok(n) = value.parse::<i64>() {
+                    dict.set_item(name, n)?;
+                } else if let Ok(x) = value.parse::<f64>() {
+                    dict.set_item(name, x)?;
+                } else {
+                    dict.set_item(name, value)?;
+                }
             }
+            Ok(dict)
+        };
+        if !self.pooled {
+            let (_, stats) = per_server.into_iter().next().expect("one server");
+            return Ok(to_dict(stats.map_err(raise)?)?.into_any());
         }
-        Ok(dict)
+        let all = PyDict::new(py);
+        for (server, stats) in per_server {
+            all.set_item(server, stats.ok().map(to_dict).transpose()?)?;
+        }
+        Ok(all.into_any())
     }
 
-    /// The server's version (str).
-    fn version(&self, py: Python<'_>) -> PyResult<String> {
-        self.call(py, |c| c.version())
+    /// The server's version (str); for a pool, a dict of versions keyed by server (None for
+    /// a server that failed).
+    fn version<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let versions = self.call(py, |c| Ok(c.versions()))?;
+        if !self.pooled {
+            let (_, version) = versions.into_iter().next().expect("one server");
+            return Ok(PyString::new(py, &version.map_err(raise)?).into_any());
+        }
+        let all = PyDict::new(py);
+        for (server, version) in versions {
+            all.set_item(server, version.ok())?;
+        }
+        Ok(all.into_any())
     }
 
     /// Closes the connection (and unmaps the region); later calls raise.
@@ -504,13 +631,11 @@ impl Client {
         let raw: Vec<Vec<u8>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
         let found = self.call(py, |c| {
             let refs: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
-            c.get_many(&refs)
+            c.get_many_indexed(&refs)
         })?;
         let dict = PyDict::new(py);
-        for (key, item) in found {
-            if let Some(i) = raw.iter().position(|k| *k == key) {
-                dict.set_item(&keys[i], entry(py, &item)?)?;
-            }
+        for (i, item) in found {
+            dict.set_item(&keys[i], entry(py, &item)?)?;
         }
         Ok(dict)
     }

@@ -91,9 +91,23 @@ pub struct ServerArgs {
     /// disable CAS (gets answers 0; cas never matches)
     #[arg(short = 'C', long = "disable-cas")]
     pub disable_cas: bool,
-    /// protocol: ascii or auto (binary is not supported yet)
-    #[arg(short = 'B', long = "protocol", default_value = "auto")]
-    pub protocol: String,
+    /// protocol - one of ascii, binary, or auto (default: auto-negotiate; binary with -S,
+    /// ascii with -Y)
+    #[arg(short = 'B', long = "protocol")]
+    pub protocol: Option<String>,
+    /// turn on SASL authentication (binary protocol; users from the file named by the
+    /// MEMCACHED_SASL_PWDB environment variable, `user:password` lines)
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub enable_sasl: bool,
+    /// enable ascii protocol authentication: a file of `user:password` lines
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// group that owns the region file (default: the server's)
+    #[arg(long = "region-group", value_name = "GROUP")]
+    pub region_group: Option<String>,
+    /// access mode of the region file, in octal (default: 600)
+    #[arg(long = "region-mode", default_value = "600", value_name = "MODE")]
+    pub region_mode: String,
     /// TCP listen backlog (default: 1024)
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     pub backlog: i32,
@@ -145,6 +159,26 @@ pub struct ServerArgs {
     pub version: bool,
 }
 
+/// Which protocol connections speak (`-B`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Ascii,
+    Binary,
+    /// Each connection's first byte decides: 0x80 is binary.
+    Auto,
+}
+
+impl Protocol {
+    /// How `stats settings` names it (memcached's `prot_text`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Ascii => "ascii",
+            Protocol::Binary => "binary",
+            Protocol::Auto => "auto-negotiate",
+        }
+    }
+}
+
 /// What the server runs with, checked.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -173,9 +207,25 @@ pub struct Settings {
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
     pub stale_ttl: u32,
     pub test_mode: bool,
+    pub protocol: Protocol,
+    /// `-S`: binary connections authenticate with SASL PLAIN.
+    pub sasl: bool,
+    /// The file SASL users come from (MEMCACHED_SASL_PWDB).
+    pub sasl_pwdb: Option<PathBuf>,
+    /// `-Y`: ascii connections authenticate with a token from this file.
+    pub auth_file: Option<PathBuf>,
+    /// The group the region file is given (`--region-group`), as a gid.
+    pub region_group: Option<u32>,
+    /// The region file's mode (`--region-mode`).
+    pub region_mode: u32,
 }
 
 impl Settings {
+    /// Whether connections must authenticate before anything else.
+    pub fn auth_required(&self) -> bool {
+        self.sasl || self.auth_file.is_some()
+    }
+
     /// The CAS unique clients see (0 when `-C` turned CAS off).
     pub fn visible_cas(&self, cas: u64) -> u64 {
         if self.use_cas {
@@ -215,17 +265,7 @@ impl ServerArgs {
                 }
             }
         }
-        match self.protocol.as_str() {
-            "ascii" | "auto" => {}
-            "binary" => {
-                return Err("the binary protocol is not supported yet; use -B ascii or -B auto".into())
-            }
-            other => {
-                return Err(format!(
-                    "Invalid value for binding protocol: {other} -- should be one of auto, binary, or ascii"
-                ))
-            }
-        }
+        let protocol = self.protocol()?;
         let port = |p: i32, what: &str| -> Result<Option<u16>, String> {
             match p {
                 0 => Ok(None),
@@ -296,8 +336,61 @@ impl ServerArgs {
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,
+            protocol,
+            sasl: self.enable_sasl,
+            sasl_pwdb: std::env::var_os("MEMCACHED_SASL_PWDB").map(PathBuf::from),
+            auth_file: self.auth_file.clone(),
+            region_group: self.region_group.as_deref().map(group_id).transpose()?,
+            region_mode: u32::from_str_radix(&self.region_mode, 8).ok().filter(|m| *m <= 0o777).ok_or_else(
+                || format!("--region-mode {}: the mode must be octal, e.g. 640", self.region_mode),
+            )?,
         })
     }
+
+    /// The protocol, with memcached's rules: `-S` means binary and `-Y` ascii unless `-B`
+    /// says otherwise, and then they refuse to start (with `-S -Y`, `-Y` wins, as there).
+    fn protocol(&self) -> Result<Protocol, String> {
+        let named = match self.protocol.as_deref() {
+            None => None,
+            Some("ascii") => Some(Protocol::Ascii),
+            Some("binary") => Some(Protocol::Binary),
+            Some("auto") => Some(Protocol::Auto),
+            Some(other) => {
+                return Err(format!(
+                    "Invalid value for binding protocol: {other} -- should be one of auto, binary, or ascii"
+                ))
+            }
+        };
+        if self.enable_sasl && named.is_some_and(|p| p != Protocol::Binary) {
+            return Err("ERROR: You cannot allow the ASCII protocol while using SASL.".into());
+        }
+        if self.enable_sasl && self.udp_port != 0 {
+            return Err("ERROR: Cannot enable UDP while using binary SASL authentication.".into());
+        }
+        if self.auth_file.is_some() && named.is_some_and(|p| p != Protocol::Ascii) {
+            return Err(
+                "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.".into(),
+            );
+        }
+        Ok(match named {
+            Some(p) => p,
+            None if self.auth_file.is_some() => Protocol::Ascii,
+            None if self.enable_sasl => Protocol::Binary,
+            None => Protocol::Auto,
+        })
+    }
+}
+
+/// A group named by name or number, as its gid.
+fn group_id(group: &str) -> Result<u32, String> {
+    if let Ok(gid) = group.parse() {
+        return Ok(gid);
+    }
+    nix::unistd::Group::from_name(group)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
+        .ok_or_else(|| format!("--region-group {group}: no such group"))
 }
 
 /// `host`, `host:port`, `[v6]:port` or `[v6]`.
@@ -359,11 +452,29 @@ mod tests {
     #[test]
     fn bad_flags_say_what_to_fix() {
         assert_eq!(settings(&["-o", "bogus"]).unwrap_err(), "Illegal suboption \"bogus\"");
-        assert!(settings(&["-B", "binary"]).unwrap_err().contains("not supported yet"));
+        assert!(settings(&["-B", "binery"]).unwrap_err().contains("should be one of"));
+        assert!(settings(&["-S", "-B", "auto"]).unwrap_err().contains("ASCII protocol while using SASL"));
+        assert!(settings(&["-S", "-U", "5000"]).unwrap_err().contains("UDP"));
+        assert!(settings(&["-Y", "/f", "-B", "binary"]).unwrap_err().contains("BINARY protocol"));
+        assert!(settings(&["--region-mode", "999"]).unwrap_err().contains("octal"));
+        assert!(settings(&["--region-group", "no-such-group-here"]).unwrap_err().contains("no such group"));
         assert!(settings(&["-I", "16m"]).unwrap_err().contains("between 512 bytes and 8m"));
         assert!(settings(&["-I", "lots"]).is_err());
         assert!(settings(&["-p", "70000"]).unwrap_err().contains("out of range"));
         assert!(settings(&["-a", "9z", "-s", "/tmp/s"]).unwrap_err().contains("octal"));
+    }
+
+    #[test]
+    fn auth_flags_choose_the_protocol_as_memcached_does() {
+        let p = |argv: &[&str]| settings(argv).unwrap().protocol;
+        assert_eq!(p(&[]), Protocol::Auto);
+        assert_eq!(p(&["-B", "binary"]), Protocol::Binary);
+        assert_eq!(p(&["-S"]), Protocol::Binary);
+        assert_eq!(p(&["-Y", "/f"]), Protocol::Ascii);
+        assert_eq!(p(&["-S", "-Y", "/f"]), Protocol::Ascii);
+        let s = settings(&["--region-group", "0", "--region-mode", "640"]).unwrap();
+        assert_eq!((s.region_group, s.region_mode), (Some(0), 0o640));
+        assert!(settings(&["-Y", "/f"]).unwrap().auth_required());
     }
 
     #[test]

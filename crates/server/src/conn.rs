@@ -5,13 +5,16 @@
 //! of the largest item size, or a multiget line up to [`MAX_REQUEST`]); answers stop being
 //! produced while more than [`OUTPUT_HIGH_WATER`] bytes wait for a client that does not read.
 
-use crate::exec::{Context, Flow};
+use crate::auth::Session;
+use crate::config::{Protocol, Settings};
+use crate::exec::{binary, Context, Flow};
 use crate::server::ConnInfo;
 use crate::stats::Counters;
 use crate::trace;
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
-use shoal_proto::{Parse, Parser, ShutdownMode};
+use shoal_proto::binary::REQUEST_MAGIC;
+use shoal_proto::{parse_ascii_auth, AsciiAuth, BinaryParse, BinaryParser, Parse, Parser, ShutdownMode};
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -79,6 +82,17 @@ enum Stopped {
     Output,
 }
 
+/// What one step of parsing and executing did.
+enum Outcome {
+    /// No whole request is buffered.
+    Incomplete,
+    /// A request was executed (or refused) and took `consume` bytes (more than are buffered
+    /// when the rest of a refused value has yet to arrive).
+    Handled { consume: usize, flow: Flow },
+    /// Close without answering.
+    Close,
+}
+
 /// A connection's state.
 pub struct Conn {
     stream: Stream,
@@ -86,6 +100,10 @@ pub struct Conn {
     pub id: u64,
     pub info: Arc<ConnInfo>,
     parser: Parser,
+    binary: BinaryParser,
+    /// The protocol this connection speaks; `Auto` until its first byte.
+    protocol: Protocol,
+    session: Session,
     /// Read buffer; bytes `start..end` are received and not yet consumed.
     buf: Vec<u8>,
     start: usize,
@@ -102,13 +120,17 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// A new connection over `stream`, for a server whose items are at most `max_item_bytes`.
-    pub fn new(stream: Stream, id: u64, info: Arc<ConnInfo>, max_item_bytes: usize) -> Conn {
+    /// A new connection over `stream`, for a server with `settings`.
+    pub fn new(stream: Stream, id: u64, info: Arc<ConnInfo>, settings: &Settings) -> Conn {
+        let max_item_bytes = settings.max_item_bytes;
         Conn {
             stream,
             id,
             info,
             parser: Parser::new(max_item_bytes),
+            binary: BinaryParser { max_item_bytes, sasl: settings.sasl },
+            protocol: settings.protocol,
+            session: Session { authenticated: !settings.auth_required(), sasl_started: false },
             buf: vec![0; READ_BUFFER],
             start: 0,
             end: 0,
@@ -187,19 +209,17 @@ impl Conn {
             if self.start == self.end {
                 break Stopped::Input;
             }
-            match self.parser.parse(&self.buf[self.start..self.end]) {
-                Parse::Incomplete => break Stopped::Input,
-                Parse::Done { request, consumed } => {
+            let before = self.out.len();
+            match self.step(cx) {
+                Outcome::Incomplete => break Stopped::Input,
+                Outcome::Close => self.closing = true,
+                Outcome::Handled { consume, flow } => {
                     *budget -= 1;
                     executed = true;
-                    let answered = self.out.len();
-                    let flow = cx.execute(request, &mut self.out);
-                    if tracing {
-                        trace::exchange(
-                            self.id,
-                            &self.buf[self.start..self.start + consumed],
-                            &self.out[answered..],
-                        );
+                    let available = self.end - self.start;
+                    if tracing && self.protocol != Protocol::Binary {
+                        let request = &self.buf[self.start..self.start + consume.min(available)];
+                        trace::exchange(self.id, request, &self.out[before..]);
                     }
                     match flow {
                         Flow::Continue => {}
@@ -209,16 +229,6 @@ impl Conn {
                             self.shutdown = Some(mode);
                         }
                     }
-                    self.start += consumed;
-                }
-                Parse::Error { reply, consume, forget } => {
-                    *budget -= 1;
-                    let answered = self.out.len();
-                    cx.refuse(reply, forget, &mut self.out);
-                    if tracing {
-                        trace::exchange(self.id, &self.buf[self.start..self.end], &self.out[answered..]);
-                    }
-                    let available = self.end - self.start;
                     if consume <= available {
                         self.start += consume;
                     } else {
@@ -226,7 +236,6 @@ impl Conn {
                         self.start = self.end;
                     }
                 }
-                Parse::Close => self.closing = true,
             }
         };
         if self.start == self.end {
@@ -237,6 +246,57 @@ impl Conn {
             self.info.last_cmd.store(u64::from(cx.shared.clock.now()), Ordering::Relaxed);
         }
         stopped
+    }
+
+    /// Parses the request at the start of the buffer in the connection's protocol, and
+    /// executes or refuses it.
+    fn step(&mut self, cx: &mut Context<'_>) -> Outcome {
+        let input = &self.buf[self.start..self.end];
+        if self.protocol == Protocol::Auto {
+            // memcached's negotiation: a first byte of 0x80 is the binary protocol.
+            self.protocol = if input[0] == REQUEST_MAGIC { Protocol::Binary } else { Protocol::Ascii };
+        }
+        let out = &mut self.out;
+        if self.protocol == Protocol::Binary {
+            return match self.binary.parse(input, self.session.authenticated) {
+                BinaryParse::Incomplete => Outcome::Incomplete,
+                BinaryParse::Done { request, consumed } => {
+                    let flow = binary::execute(cx, request, &mut self.session, out);
+                    Outcome::Handled { consume: consumed, flow }
+                }
+                BinaryParse::Refused { opcode, opaque, status, consume, close, forget } => {
+                    cx.forget(forget, false);
+                    binary::error(out, opcode, opaque, status, status.message());
+                    Outcome::Handled { consume, flow: if close { Flow::Close } else { Flow::Continue } }
+                }
+                BinaryParse::Close => Outcome::Close,
+            };
+        }
+        if !self.session.authenticated {
+            return match parse_ascii_auth(input, self.max_request) {
+                AsciiAuth::Incomplete => Outcome::Incomplete,
+                AsciiAuth::Credentials { user, password, consumed } => {
+                    self.session.authenticated = cx.ascii_auth(user, password, out);
+                    Outcome::Handled { consume: consumed, flow: Flow::Continue }
+                }
+                AsciiAuth::Refused { reply, consume } => {
+                    crate::exec::reply(out, reply.as_bytes());
+                    Outcome::Handled { consume, flow: Flow::Continue }
+                }
+                AsciiAuth::Close => Outcome::Close,
+            };
+        }
+        match self.parser.parse(input) {
+            Parse::Incomplete => Outcome::Incomplete,
+            Parse::Done { request, consumed } => {
+                Outcome::Handled { consume: consumed, flow: cx.execute(request, out) }
+            }
+            Parse::Error { reply, consume, forget } => {
+                cx.refuse(reply, forget, out);
+                Outcome::Handled { consume, flow: Flow::Continue }
+            }
+            Parse::Close => Outcome::Close,
+        }
     }
 
     /// Reads what the socket has into the buffer, growing it for a request that does not fit

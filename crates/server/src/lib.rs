@@ -12,10 +12,11 @@
 //!  socket ◄─ one write per batch ◄─ Conn (output buffer) ◄──┘     which clients map read-only)
 //! ```
 //!
-//! Module map: [`config`] (flags → settings), [`server`] (start, stop, clock, signals),
+//! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals),
 //! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
 //! [`stats`] (counters and `stats` answers), [`udp`].
 
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod exec;

@@ -337,7 +337,7 @@ impl<'a> Worker<'a> {
             let info =
                 Arc::new(ConnInfo { addr, last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())) });
             self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
-            self.conns[i] = Some(Conn::new(stream, id, info, self.shared.settings.max_item_bytes));
+            self.conns[i] = Some(Conn::new(stream, id, info, &self.shared.settings));
             // Data may have arrived before registration: look now.
             self.drive(i);
         }

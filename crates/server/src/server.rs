@@ -10,6 +10,7 @@
 //! On any stop the writer is dropped after the workers return, which marks the region clean:
 //! restarting on the same `-e` file is a warm restart with every item in place.
 
+use crate::auth::Users;
 use crate::config::Settings;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
@@ -87,6 +88,10 @@ pub struct Shared {
     pub conns: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
     /// A [`stop`] value.
     pub stop: AtomicU8,
+    /// Who may authenticate with SASL (`-S`).
+    pub sasl_users: Users,
+    /// Who may authenticate with an ascii token (`-Y`).
+    pub ascii_users: Users,
 }
 
 impl Shared {
@@ -147,10 +152,30 @@ fn open_region(settings: &Settings) -> Result<(Writer, bool), String> {
     }
 }
 
+/// Gives the region file the group and mode the settings ask for. The file is created 0600
+/// and only then opened up, so it is never readable by more than asked.
+fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(gid) = settings.region_group {
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .map_err(|e| format!("--region-group: could not give {} to group {gid}: {e}", path.display()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(settings.region_mode))
+        .map_err(|e| format!("--region-mode: could not set the mode of {}: {e}", path.display()))
+}
+
 /// Runs a server until it is stopped; returns once everything is closed.
 pub fn run(settings: Settings) -> Result<(), String> {
+    let ascii_users = settings.auth_file.as_deref().map(|f| Users::load(f, false)).transpose()?;
+    // Without MEMCACHED_SASL_PWDB nobody can authenticate (memcached would ask Cyrus SASL's
+    // own database); a file that cannot be read stops the start, as a bad -Y file does.
+    let sasl_users = match (&settings.sasl_pwdb, settings.sasl) {
+        (Some(path), true) => Users::load(path, true)?,
+        _ => Users::default(),
+    };
     let listeners = Listeners::bind(&settings)?;
     let (writer, temporary) = open_region(&settings)?;
+    set_region_access(writer.path(), &settings)?;
     if let Some(pidfile) = &settings.pidfile {
         std::fs::write(pidfile, format!("{}\n", std::process::id()))
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
@@ -170,6 +195,8 @@ pub fn run(settings: Settings) -> Result<(), String> {
         rejected_connections: AtomicU64::new(0),
         conns: Mutex::new(BTreeMap::new()),
         stop: AtomicU8::new(stop::RUNNING),
+        sasl_users,
+        ascii_users: ascii_users.unwrap_or_default(),
     });
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;

@@ -32,6 +32,8 @@ counters! {
     delete_misses, delete_hits, incr_misses, incr_hits, decr_misses, decr_hits,
     cas_misses, cas_hits, cas_badval, touch_hits, touch_misses,
     store_too_large, store_no_memory,
+    /// SASL and ascii authentication attempts, and those that failed.
+    auth_cmds, auth_errors,
     bytes_read, bytes_written,
     /// Times a connection gave way to others after `-R` requests.
     conn_yields,
@@ -151,7 +153,9 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "reqs_per_event", s.reqs_per_event);
     line(out, "cas_enabled", on(s.use_cas));
     line(out, "tcp_backlog", s.backlog);
-    line(out, "binding_protocol", "ascii");
+    line(out, "binding_protocol", s.protocol.name());
+    line(out, "auth_enabled_sasl", on(s.sasl));
+    line(out, "auth_enabled_ascii", s.auth_file.as_ref().map_or("no".into(), |f| f.display().to_string()));
     line(out, "item_size_max", s.max_item_bytes);
     line(out, "flush_enabled", on(s.enable_flush));
     line(out, "shutdown_command", on(s.enable_shutdown));

@@ -3,9 +3,11 @@
 //! datagram; the answer is split into as many datagrams as it needs, each with the request's
 //! id, its sequence number and the total.
 
-use crate::exec::Context;
+use crate::auth::Session;
+use crate::exec::{binary, Context, Flow};
 use crate::server::Shared;
-use shoal_proto::{Parse, Parser};
+use shoal_proto::binary::REQUEST_MAGIC;
+use shoal_proto::{BinaryParse, BinaryParser, Parse, Parser};
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::thread;
@@ -66,10 +68,20 @@ pub fn for_each_frame(request_id: u16, answer: &[u8], frame: &mut Vec<u8>, mut s
 }
 
 /// Executes the requests of one datagram into `out`; the request id if there is an answer to
-/// send (see [`request`] for the datagrams dropped).
+/// send (see [`request`] for the datagrams dropped). As in memcached, a datagram whose body
+/// starts with 0x80 is in the binary protocol.
 fn answer(cx: &mut Context<'_>, datagram: &[u8], out: &mut Vec<u8>) -> Option<u16> {
     out.clear();
-    let (id, mut body) = request(datagram)?;
+    let (id, body) = request(datagram)?;
+    if body.first() == Some(&REQUEST_MAGIC) {
+        answer_binary(cx, body, out);
+    } else {
+        answer_text(cx, body, out);
+    }
+    (!out.is_empty()).then_some(id)
+}
+
+fn answer_text(cx: &mut Context<'_>, mut body: &[u8], out: &mut Vec<u8>) {
     let mut parser = Parser::new(cx.shared.settings.max_item_bytes);
     while !body.is_empty() {
         match parser.parse(body) {
@@ -84,7 +96,31 @@ fn answer(cx: &mut Context<'_>, datagram: &[u8], out: &mut Vec<u8>) -> Option<u1
             Parse::Incomplete | Parse::Close => break,
         }
     }
-    (!out.is_empty()).then_some(id)
+}
+
+/// The binary requests of one datagram (SASL cannot be on with UDP: nothing to prove).
+fn answer_binary(cx: &mut Context<'_>, mut body: &[u8], out: &mut Vec<u8>) {
+    let parser = BinaryParser { max_item_bytes: cx.shared.settings.max_item_bytes, sasl: false };
+    let mut session = Session { authenticated: true, sasl_started: false };
+    while !body.is_empty() {
+        match parser.parse(body, true) {
+            BinaryParse::Done { request, consumed } => {
+                if binary::execute(cx, request, &mut session, out) != Flow::Continue {
+                    break;
+                }
+                body = &body[consumed..];
+            }
+            BinaryParse::Refused { opcode, opaque, status, consume, close, forget } => {
+                cx.forget(forget, false);
+                binary::error(out, opcode, opaque, status, status.message());
+                if close {
+                    break;
+                }
+                body = body.get(consume..).unwrap_or_default();
+            }
+            BinaryParse::Incomplete | BinaryParse::Close => break,
+        }
+    }
 }
 
 #[cfg(test)]

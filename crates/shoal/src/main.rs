@@ -32,6 +32,8 @@ enum Command {
     Region(region_cmd::RegionArgs),
     /// Load a memcached-protocol server and measure it (see docs/BENCHMARKS.md).
     Bench(shoal_bench::BenchArgs),
+    /// Route memcached requests to pools of servers, as mcrouter does (its JSON config).
+    Router(shoal_router::RouterArgs),
     /// MapReduce over a shared-memory job region; workers join and leave at any time.
     Mr(mr_cmd::MrArgs),
 }
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server(args),
         Command::Region(args) => region_cmd::run(args),
         Command::Bench(args) => shoal_bench::run(args),
+        Command::Router(args) => shoal_router::run(args),
         Command::Mr(args) => mr_cmd::run(args),
     };
     match result {

@@ -34,8 +34,13 @@ impl Server {
 
     /// Debian's memcached, on `port` (0: an ephemeral one).
     pub fn memcached(test: &str, port: u16) -> Server {
+        Server::memcached_with(test, port, &[])
+    }
+
+    /// Debian's memcached with `args`, on `port` (0: an ephemeral one).
+    pub fn memcached_with(test: &str, port: u16, args: &[&str]) -> Server {
         let mut command = Command::new("/usr/bin/memcached");
-        command.args(["-m", "64"]);
+        command.args(["-m", "64"]).args(args);
         if std::fs::metadata("/proc/self").unwrap().uid() == 0 {
             command.args(["-u", "root"]);
         }
@@ -48,8 +53,11 @@ impl Server {
         let ports = scratch.join("ports");
         let _ = std::fs::remove_file(&ports);
         let port_arg = if port == 0 { "-1".to_string() } else { port.to_string() };
+        if !command.get_args().any(|a| a == "-U") {
+            command.args(["-U", "0"]);
+        }
         command
-            .args(["-U", "0", "-l", "127.0.0.1", "-p", &port_arg])
+            .args(["-l", "127.0.0.1", "-p", &port_arg])
             .env("MEMCACHED_PORT_FILENAME", &ports)
             .stdout(Stdio::null());
         // Killed and waited for on drop, like every server here.
@@ -100,6 +108,17 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// A port free on loopback for both TCP and UDP right now.
+pub fn free_port() -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
     }
 }
 

@@ -7,6 +7,18 @@ use shoal_proto::{Request, ShutdownMode};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
+/// Flushes, now or after `delay` seconds, unless `-F` disabled it (then false).
+pub fn flush_all(cx: &Context<'_>, delay: Option<i64>) -> bool {
+    if !cx.shared.settings.enable_flush {
+        return false;
+    }
+    Counters::bump(&cx.counters.cmd_flush);
+    // memcached's delayed flush takes effect a second early (its deadline is
+    // `realtime(delay) - 1`): `flush_all 1` is immediate.
+    cx.shared.writer.flush(delay.map_or(0, |d| if d > 0 { d - 1 } else { d }));
+    true
+}
+
 /// Executes a request that is not about items.
 pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
     let shared = cx.shared;
@@ -24,14 +36,10 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             _ => reply(out, b"ERROR"),
         },
         Request::FlushAll { delay, noreply } => {
-            if !shared.settings.enable_flush {
-                reply(out, b"CLIENT_ERROR flush_all not allowed");
-            } else {
-                Counters::bump(&cx.counters.cmd_flush);
-                // memcached's delayed flush takes effect a second early (its deadline is
-                // `realtime(delay) - 1`): `flush_all 1` is immediate.
-                shared.writer.flush(delay.map_or(0, |d| if d > 0 { d - 1 } else { d }));
+            if flush_all(cx, delay) {
                 reply_unless(noreply, out, b"OK");
+            } else {
+                reply(out, b"CLIENT_ERROR flush_all not allowed");
             }
         }
         Request::Version => {
@@ -52,6 +60,9 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 return Flow::Shutdown(mode);
             }
         }
+        // A datagram proves nothing: with authentication on, the region is named only to an
+        // authenticated connection (TCP and unix connections run no command before that).
+        Request::Shm if cx.conn == NO_CONNECTION && shared.settings.auth_required() => reply(out, b"ERROR"),
         Request::Shm => {
             // SHM <region path> <cookie offset> <cookie>: a client that can open the path and
             // finds the cookie at the offset shares this server's memory (docs/PROTOCOL.md).

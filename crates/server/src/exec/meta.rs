@@ -14,7 +14,7 @@ use crate::stats::Counters;
 use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, KEY_MAX};
 use shoal_region::{
     absolute_expiry, counter_text, parse_counter, touch_expiry, visible, Change, ItemInfo, Mark, Marks,
-    NewItem, Value,
+    NewItem, OpError, Value,
 };
 
 /// What `mg` found, after any change it made.
@@ -280,9 +280,9 @@ pub(crate) fn stale_copy(info: ItemInfo, expiry: Option<u32>, hidden: bool) -> N
     NewItem { expiry, marks: Marks { stale: true, hidden, ..keep.marks }, ..keep }
 }
 
-/// What `ms` stores over, given its mode.
+/// What a store stores over: `ms`'s modes, the binary protocol's storage opcodes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum SetMode {
+pub(crate) enum SetMode {
     Set,
     Add,
     Replace,
@@ -293,40 +293,42 @@ enum SetMode {
 
 /// The answer of a storage attempt.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum SetResult {
+pub(crate) enum SetResult {
     Stored,
     NotStored,
     Exists,
     NotFound,
 }
 
-fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
-    let f = &m.flags;
+/// A store as `ms` and the binary protocol make it.
+pub(crate) struct StoreOp {
+    pub mode: SetMode,
+    /// The CAS the client holds (0: none); `Cas` stores only over it, append and prepend
+    /// check it too.
+    pub cas: u64,
+    /// The new version (value [`Value::Given`]).
+    pub fresh: NewItem,
+    /// `N`: append and prepend create a missing key with this TTL.
+    pub vivify: Option<i64>,
+    /// `I`: a CAS older than the item's stores the value as stale instead of failing.
+    pub invalidate: bool,
+}
+
+/// Carries out a store, counting it; the answer and the CAS of the version stored. On an
+/// error the key's old value goes too, as memcached does.
+pub(crate) fn store_op(
+    cx: &Context<'_>,
+    key: &[u8],
+    data: &[u8],
+    op: &StoreOp,
+) -> Result<(SetResult, Option<u64>), OpError> {
     let c = cx.counters;
     let writer = &cx.shared.writer;
     Counters::bump(&c.cmd_set);
-    let mode = match f.mode.map(|b| b.to_ascii_uppercase()) {
-        Some(b'E') => SetMode::Add,
-        Some(b'A') => SetMode::Append,
-        Some(b'P') => SetMode::Prepend,
-        Some(b'R') => SetMode::Replace,
-        _ => SetMode::Set,
-    };
-    // memcached: a CAS of 0 is no CAS; with one, set and replace become cas.
-    let req_cas = f.cas.unwrap_or(0);
-    let mode =
-        if req_cas != 0 && matches!(mode, SetMode::Set | SetMode::Replace) { SetMode::Cas } else { mode };
+    let (mode, req_cas, fresh) = (op.mode, op.cas, &op.fresh);
     let now = writer.clock();
-    let expiry = absolute_expiry(f.ttl.unwrap_or(0), now);
-    let fresh = NewItem {
-        value: Value::Given,
-        flags: f.client_flags.unwrap_or(0),
-        expiry,
-        cas: f.new_cas,
-        marks: Marks { binary_key: f.has(b'b'), ..Marks::default() },
-    };
     let concat = matches!(mode, SetMode::Append | SetMode::Prepend);
-    let result = writer.update(key, m.data, concat, |current| {
+    let result = writer.update(key, data, concat, |current| {
         // A lease record is there for `add` (a hold-off refuses it) and for a store under
         // its token; the other modes see no item.
         let current = match mode {
@@ -339,15 +341,15 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
                 SetMode::Add | SetMode::Set => (Change::Store(fresh.clone()), SetResult::Stored),
                 SetMode::Cas => (Change::Keep, SetResult::NotFound),
                 // Newer memcached: `N` vivifies a missing key in append mode.
-                SetMode::Append | SetMode::Prepend if f.vivify.is_some() => {
-                    let expiry = f.vivify.map(|t| touch_expiry(t, now));
+                SetMode::Append | SetMode::Prepend if op.vivify.is_some() => {
+                    let expiry = op.vivify.map(|t| touch_expiry(t, now));
                     (Change::Store(NewItem { expiry, ..fresh.clone() }), SetResult::Stored)
                 }
                 _ => (Change::Keep, SetResult::NotStored),
             };
         };
         let cas_matches = req_cas == 0 || req_cas == cur.info.cas;
-        let stale_cas = f.has(b'I') && req_cas != 0 && req_cas < cur.info.cas;
+        let stale_cas = op.invalidate && req_cas != 0 && req_cas < cur.info.cas;
         match mode {
             SetMode::Add => (Change::Keep, SetResult::NotStored),
             SetMode::Cas if req_cas == cur.info.cas => (Change::Store(fresh.clone()), SetResult::Stored),
@@ -367,21 +369,45 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
             SetMode::Set | SetMode::Replace => (Change::Store(fresh.clone()), SetResult::Stored),
         }
     });
-    let (result, new_cas) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            // As memcached does: a failed store must not leave the old value readable.
-            let _ = writer.delete(key);
-            reply(out, store_error(c, &e));
-            return;
-        }
-    };
+    let (result, new_cas) = result.inspect_err(|_| {
+        let _ = writer.delete(key);
+    })?;
     match (mode, result) {
         (SetMode::Cas, SetResult::Stored) => Counters::bump(&c.cas_hits),
         (_, SetResult::Exists) => Counters::bump(&c.cas_badval),
         (_, SetResult::NotFound) => Counters::bump(&c.cas_misses),
         _ => {}
     }
+    Ok((result, new_cas))
+}
+
+fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let mode = match f.mode.map(|b| b.to_ascii_uppercase()) {
+        Some(b'E') => SetMode::Add,
+        Some(b'A') => SetMode::Append,
+        Some(b'P') => SetMode::Prepend,
+        Some(b'R') => SetMode::Replace,
+        _ => SetMode::Set,
+    };
+    // memcached: a CAS of 0 is no CAS; with one, set and replace become cas.
+    let cas = f.cas.unwrap_or(0);
+    let mode = if cas != 0 && matches!(mode, SetMode::Set | SetMode::Replace) { SetMode::Cas } else { mode };
+    let fresh = NewItem {
+        value: Value::Given,
+        flags: f.client_flags.unwrap_or(0),
+        expiry: absolute_expiry(f.ttl.unwrap_or(0), cx.shared.writer.clock()),
+        cas: f.new_cas,
+        marks: Marks { binary_key: f.has(b'b'), ..Marks::default() },
+    };
+    let op = StoreOp { mode, cas, fresh, vivify: f.vivify, invalidate: f.has(b'I') };
+    let (result, new_cas) = match store_op(cx, key, m.data, &op) {
+        Ok(r) => r,
+        Err(e) => {
+            reply(out, store_error(cx.counters, &e));
+            return;
+        }
+    };
     if result == SetResult::Stored && f.has(b'q') {
         return;
     }
@@ -400,34 +426,46 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The answer of `md`.
+/// The answer of a delete.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum DeleteResult {
+pub(crate) enum DeleteResult {
     Deleted,
     NotFound,
     Exists,
 }
 
-fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
-    let f = &m.flags;
+/// A delete as `md` and the binary protocol make it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct DeleteOp {
+    /// Delete only if the item's CAS is this.
+    pub cas: Option<u64>,
+    /// `I`: keep the value, marked stale.
+    pub invalidate: bool,
+    /// `x`: drop the value, keep the item.
+    pub drop_value: bool,
+    /// `T`: the TTL of what `I` or `x` keep.
+    pub ttl: Option<i64>,
+}
+
+/// Carries out a delete, counting it.
+pub(crate) fn delete_op(cx: &Context<'_>, key: &[u8], op: DeleteOp) -> Result<DeleteResult, OpError> {
     let c = cx.counters;
     let writer = &cx.shared.writer;
     let now = writer.clock();
-    let invalidate = f.has(b'I');
-    let result = writer.update(key, &[], invalidate, |current| {
+    let result = writer.update(key, &[], op.invalidate, |current| {
         let Some(cur) = current else { return (Change::Keep, DeleteResult::NotFound) };
         if cur.info.marks.hidden {
             // A lease record goes (its token with it), but it was no item.
             return (Change::Remove, DeleteResult::NotFound);
         }
-        if f.cas.is_some_and(|cas| cas != cur.info.cas) {
+        if op.cas.is_some_and(|cas| cas != cur.info.cas) {
             return (Change::Keep, DeleteResult::Exists);
         }
-        let expiry = Some(f.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
-        if invalidate {
+        let expiry = Some(op.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
+        if op.invalidate {
             let item = stale_copy(cur.info, expiry, false);
             (Change::Store(item), DeleteResult::Deleted)
-        } else if f.has(b'x') {
+        } else if op.drop_value {
             // Newer memcached: drop the value, keep the item.
             let item = NewItem { expiry, ..NewItem::keeping(cur.info, Value::Owned(Vec::new())) };
             (Change::Store(item), DeleteResult::Deleted)
@@ -435,20 +473,23 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
             (Change::Remove, DeleteResult::Deleted)
         }
     });
-    let result = match result {
-        Ok((r, _)) => r,
+    let (result, _) = result?;
+    Counters::bump(if result == DeleteResult::Deleted { &c.delete_hits } else { &c.delete_misses });
+    Ok(result)
+}
+
+fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let op = DeleteOp { cas: f.cas, invalidate: f.has(b'I'), drop_value: f.has(b'x'), ttl: f.ttl };
+    let result = match delete_op(cx, key, op) {
+        Ok(r) => r,
         Err(e) => {
-            reply(out, store_error(c, &e));
+            reply(out, store_error(cx.counters, &e));
             return;
         }
     };
-    if result == DeleteResult::Deleted {
-        Counters::bump(&c.delete_hits);
-        if f.has(b'q') {
-            return;
-        }
-    } else {
-        Counters::bump(&c.delete_misses);
+    if result == DeleteResult::Deleted && f.has(b'q') {
+        return;
     }
     out.extend_from_slice(match result {
         DeleteResult::Deleted => b"HD",
@@ -459,10 +500,10 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The answer of `ma`.
+/// The answer of an incr/decr.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum ArithResult {
-    /// The new value; the item's expiry before; `created` if `N` made the item.
+pub(crate) enum ArithResult {
+    /// The new value; the item's expiry before; `created` if the request made the item.
     Value {
         n: u64,
         old_expiry: u32,
@@ -473,44 +514,75 @@ enum ArithResult {
     NonNumeric,
 }
 
-fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
-    let f = &m.flags;
+/// An incr/decr as `ma` and the binary protocol make it.
+pub(crate) struct ArithOp<'e> {
+    pub incr: bool,
+    pub delta: u64,
+    /// Change only if the item's CAS is this.
+    pub cas: Option<u64>,
+    /// An explicit CAS for the new version (`E`).
+    pub new_cas: Option<u64>,
+    /// Create a missing counter with this value.
+    pub initial: Option<u64>,
+    /// The new version's expiry, given whether it was created and the old expiry.
+    pub expiry: &'e dyn Fn(bool, u32) -> u32,
+}
+
+/// Carries out an incr/decr, counting it; the answer and the CAS of the version stored.
+pub(crate) fn arith_op(
+    cx: &Context<'_>,
+    key: &[u8],
+    op: &ArithOp<'_>,
+) -> Result<(ArithResult, Option<u64>), OpError> {
     let c = cx.counters;
-    let writer = &cx.shared.writer;
-    let now = writer.clock();
-    let incr = !matches!(f.mode, Some(b'D' | b'd' | b'-'));
-    let delta = f.delta.unwrap_or(1);
-    let result = writer.update(key, &[], true, |current| {
+    let result = cx.shared.writer.update(key, &[], true, |current| {
         let Some(cur) = visible(current) else {
-            if f.vivify.is_none() {
-                return (Change::Keep, ArithResult::NotFound);
-            }
-            let n = f.initial.unwrap_or(0);
-            let expiry = TtlWalk { flags: f, created: true, now, expiry: 0 }.last(m);
+            let Some(n) = op.initial else { return (Change::Keep, ArithResult::NotFound) };
             let item = NewItem {
                 value: Value::Owned(n.to_string().into_bytes()),
                 flags: 0,
-                expiry: Some(expiry),
-                cas: f.new_cas,
+                expiry: Some((op.expiry)(true, 0)),
+                cas: op.new_cas,
                 marks: Marks::default(),
             };
             return (Change::Store(item), ArithResult::Value { n, old_expiry: 0, created: true });
         };
-        if f.cas.is_some_and(|cas| cas != cur.info.cas) {
+        if op.cas.is_some_and(|cas| cas != cur.info.cas) {
             return (Change::Keep, ArithResult::Exists);
         }
         let Some(old) = parse_counter(cur.value) else { return (Change::Keep, ArithResult::NonNumeric) };
-        let n = if incr { old.wrapping_add(delta) } else { old.saturating_sub(delta) };
-        let expiry = TtlWalk { flags: f, created: false, now, expiry: cur.info.expiry }.last(m);
+        let n = if op.incr { old.wrapping_add(op.delta) } else { old.saturating_sub(op.delta) };
         let item = NewItem {
-            expiry: Some(expiry),
-            cas: f.new_cas,
+            expiry: Some((op.expiry)(false, cur.info.expiry)),
+            cas: op.new_cas,
             ..NewItem::keeping(cur.info, Value::Owned(counter_text(n, cur.value.len())))
         };
         (Change::Store(item), ArithResult::Value { n, old_expiry: cur.info.expiry, created: false })
     });
-    let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    let (result, new_cas) = match result {
+    let (hits, misses) =
+        if op.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
+    let (result, new_cas) = result?;
+    match result {
+        ArithResult::Value { .. } => Counters::bump(hits),
+        ArithResult::NotFound => Counters::bump(misses),
+        _ => {}
+    }
+    Ok((result, new_cas))
+}
+
+fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
+    let f = &m.flags;
+    let now = cx.shared.writer.clock();
+    let expiry = |created, expiry| TtlWalk { flags: f, created, now, expiry }.last(m);
+    let op = ArithOp {
+        incr: !matches!(f.mode, Some(b'D' | b'd' | b'-')),
+        delta: f.delta.unwrap_or(1),
+        cas: f.cas,
+        new_cas: f.new_cas,
+        initial: f.vivify.map(|_| f.initial.unwrap_or(0)),
+        expiry: &expiry,
+    };
+    let (result, new_cas) = match arith_op(cx, key, &op) {
         Ok(r) => r,
         Err(_) => {
             reply(out, b"SERVER_ERROR out of memory");
@@ -519,7 +591,6 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
     };
     match result {
         ArithResult::Value { n, old_expiry, created } => {
-            Counters::bump(hits);
             if f.has(b'q') && !created {
                 return;
             }
@@ -549,13 +620,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
             reply(out, b"CLIENT_ERROR cannot increment or decrement non-numeric value");
         }
         ArithResult::NotFound | ArithResult::Exists => {
-            let code: &[u8] = if result == ArithResult::NotFound {
-                Counters::bump(misses);
-                b"NF"
-            } else {
-                b"EX"
-            };
-            out.extend_from_slice(code);
+            out.extend_from_slice(if result == ArithResult::NotFound { b"NF" } else { b"EX" });
             flags_out(m, key, f.has(b'b'), out, |_, _| {});
             out.extend_from_slice(b"\r\n");
         }

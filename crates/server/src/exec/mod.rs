@@ -1,12 +1,14 @@
 //! Executing parsed requests against the region, writing memcached's answers.
 //!
 //! One function per family: [`text`] (storage, retrieval, delete, incr/decr, touch),
+//! [`binary`] (memcached's binary protocol, on the same operations),
 //! [`meta`] (`mg ms md ma mn me`), [`lease`] (`lease-get`, `lease-set`, delete hold-off and
 //! stale values) and [`admin`] (stats, flush_all, version, verbosity, quit,
 //! shutdown, and Shoal's `shm` and `debugtime`). Answers are appended to the connection's
 //! output buffer, so a batch of pipelined requests leaves in one write.
 
 pub mod admin;
+pub mod binary;
 pub mod lease;
 pub mod meta;
 pub mod text;
@@ -65,18 +67,36 @@ impl<'a> Context<'a> {
     /// refusal (a `set` too large), removes it.
     pub fn refuse(&mut self, line: Option<&str>, forget: Option<Forget<'_>>, out: &mut Vec<u8>) {
         if let Some(f) = forget {
-            Counters::bump(&self.counters.store_too_large);
-            let mut scratch = [0u8; KEY_MAX];
-            let key = if f.base64 {
-                decode_base64(f.key, &mut scratch).map_or(&[][..], |n| &scratch[..n])
-            } else {
-                f.key
-            };
-            let _ = self.shared.writer.delete(key);
+            self.forget(Some(f.key), f.base64);
         }
         if let Some(line) = line {
             reply(out, line.as_bytes());
         }
+    }
+
+    /// Removes the value of a key whose store was refused for size (`base64`: the key is
+    /// meta's base64), counting the refusal.
+    pub fn forget(&mut self, key: Option<&[u8]>, base64: bool) {
+        let Some(key) = key else { return };
+        Counters::bump(&self.counters.store_too_large);
+        let mut scratch = [0u8; KEY_MAX];
+        let key =
+            if base64 { decode_base64(key, &mut scratch).map_or(&[][..], |n| &scratch[..n]) } else { key };
+        let _ = self.shared.writer.delete(key);
+    }
+
+    /// Checks an ascii authentication token (`-Y`), answering as memcached does; true if it
+    /// names a user.
+    pub fn ascii_auth(&mut self, user: &[u8], password: &[u8], out: &mut Vec<u8>) -> bool {
+        Counters::bump(&self.counters.auth_cmds);
+        let ok = self.shared.ascii_users.check(user, password);
+        if ok {
+            reply(out, b"STORED");
+        } else {
+            Counters::bump(&self.counters.auth_errors);
+            reply(out, b"CLIENT_ERROR authentication failure");
+        }
+        ok
     }
 }
 

@@ -1,0 +1,273 @@
+//! Batches across a pool: keys split by owner, local reads first, then one request per owner
+//! and chunk of keys, all sent before any answer is read (so every server works on its part
+//! at once), no more outstanding at a time than the sliding window allows.
+
+use super::{clamp_exptime, unreachable, Pool};
+use crate::client::{
+    deleted_answer, retrieval_request, storage_request, stored_answer, Client, Item, Stored,
+};
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+
+/// Keys (or commands) per request: one `gets` line, or one pipelined run of storage commands.
+const KEYS_PER_REQUEST: usize = 100;
+
+/// One request of a batch: to which member, its bytes, and the keys it carries (indexes into
+/// the batch's key list).
+struct Request {
+    member: usize,
+    bytes: Vec<u8>,
+    keys: Vec<usize>,
+}
+
+impl Pool {
+    /// The items under `keys` that exist, with their keys (in no particular order). Keys of a
+    /// server on this host are read from its region; the others go to their servers in
+    /// parallel. Keys whose server is unreachable are read from the Gutter pool, or miss.
+    pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
+        Ok(self.get_many_indexed(keys)?.into_iter().map(|(i, item)| (keys[i].to_vec(), item)).collect())
+    }
+
+    /// [`Pool::get_many`], each hit named by its index in `keys` (no key is copied).
+    pub fn get_many_indexed(&mut self, keys: &[&[u8]]) -> Result<Vec<(usize, Item)>> {
+        let owners = self.owners(keys)?;
+        let mut found = Vec::with_capacity(keys.len());
+        let mut failed = Vec::new();
+        let mut failure = None;
+        let mut remote: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
+        for (member, indexes) in owners.into_iter().enumerate() {
+            if indexes.is_empty() {
+                continue;
+            }
+            let (client, retry) = (&self.client, self.retry_interval);
+            // Local reads need the connection's discovery: `run` opens it first if needed.
+            match self.members[member].run(
+                client,
+                retry,
+                |c| Ok(c.local_get_each(keys, &indexes, &mut found)),
+            ) {
+                Ok(rest) => remote[member] = rest,
+                Err(e) if unreachable(&e) => {
+                    failed.extend(indexes);
+                    failure.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(udp) = &self.udp {
+            // Over UDP, what is not answered is a miss; only unix-socket members stay on TCP.
+            let mut by_udp = vec![Vec::new(); remote.len()];
+            for (member, indexes) in remote.iter_mut().enumerate() {
+                if udp.serves(member) {
+                    by_udp[member] = std::mem::take(indexes);
+                }
+            }
+            self.udp_get(keys, by_udp, &mut found);
+        }
+        let requests = chunked(remote, |_, chunk| {
+            retrieval_request(b"gets ", &chunk.iter().map(|&i| keys[i]).collect::<Vec<_>>())
+        });
+        for (request, answer) in self.exchange_windowed(requests, |c, _| c.read_values()) {
+            match answer {
+                Ok(items) => found.extend(indexed(keys, &request.keys, items)),
+                Err(e) if unreachable(&e) => {
+                    failed.extend(request.keys);
+                    failure.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !failed.is_empty() {
+            let failed_keys: Vec<&[u8]> = failed.iter().map(|&i| keys[i]).collect();
+            match &mut self.gutter {
+                Some(gutter) => {
+                    self.counters.gutter_reads += failed.len() as u64;
+                    // A failing Gutter pool means misses: the caller goes to the database.
+                    let hits = gutter.get_many_indexed(&failed_keys).unwrap_or_default();
+                    found.extend(hits.into_iter().map(|(j, item)| (failed[j], item)));
+                }
+                None if self.miss_when_down => self.counters.down_misses += failed.len() as u64,
+                None => return Err(failure.expect("a failed key has its error")),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Sets every `(key, value)` with `flags` and `exptime`, in parallel across servers;
+    /// returns the keys that were not stored (their server unreachable, or it refused). Keys
+    /// whose server is unreachable go to the Gutter pool with the Gutter TTL, if there is one.
+    pub fn set_many(&mut self, items: &[(&[u8], &[u8])], flags: u32, exptime: i64) -> Result<Vec<Vec<u8>>> {
+        let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
+        let owners = self.owners(&keys)?;
+        let requests = chunked(owners, |_, chunk| {
+            let mut bytes = Vec::new();
+            for &i in chunk {
+                storage_request(&mut bytes, "set", items[i].0, items[i].1, flags, exptime, None);
+            }
+            bytes
+        });
+        let (mut not_stored, unreachable_keys) =
+            self.per_key(requests, stored_answer, |s| *s == Stored::Stored);
+        if !unreachable_keys.is_empty() {
+            match &mut self.gutter {
+                Some(gutter) => {
+                    self.counters.gutter_writes += unreachable_keys.len() as u64;
+                    let ttl = clamp_exptime(exptime, self.gutter_ttl);
+                    let rest: Vec<(&[u8], &[u8])> = unreachable_keys.iter().map(|&i| items[i]).collect();
+                    let failed = gutter.set_many(&rest, flags, ttl)?;
+                    return Ok(not_stored.into_iter().map(|i| keys[i].to_vec()).chain(failed).collect());
+                }
+                None => not_stored.extend(unreachable_keys),
+            }
+        }
+        Ok(not_stored.into_iter().map(|i| keys[i].to_vec()).collect())
+    }
+
+    /// Deletes every key, in parallel across servers; returns the keys whose delete was not
+    /// carried out (their server unreachable and no Gutter pool to take it). A key that was not
+    /// there counts as deleted.
+    pub fn delete_many(&mut self, keys: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        let owners = self.owners(keys)?;
+        let requests = chunked(owners, |_, chunk| {
+            let mut bytes = Vec::new();
+            for &i in chunk {
+                bytes.extend_from_slice(b"delete ");
+                bytes.extend_from_slice(keys[i]);
+                bytes.extend_from_slice(b"\r\n");
+            }
+            bytes
+        });
+        let (mut failed, unreachable_keys) = self.per_key(requests, deleted_answer, |_| true);
+        if !unreachable_keys.is_empty() {
+            match &mut self.gutter {
+                Some(gutter) => {
+                    self.counters.gutter_writes += unreachable_keys.len() as u64;
+                    let rest: Vec<&[u8]> = unreachable_keys.iter().map(|&i| keys[i]).collect();
+                    let gutter_failed = gutter.delete_many(&rest)?;
+                    return Ok(failed.into_iter().map(|i| keys[i].to_vec()).chain(gutter_failed).collect());
+                }
+                None => failed.extend(unreachable_keys),
+            }
+        }
+        Ok(failed.into_iter().map(|i| keys[i].to_vec()).collect())
+    }
+
+    /// Checks every key and groups their indexes by owner.
+    fn owners(&self, keys: &[&[u8]]) -> Result<Vec<Vec<usize>>> {
+        let mut owners = vec![Vec::new(); self.members.len()];
+        for (i, key) in keys.iter().enumerate() {
+            owners[self.owner(key)?].push(i);
+        }
+        Ok(owners)
+    }
+
+    /// Runs requests whose answer is one line per key; returns the indexes of keys whose line
+    /// was not `ok` (or was an error answer), and of keys whose server was unreachable.
+    fn per_key<T>(
+        &mut self,
+        requests: Vec<Request>,
+        answer: fn(&[u8]) -> Result<T>,
+        ok: impl Fn(&T) -> bool,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let (mut refused, mut unreachable_keys) = (Vec::new(), Vec::new());
+        let answers = self.exchange_windowed(requests, |c, request| {
+            // Every key's line is read, even after an error answer, to keep the stream in step.
+            request.keys.iter().map(|_| c.read_line(|line| Ok(answer(line)))).collect::<Result<Vec<_>>>()
+        });
+        for (request, lines) in answers {
+            match lines {
+                Ok(lines) => {
+                    for (&i, line) in request.keys.iter().zip(lines) {
+                        if !line.as_ref().is_ok_and(&ok) {
+                            refused.push(i);
+                        }
+                    }
+                }
+                Err(e) if unreachable(&e) => unreachable_keys.extend(request.keys),
+                Err(_) => refused.extend(request.keys),
+            }
+        }
+        (refused, unreachable_keys)
+    }
+
+    /// Sends `requests` and reads their answers with `read`, keeping at most the window's size
+    /// outstanding; answers are read in the order requests were sent, so several requests to
+    /// one server stay in step with its connection. A server that fails fails its remaining
+    /// requests of the batch without another try; a timeout halves the window, an answer in
+    /// time widens it by one.
+    fn exchange_windowed<R>(
+        &mut self,
+        requests: Vec<Request>,
+        read: impl Fn(&mut Client, &Request) -> Result<R>,
+    ) -> Vec<(Request, Result<R>)> {
+        let mut pending = requests.into_iter();
+        let mut outstanding: VecDeque<Request> = VecDeque::new();
+        let mut failed = vec![false; self.members.len()];
+        let mut answers = Vec::new();
+        let (client, retry) = (self.client.clone(), self.retry_interval);
+        loop {
+            while outstanding.len() < self.window.size() {
+                let Some(request) = pending.next() else { break };
+                if failed[request.member] {
+                    let down = Error::Down(self.members[request.member].address.clone());
+                    answers.push((request, Err(down)));
+                    continue;
+                }
+                match self.members[request.member].run(&client, retry, |c| c.send(&request.bytes)) {
+                    Ok(()) => outstanding.push_back(request),
+                    Err(e) => {
+                        failed[request.member] = unreachable(&e);
+                        answers.push((request, Err(e)));
+                    }
+                }
+            }
+            let Some(request) = outstanding.pop_front() else { break };
+            let member = &mut self.members[request.member];
+            let answer = if failed[request.member] {
+                Err(Error::Down(member.address.clone()))
+            } else {
+                member.run(&client, retry, |c| read(c, &request))
+            };
+            match &answer {
+                Ok(_) => self.window.on_success(),
+                Err(e) if e.is_timeout() => {
+                    self.counters.timeouts += 1;
+                    self.window.on_timeout();
+                    failed[request.member] = true;
+                }
+                Err(e) => failed[request.member] |= unreachable(e),
+            }
+            answers.push((request, answer));
+        }
+        answers
+    }
+}
+
+/// Names each item a server returned by its index in `keys`: `asked` (the request's key
+/// indexes) in order, since a server answers hits in the order they were asked.
+pub(super) fn indexed(keys: &[&[u8]], asked: &[usize], items: Vec<(Vec<u8>, Item)>) -> Vec<(usize, Item)> {
+    let mut next = 0;
+    let mut named = Vec::with_capacity(items.len());
+    for (key, item) in items {
+        let position = asked[next..].iter().position(|&i| keys[i] == key.as_slice()).map(|p| p + next);
+        // A server that answered out of order is still understood (searched from the start).
+        let Some(p) = position.or_else(|| asked.iter().position(|&i| keys[i] == key.as_slice())) else {
+            continue;
+        };
+        named.push((asked[p], item));
+        next = p + 1;
+    }
+    named
+}
+
+/// One request per member and run of up to [`KEYS_PER_REQUEST`] of its keys, each made by
+/// `encode(member, keys)`.
+fn chunked(per_member: Vec<Vec<usize>>, encode: impl Fn(usize, &[usize]) -> Vec<u8>) -> Vec<Request> {
+    let mut requests = Vec::new();
+    for (member, keys) in per_member.into_iter().enumerate() {
+        for chunk in keys.chunks(KEYS_PER_REQUEST) {
+            requests.push(Request { member, bytes: encode(member, chunk), keys: chunk.to_vec() });
+        }
+    }
+    requests
+}

@@ -1,0 +1,542 @@
+//! mcrouter's JSON configuration, read into a tree of route handles.
+//!
+//! The file is JSON with comments and trailing commas (read as JSON5). Shapes accepted, as
+//! mcrouter writes them:
+//!
+//! ```text
+//! { "pools": { "A": { "servers": ["host:port", …], "server_timeout": ms, "connect_timeout": ms,
+//!                     "keep_routing_prefix": bool, "weights": [w, …] } },
+//!   "named_handles": [ { "name": "h", "type": …, … } ],
+//!   "route": <route>                                  one route for every key, or
+//!   "routes": [ { "aliases": ["/region/cluster/"], "route": <route> } ] }
+//! <route> = "PoolRoute|A" | "AllSyncRoute|Pool|A" | "Pool|A" | "NullRoute" | "ErrorRoute|why"
+//!         | "<a named handle>" | { "type": "…Route", … } | [<route>, …] (children)
+//! ```
+//!
+//! A name this router does not know — a route handle type, a hash function, a pool, a named
+//! handle — is refused with the name and its place in the file (`route.children[1].type`).
+
+use crate::route::{AllMode, Child, ExptimeAction, FailoverErrors, Op, Route};
+use serde_json::{Map, Value};
+use shoal_route::{Hashing, Placement, Server};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A configuration that cannot be used, and where in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Where: `route.children[1].type`, or empty for the file as a whole.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+fn error<T>(path: &str, message: impl Into<String>) -> Result<T> {
+    Err(ConfigError { path: path.to_string(), message: message.into() })
+}
+
+/// One server a route can send to. The same address in two pools is one destination (one
+/// health state, one connection per worker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destination {
+    /// `host:port` or a unix socket path.
+    pub address: String,
+    /// How long to wait for an answer (`server_timeout` of its first pool; mcrouter's default 1 s).
+    pub server_timeout: Duration,
+    /// How long to wait for a connection (`connect_timeout`; mcrouter's default 1 s).
+    pub connect_timeout: Duration,
+}
+
+/// A whole configuration: the destinations and the routes.
+#[derive(Debug)]
+pub struct Config {
+    /// Every server named by a pool, indexed by [`Route::Destination`].
+    pub destinations: Vec<Destination>,
+    /// Routes by routing prefix (`/region/cluster/`, `*` wildcards), in file order.
+    pub prefixed: Vec<(String, Child)>,
+    /// The route of keys without a routing prefix (`route`, or the first of `routes`).
+    pub default: Child,
+}
+
+impl Config {
+    /// Reads a configuration file's text.
+    pub fn parse(text: &str) -> Result<Config> {
+        let value: Value = json5::from_str(text).map_err(|e| ConfigError {
+            path: String::new(),
+            message: format!("not JSON (comments and trailing commas are fine): {e}"),
+        })?;
+        let Value::Object(top) = value else { return error("", "the configuration must be a JSON object") };
+        for key in top.keys() {
+            if !["pools", "route", "routes", "named_handles"].contains(&key.as_str()) {
+                return error(
+                    key,
+                    format!(
+                        "unsupported top-level field {key:?} (known: pools, route, routes, named_handles)"
+                    ),
+                );
+            }
+        }
+        let mut builder = Builder::default();
+        if let Some(pools) = top.get("pools") {
+            builder.read_pools(pools)?;
+        }
+        if let Some(handles) = top.get("named_handles") {
+            let Value::Array(list) = handles else {
+                return error("named_handles", "a list of route objects");
+            };
+            for (i, handle) in list.iter().enumerate() {
+                let path = format!("named_handles[{i}]");
+                let Some(name) = handle.get("name").and_then(Value::as_str) else {
+                    return error(&path, "a named handle needs a \"name\"");
+                };
+                let route = builder.route(handle, &path)?;
+                builder.named.insert(name.to_string(), route);
+            }
+        }
+        let (prefixed, default) = match (top.get("route"), top.get("routes")) {
+            (Some(route), None) => (Vec::new(), builder.route(route, "route")?),
+            (None, Some(Value::Array(routes))) if !routes.is_empty() => {
+                let mut prefixed = Vec::new();
+                for (i, entry) in routes.iter().enumerate() {
+                    let path = format!("routes[{i}]");
+                    let route = builder
+                        .route(entry.get("route").unwrap_or(&Value::Null), &format!("{path}.route"))?;
+                    let Some(Value::Array(aliases)) = entry.get("aliases") else {
+                        return error(
+                            &path,
+                            "each entry of routes needs \"aliases\" (a list of /region/cluster/ prefixes)",
+                        );
+                    };
+                    for (j, alias) in aliases.iter().enumerate() {
+                        let Some(alias) = alias.as_str().filter(|a| valid_prefix(a)) else {
+                            return error(
+                                &format!("{path}.aliases[{j}]"),
+                                "a routing prefix is /region/cluster/",
+                            );
+                        };
+                        prefixed.push((alias.to_string(), route.clone()));
+                    }
+                }
+                let default = prefixed[0].1.clone();
+                (prefixed, default)
+            }
+            (Some(_), Some(_)) => return error("", "give either \"route\" or \"routes\", not both"),
+            _ => return error("", "no \"route\" (or non-empty \"routes\"): nothing to send requests to"),
+        };
+        Ok(Config { destinations: builder.destinations, prefixed, default })
+    }
+
+    /// The route for a key's routing prefix (`None` for a key without one: the default).
+    pub fn route_for(&self, region: Option<&[u8]>, cluster: Option<&[u8]>) -> Option<&Child> {
+        let (Some(region), Some(cluster)) = (region, cluster) else { return Some(&self.default) };
+        self.prefixed.iter().find(|(alias, _)| prefix_matches(alias, region, cluster)).map(|(_, r)| r)
+    }
+
+    /// Every route whose prefix `/region/cluster/` (with `*` wildcards) selects.
+    pub fn routes_matching(&self, region: &[u8], cluster: &[u8]) -> Vec<&Child> {
+        let mut matched: Vec<&Child> = Vec::new();
+        for (alias, route) in &self.prefixed {
+            let mut parts = alias.trim_matches('/').split('/');
+            let (r, c) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let ok = |pattern: &[u8], name: &str| pattern == b"*" || pattern == name.as_bytes();
+            if ok(region, r) && ok(cluster, c) && !matched.iter().any(|m| Arc::ptr_eq(m, route)) {
+                matched.push(route);
+            }
+        }
+        matched
+    }
+}
+
+/// `/region/cluster/` with two non-empty parts.
+fn valid_prefix(alias: &str) -> bool {
+    let Some(inner) = alias.strip_prefix('/').and_then(|a| a.strip_suffix('/')) else { return false };
+    let mut parts = inner.split('/');
+    matches!((parts.next(), parts.next(), parts.next()), (Some(r), Some(c), None) if !r.is_empty() && !c.is_empty())
+}
+
+/// Whether an alias `/r/c/` (with `*` in either part) covers `region`/`cluster`.
+fn prefix_matches(alias: &str, region: &[u8], cluster: &[u8]) -> bool {
+    let mut parts = alias.trim_matches('/').split('/');
+    let (r, c) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    (r == "*" || r.as_bytes() == region) && (c == "*" || c.as_bytes() == cluster)
+}
+
+/// A pool as the file describes it.
+#[derive(Debug, Clone)]
+struct PoolSpec {
+    destinations: Vec<usize>,
+    servers: Vec<Server>,
+    keep_routing_prefix: bool,
+}
+
+#[derive(Default)]
+struct Builder {
+    destinations: Vec<Destination>,
+    pools: HashMap<String, PoolSpec>,
+    named: HashMap<String, Child>,
+}
+
+/// mcrouter's default timeouts.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Builder {
+    fn read_pools(&mut self, pools: &Value) -> Result<()> {
+        let Value::Object(pools) = pools else { return error("pools", "an object of pools by name") };
+        for (name, pool) in pools {
+            let spec = self.pool(pool, &format!("pools.{name}"))?;
+            self.pools.insert(name.clone(), spec);
+        }
+        Ok(())
+    }
+
+    fn pool(&mut self, pool: &Value, path: &str) -> Result<PoolSpec> {
+        let Value::Object(fields) = pool else { return error(path, "a pool is an object with \"servers\"") };
+        for key in fields.keys() {
+            let known = [
+                "servers",
+                "server_timeout",
+                "connect_timeout",
+                "keep_routing_prefix",
+                "weights",
+                "protocol",
+            ];
+            if !known.contains(&key.as_str()) {
+                return error(&format!("{path}.{key}"), format!("unsupported pool field {key:?}"));
+            }
+        }
+        let millis = |field: &str| -> Result<Duration> {
+            match fields.get(field) {
+                None => Ok(DEFAULT_TIMEOUT),
+                Some(v) => match v.as_u64() {
+                    Some(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+                    _ => error(&format!("{path}.{field}"), "milliseconds, above 0"),
+                },
+            }
+        };
+        let (server_timeout, connect_timeout) = (millis("server_timeout")?, millis("connect_timeout")?);
+        let keep_routing_prefix = fields.get("keep_routing_prefix").and_then(Value::as_bool).unwrap_or(false);
+        let Some(Value::Array(list)) = fields.get("servers") else {
+            return error(&format!("{path}.servers"), "a list of \"host:port\" strings");
+        };
+        if list.is_empty() {
+            return error(&format!("{path}.servers"), "a pool needs at least one server");
+        }
+        let weights = match fields.get("weights") {
+            None => None,
+            Some(Value::Array(w)) if w.len() == list.len() => Some(w),
+            Some(_) => return error(&format!("{path}.weights"), "one weight per server"),
+        };
+        let mut spec = PoolSpec { destinations: Vec::new(), servers: Vec::new(), keep_routing_prefix };
+        for (i, server) in list.iter().enumerate() {
+            let here = format!("{path}.servers[{i}]");
+            let text = server
+                .as_str()
+                .ok_or_else(|| ConfigError { path: here.clone(), message: "\"host:port\"".into() })?;
+            let mut parsed = Server::parse(text)
+                .map_err(|e| ConfigError { path: here.clone(), message: e.to_string() })?;
+            if let Some(w) = weights {
+                let weight = w[i].as_f64().unwrap_or(f64::NAN);
+                parsed = parsed.with_weight(weight).map_err(|e| ConfigError {
+                    path: format!("{path}.weights[{i}]"),
+                    message: e.to_string(),
+                })?;
+            }
+            spec.destinations.push(self.destination(&parsed.address, server_timeout, connect_timeout));
+            spec.servers.push(parsed);
+        }
+        Ok(spec)
+    }
+
+    fn destination(&mut self, address: &str, server_timeout: Duration, connect_timeout: Duration) -> usize {
+        if let Some(i) = self.destinations.iter().position(|d| d.address == address) {
+            return i;
+        }
+        self.destinations.push(Destination { address: address.to_string(), server_timeout, connect_timeout });
+        self.destinations.len() - 1
+    }
+
+    /// A pool named `name`, or given inline as an object.
+    fn pool_ref(&mut self, pool: &Value, path: &str) -> Result<PoolSpec> {
+        match pool {
+            Value::String(name) => match self.pools.get(name) {
+                Some(spec) => Ok(spec.clone()),
+                None => error(path, format!("no pool named {name:?}")),
+            },
+            Value::Object(_) => self.pool(pool, path),
+            _ => error(path, "a pool's name or a pool object"),
+        }
+    }
+
+    /// One destination per server of the pool, as children.
+    fn pool_children(pool: &PoolSpec) -> Vec<Child> {
+        pool.destinations
+            .iter()
+            .map(|&dest| Arc::new(Route::Destination { dest, keep_routing_prefix: pool.keep_routing_prefix }))
+            .collect()
+    }
+
+    fn route(&mut self, value: &Value, path: &str) -> Result<Child> {
+        match value {
+            Value::String(text) => self.short_form(text, path),
+            Value::Array(list) => error(
+                path,
+                format!(
+                    "a list of {} routes where one route is expected (wrap it in a route handle)",
+                    list.len()
+                ),
+            ),
+            Value::Object(fields) => self.object(fields, path),
+            _ => error(path, "a route: a string like \"PoolRoute|A\" or an object with \"type\""),
+        }
+    }
+
+    fn children(&mut self, value: Option<&Value>, path: &str) -> Result<Vec<Child>> {
+        match value {
+            Some(Value::Array(list)) => {
+                let mut routes = Vec::new();
+                for (i, v) in list.iter().enumerate() {
+                    routes.extend(self.route_or_pool_list(v, &format!("{path}[{i}]"))?);
+                }
+                if routes.is_empty() {
+                    return error(path, "no children");
+                }
+                Ok(routes)
+            }
+            Some(v) => self.route_or_pool_list(v, path),
+            None => error(path, "missing"),
+        }
+    }
+
+    /// A route, or `"Pool|A"` which stands for every server of pool A.
+    fn route_or_pool_list(&mut self, value: &Value, path: &str) -> Result<Vec<Child>> {
+        if let Some(name) = value.as_str().and_then(|t| t.strip_prefix("Pool|")) {
+            let pool = self.pool_ref(&Value::String(name.to_string()), path)?;
+            return Ok(Self::pool_children(&pool));
+        }
+        Ok(vec![self.route(value, path)?])
+    }
+
+    fn short_form(&mut self, text: &str, path: &str) -> Result<Child> {
+        if let Some(route) = self.named.get(text) {
+            return Ok(route.clone());
+        }
+        let (kind, rest) = text.split_once('|').unwrap_or((text, ""));
+        let mut object = Map::new();
+        object.insert("type".into(), Value::String(kind.to_string()));
+        match kind {
+            "PoolRoute" | "HashRoute" => {
+                object.insert("pool".into(), Value::String(rest.to_string()));
+            }
+            "ErrorRoute" => {
+                object.insert("response".into(), Value::String(rest.to_string()));
+            }
+            "NullRoute" => {}
+            _ if !rest.is_empty() => {
+                // "AllSyncRoute|Pool|A": a handle over every server of a pool.
+                object.insert("children".into(), Value::String(rest.to_string()));
+            }
+            _ => {}
+        }
+        self.object(&object, path)
+    }
+
+    fn object(&mut self, fields: &Map<String, Value>, path: &str) -> Result<Child> {
+        let Some(kind) = fields.get("type").and_then(Value::as_str) else {
+            return error(path, "a route object needs a \"type\"");
+        };
+        let at = |field: &str| format!("{path}.{field}");
+        let route = match kind {
+            "PoolRoute" => {
+                let pool = self.pool_ref(fields.get("pool").unwrap_or(&Value::Null), &at("pool"))?;
+                let hashing = hash_function(fields.get("hash"), &at("hash"))?;
+                let placement = Placement::new(hashing, pool.servers.clone())
+                    .map_err(|e| ConfigError { path: at("pool"), message: e.to_string() })?;
+                Route::Hash { children: Self::pool_children(&pool), placement: placement.into() }
+            }
+            "HashRoute" if fields.contains_key("pool") => {
+                let pool = self.pool_ref(&fields["pool"], &at("pool"))?;
+                let hashing =
+                    hash_function(fields.get("hash_func").or(fields.get("hash")), &at("hash_func"))?;
+                let placement = Placement::new(hashing, pool.servers.clone())
+                    .map_err(|e| ConfigError { path: at("pool"), message: e.to_string() })?;
+                Route::Hash { children: Self::pool_children(&pool), placement: placement.into() }
+            }
+            "HashRoute" => {
+                let children = self.children(fields.get("children"), &at("children"))?;
+                let hashing =
+                    hash_function(fields.get("hash_func").or(fields.get("hash")), &at("hash_func"))?;
+                // Children are placed by their position (names only matter to ketama-style
+                // schemes; mcrouter's Ch3 uses the count alone).
+                let names = (0..children.len()).map(|i| Server::tcp(&format!("child{i}"), 1)).collect();
+                let placement = Placement::new(hashing, names)
+                    .map_err(|e| ConfigError { path: at("children"), message: e.to_string() })?;
+                Route::Hash { children, placement: placement.into() }
+            }
+            "FailoverRoute" => Route::Failover {
+                children: self.children(fields.get("children"), &at("children"))?,
+                errors: failover_errors(fields.get("failover_errors"), &at("failover_errors"))?,
+            },
+            "FailoverWithExptimeRoute" => {
+                let normal = self.route(fields.get("normal").unwrap_or(&Value::Null), &at("normal"))?;
+                let failover = self.children(fields.get("failover"), &at("failover"))?;
+                let exptime = integer(fields.get("failover_exptime"), &at("failover_exptime"))?.unwrap_or(60);
+                // The failover children get the expiry clamped (Gutter: short-lived copies).
+                let mut children = vec![normal];
+                children.extend(failover.into_iter().map(|target| {
+                    Arc::new(Route::ModifyExptime { target, exptime, action: ExptimeAction::Min })
+                }));
+                Route::Failover {
+                    children,
+                    errors: failover_errors(fields.get("failover_errors"), &at("failover_errors"))?,
+                }
+            }
+            "MissFailoverRoute" => {
+                Route::MissFailover(self.children(fields.get("children"), &at("children"))?)
+            }
+            "AllSyncRoute" | "AllAsyncRoute" | "AllInitialRoute" | "AllFastestRoute" | "AllMajorityRoute" => {
+                let mode = match kind {
+                    "AllSyncRoute" => AllMode::Sync,
+                    "AllAsyncRoute" => AllMode::Async,
+                    "AllInitialRoute" => AllMode::Initial,
+                    "AllFastestRoute" => AllMode::Fastest,
+                    _ => AllMode::Majority,
+                };
+                Route::All(mode, self.children(fields.get("children"), &at("children"))?)
+            }
+            "LatestRoute" => {
+                let children = self.children(fields.get("children"), &at("children"))?;
+                let count = integer(fields.get("failover_count"), &at("failover_count"))?.unwrap_or(5).max(1)
+                    as usize;
+                Route::Latest { children, failover_count: count }
+            }
+            "WarmUpRoute" => Route::WarmUp {
+                cold: self.route(fields.get("cold").unwrap_or(&Value::Null), &at("cold"))?,
+                warm: self.route(fields.get("warm").unwrap_or(&Value::Null), &at("warm"))?,
+                exptime: integer(fields.get("exptime"), &at("exptime"))?.unwrap_or(0),
+            },
+            "OperationSelectorRoute" => {
+                let mut policies = Vec::new();
+                if let Some(Value::Object(map)) = fields.get("operation_policies") {
+                    for (op, route) in map {
+                        let here = format!("{}.{op}", at("operation_policies"));
+                        let op = Op::parse(op).ok_or_else(|| ConfigError {
+                            path: here.clone(),
+                            message: format!("unknown operation {op:?} (get, gets, set, add, replace, append, prepend, cas, delete, incr, decr, touch, lease-get, lease-set, …)"),
+                        })?;
+                        policies.push((op, self.route(route, &here)?));
+                    }
+                }
+                let default = match fields.get("default_policy") {
+                    Some(v) => Some(self.route(v, &at("default_policy"))?),
+                    None => None,
+                };
+                Route::OperationSelector { policies, default }
+            }
+            "PrefixSelectorRoute" => {
+                let mut policies = Vec::new();
+                if let Some(Value::Object(map)) = fields.get("policies") {
+                    for (prefix, route) in map {
+                        policies.push((
+                            prefix.as_bytes().to_vec(),
+                            self.route(route, &format!("{}.{prefix}", at("policies")))?,
+                        ));
+                    }
+                }
+                // Longest prefix first, so the most specific policy wins.
+                policies.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+                let wildcard = match fields.get("wildcard") {
+                    Some(v) => Some(self.route(v, &at("wildcard"))?),
+                    None => None,
+                };
+                Route::PrefixSelector { policies, wildcard }
+            }
+            "ModifyExptimeRoute" => {
+                let action = match fields.get("action").and_then(Value::as_str).unwrap_or("set") {
+                    "set" => ExptimeAction::Set,
+                    "min" => ExptimeAction::Min,
+                    other => return error(&at("action"), format!("unknown action {other:?} (set or min)")),
+                };
+                Route::ModifyExptime {
+                    target: self.route(fields.get("target").unwrap_or(&Value::Null), &at("target"))?,
+                    exptime: integer(fields.get("exptime"), &at("exptime"))?.unwrap_or(0),
+                    action,
+                }
+            }
+            "NullRoute" => Route::Null,
+            "ErrorRoute" => {
+                Route::Error(fields.get("response").and_then(Value::as_str).unwrap_or("").to_string())
+            }
+            other => {
+                return error(&at("type"), format!("unsupported route handle {other:?}"));
+            }
+        };
+        let route = Arc::new(route);
+        if let Some(name) = fields.get("name").and_then(Value::as_str) {
+            self.named.insert(name.to_string(), route.clone());
+        }
+        Ok(route)
+    }
+}
+
+/// A hash function by mcrouter's name (`Ch3`, `WeightedCh3`, in `"hash": "…"` or
+/// `"hash": {"hash_func": "…"}`) or the routing core's.
+fn hash_function(value: Option<&Value>, path: &str) -> Result<Hashing> {
+    let name = match value {
+        None => return Ok(Hashing::Ch3),
+        Some(Value::String(name)) => name.as_str(),
+        Some(Value::Object(o)) => match o.get("hash_func") {
+            Some(Value::String(name)) => name.as_str(),
+            None => return Ok(Hashing::Ch3),
+            _ => return error(path, "hash_func is a name"),
+        },
+        _ => return error(path, "a hash function's name"),
+    };
+    Hashing::parse(name).map_err(|e| ConfigError { path: path.to_string(), message: e.to_string() })
+}
+
+fn integer(value: Option<&Value>, path: &str) -> Result<Option<i64>> {
+    match value {
+        None => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| ConfigError { path: path.into(), message: "an integer".into() }),
+    }
+}
+
+/// `failover_errors`: which errors move a request to the next child (default: all).
+fn failover_errors(value: Option<&Value>, path: &str) -> Result<FailoverErrors> {
+    let Some(value) = value else { return Ok(FailoverErrors::all()) };
+    let Value::Array(list) = value else { return error(path, "a list of error kinds") };
+    let mut errors = FailoverErrors::none();
+    for (i, kind) in list.iter().enumerate() {
+        match kind.as_str() {
+            Some("connect_error") => errors.connect = true,
+            Some("connect_timeout") => errors.connect = true,
+            Some("timeout") => errors.timeout = true,
+            Some("tko") => errors.tko = true,
+            Some("remote_error") => errors.remote = true,
+            Some("busy") | Some("try_again") | Some("local_error") => errors.remote = true,
+            other => {
+                return error(&format!("{path}[{i}]"), format!("unknown error kind {other:?} (connect_error, connect_timeout, timeout, tko, remote_error)"))
+            }
+        }
+    }
+    Ok(errors)
+}

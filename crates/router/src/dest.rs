@@ -1,0 +1,336 @@
+//! Destinations: one connection per destination and worker thread, opened when first needed
+//! and shared by every request of every client of that worker (a router's point: thousands of
+//! clients, a handful of server connections); health shared by all workers (TKO after
+//! consecutive failures, a probe that brings a destination back); and [`Ctx`], what a route
+//! handle needs to send.
+
+use crate::config::Config;
+use crate::reply::read_reply;
+use crate::request::{ErrorKind, Reply, Request, Shape};
+use crate::route::Child;
+use crate::spool::Spools;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// Consecutive failures that mark a destination TKO ("technical knock-out").
+pub const TKO_AFTER: u32 = 3;
+/// How often a TKO destination is probed with `version`.
+pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// Requests one destination connection may have in flight; more fail at once (backpressure
+/// on a destination that stopped answering, instead of unbounded queues).
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// A destination's health, shared by every worker.
+#[derive(Debug, Default)]
+pub struct Health {
+    failures: AtomicU32,
+    tko: AtomicBool,
+    probing: AtomicBool,
+    /// Requests answered, and failed, through this destination.
+    pub sent: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl Health {
+    /// Whether requests to the destination fail fast now.
+    pub fn is_tko(&self) -> bool {
+        self.tko.load(Ordering::Relaxed)
+    }
+
+    fn success(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a failure; true when it marked the destination TKO (the caller starts a probe).
+    fn failure(&self) -> bool {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        n >= TKO_AFTER
+            && !self.tko.swap(true, Ordering::Relaxed)
+            && !self.probing.swap(true, Ordering::Relaxed)
+    }
+}
+
+/// What every worker shares: destinations' health by address, the spools, counters.
+#[derive(Debug)]
+pub struct Shared {
+    health: Mutex<HashMap<String, Arc<Health>>>,
+    /// Spools of deletes that must reach their destination.
+    pub spools: Arc<Spools>,
+    /// The largest value a destination may announce (a bound on what one answer can make the
+    /// router allocate).
+    pub max_value_bytes: usize,
+    /// Requests from clients, and those answered with an error.
+    pub requests: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+impl Shared {
+    /// State shared by the workers of one router.
+    pub fn new(spools: Arc<Spools>, max_value_bytes: usize) -> Shared {
+        Shared {
+            health: Mutex::new(HashMap::new()),
+            spools,
+            max_value_bytes,
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// The health of `address` (created healthy on first use).
+    pub fn health(&self, address: &str) -> Arc<Health> {
+        let mut map = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(address.to_string()).or_default().clone()
+    }
+
+    /// Every destination seen so far, with its health, sorted by address.
+    pub fn destinations(&self) -> Vec<(String, Arc<Health>)> {
+        let map = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = map.iter().map(|(a, h)| (a.clone(), h.clone())).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
+
+/// One request waiting for its answer on a destination connection.
+struct Job {
+    bytes: Vec<u8>,
+    shape: Shape,
+    answer: oneshot::Sender<Result<Vec<u8>, (ErrorKind, String)>>,
+}
+
+/// A worker thread's connections, by destination address.
+#[derive(Default)]
+pub struct Worker {
+    connections: RefCell<HashMap<String, mpsc::Sender<Job>>>,
+}
+
+/// What a route handle needs to carry out a request: the configuration it started with, the
+/// worker's connections, what workers share, and how to send (spooled or not).
+#[derive(Clone)]
+pub struct Ctx {
+    pub config: Arc<Config>,
+    pub worker: Rc<Worker>,
+    pub shared: Arc<Shared>,
+    /// Deletes are written to spools instead of sent (under `AllAsyncRoute`, `/*/*/`).
+    pub spool: bool,
+    /// Ignore TKO marks (too many of a pool are TKO: fail open).
+    pub fail_open: bool,
+    /// Picks `LatestRoute`'s children, once per router.
+    pub latest_seed: usize,
+}
+
+impl Ctx {
+    /// Whether `request` goes to spools under `AllAsyncRoute` (deletes do).
+    pub fn spools(&self, request: &Request) -> bool {
+        request.op == crate::request::Op::Delete
+    }
+
+    /// Whether destination `dest` is marked TKO.
+    pub fn is_tko(&self, dest: usize) -> bool {
+        self.shared.health(&self.config.destinations[dest].address).is_tko()
+    }
+
+    /// Runs `request` along `route` in the background; its answer is dropped.
+    pub fn background(&self, route: Child, request: Request) {
+        let ctx = self.clone();
+        tokio::task::spawn_local(async move {
+            route.execute(&request, &ctx).await;
+        });
+    }
+
+    /// Sends `request` to destination `dest` and waits for its answer (or spools a delete).
+    pub async fn send(&self, dest: usize, request: &Request, keep_routing_prefix: bool) -> Reply {
+        let destination = &self.config.destinations[dest];
+        let bytes = request.encode(keep_routing_prefix);
+        if self.spool && self.spools(request) {
+            return match self.shared.spools.append(&destination.address, &bytes) {
+                Ok(()) => Reply::Answer(b"DELETED\r\n".to_vec()),
+                Err(e) => Reply::Error(ErrorKind::Connect, format!("spool for {}: {e}", destination.address)),
+            };
+        }
+        let health = self.shared.health(&destination.address);
+        if health.is_tko() && !self.fail_open {
+            return Reply::Error(ErrorKind::Tko, format!("{} is marked down (TKO)", destination.address));
+        }
+        let sender = self.connection(&destination.address, destination.connect_timeout);
+        let (answer, wait) = oneshot::channel();
+        let sent = sender.try_send(Job { bytes, shape: request.shape(), answer });
+        if sent.is_err() {
+            return Reply::Error(
+                ErrorKind::Timeout,
+                format!("{} has too many requests in flight", destination.address),
+            );
+        }
+        let result = match tokio::time::timeout(destination.server_timeout, wait).await {
+            Ok(Ok(Ok(answer))) => Ok(answer),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err((ErrorKind::Connect, format!("connection to {} closed", destination.address))),
+            Err(_) => Err((
+                ErrorKind::Timeout,
+                format!("{} did not answer within {:?}", destination.address, destination.server_timeout),
+            )),
+        };
+        match result {
+            Ok(answer) => {
+                health.success();
+                Reply::Answer(answer)
+            }
+            Err((kind, message)) => {
+                if health.failure() {
+                    tokio::task::spawn_local(probe(
+                        destination.address.clone(),
+                        destination.connect_timeout,
+                        health,
+                    ));
+                }
+                Reply::Error(kind, message)
+            }
+        }
+    }
+
+    /// The worker's connection to `address`, opened now if it has none (or it died).
+    fn connection(&self, address: &str, connect_timeout: Duration) -> mpsc::Sender<Job> {
+        let mut connections = self.worker.connections.borrow_mut();
+        if let Some(sender) = connections.get(address).filter(|s| !s.is_closed()) {
+            return sender.clone();
+        }
+        let (sender, receiver) = mpsc::channel(MAX_IN_FLIGHT);
+        tokio::task::spawn_local(serve(
+            address.to_string(),
+            connect_timeout,
+            receiver,
+            self.shared.max_value_bytes,
+        ));
+        connections.insert(address.to_string(), sender.clone());
+        sender
+    }
+}
+
+/// A connected stream to a destination, TCP or unix.
+pub(crate) enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+/// The two halves of a stream, whichever kind it is.
+type Halves = (Box<dyn tokio::io::AsyncRead + Unpin>, Box<dyn tokio::io::AsyncWrite + Unpin>);
+
+impl Stream {
+    fn halves(self) -> Halves {
+        match self {
+            Stream::Tcp(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Stream::Unix(s) => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+        }
+    }
+}
+
+/// Connects to `address` (`host:port`, or a path for a unix socket) within `timeout`.
+pub(crate) async fn connect(address: &str, timeout: Duration) -> std::io::Result<Stream> {
+    let attempt = async {
+        if address.contains('/') {
+            tokio::net::UnixStream::connect(address).await.map(Stream::Unix)
+        } else {
+            let s = tokio::net::TcpStream::connect(address).await?;
+            s.set_nodelay(true)?;
+            Ok(Stream::Tcp(s))
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+}
+
+/// The connection task: writes requests as they come (several at once when they queue up)
+/// and hands answers back in order. Any failure ends it, failing what is in flight; the next
+/// request opens a new one.
+async fn serve(address: String, connect_timeout: Duration, mut jobs: mpsc::Receiver<Job>, max_value: usize) {
+    let stream = match connect(&address, connect_timeout).await {
+        Ok(s) => s,
+        Err(e) => {
+            jobs.close();
+            while let Ok(job) = jobs.try_recv() {
+                let _ =
+                    job.answer.send(Err((ErrorKind::Connect, format!("cannot connect to {address}: {e}"))));
+            }
+            return;
+        }
+    };
+    let (read, mut write) = stream.halves();
+    let (in_flight, mut waiting) = mpsc::unbounded_channel::<(Shape, oneshot::Sender<_>)>();
+    let writer = async {
+        let mut batch = Vec::new();
+        while let Some(job) = jobs.recv().await {
+            batch.clear();
+            batch.extend_from_slice(&job.bytes);
+            let _ = in_flight.send((job.shape, job.answer));
+            while let Ok(more) = jobs.try_recv() {
+                batch.extend_from_slice(&more.bytes);
+                let _ = in_flight.send((more.shape, more.answer));
+            }
+            if write.write_all(&batch).await.is_err() {
+                return;
+            }
+        }
+    };
+    let reader = async {
+        let mut read = BufReader::new(read);
+        while let Some((shape, answer)) = waiting.recv().await {
+            match read_reply(&mut read, shape, max_value).await {
+                Ok(bytes) => {
+                    let _ = answer.send(Ok(bytes));
+                }
+                Err(e) => {
+                    let kind = if e.kind() == std::io::ErrorKind::InvalidData {
+                        ErrorKind::Remote
+                    } else {
+                        ErrorKind::Connect
+                    };
+                    let _ = answer.send(Err((kind, format!("{address}: {e}"))));
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = writer => {}
+        _ = reader => {}
+    }
+}
+
+/// Probes a TKO destination with `version` until it answers, then clears the mark.
+async fn probe(address: String, connect_timeout: Duration, health: Arc<Health>) {
+    use tokio::io::AsyncBufReadExt;
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let Ok(stream) = connect(&address, connect_timeout).await else { continue };
+        let answered = async {
+            let (read, mut write) = stream.halves();
+            write.write_all(b"version\r\n").await.ok()?;
+            let mut line = String::new();
+            BufReader::new(read).read_line(&mut line).await.ok()?;
+            line.starts_with("VERSION").then_some(())
+        };
+        if tokio::time::timeout(connect_timeout, answered).await.ok().flatten().is_some() {
+            health.failures.store(0, Ordering::Relaxed);
+            health.tko.store(false, Ordering::Relaxed);
+            health.probing.store(false, Ordering::Relaxed);
+            return;
+        }
+    }
+}

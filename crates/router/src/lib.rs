@@ -1,0 +1,298 @@
+//! # shoal-router: `shoal router`, an mcrouter-shaped memcached router
+//!
+//! Owns the router of DESIGN §6: mcrouter's JSON configuration of pools and route handles,
+//! reloaded when the file changes; clients speaking memcached's text and meta protocols (and
+//! the lease commands) over TCP or a unix socket; each key routed by the routing core
+//! (`shoal-route`) and the route handles; destinations' health; reliable broadcast deletes.
+//!
+//! ```text
+//!  config file ──(inotify, stat+hash every second)──► Config::parse ──► Router.config (Arc swap;
+//!                                                                  a bad file keeps the old one)
+//!  client ──► worker thread (tokio, one per -t) ──► proxy: shoal-proto parser, one Request per key
+//!                 │ Config::route_for(/region/cluster/) ──► Route::execute (route.rs)
+//!                 ▼
+//!           Ctx::send ──► the worker's one connection per destination (dest.rs), pipelined,
+//!                 │       answers in order; health: TKO after failures, a probe brings it back
+//!                 └─► deletes under AllAsyncRoute or /*/*/ ──► spool file ──► delivery thread
+//! ```
+
+mod config;
+mod dest;
+mod proxy;
+mod reply;
+mod request;
+mod route;
+mod spool;
+
+pub use config::{Config, ConfigError};
+
+use clap::Args;
+use dest::{Shared, Worker};
+use spool::Spools;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+/// `shoal router`: route memcached requests to pools of servers, as mcrouter does.
+#[derive(Args, Debug, Clone)]
+pub struct RouterArgs {
+    /// The configuration file (mcrouter's JSON: pools and routes); reloaded when it changes.
+    #[arg(short = 'f', long = "config-file", value_name = "FILE", required_unless_present = "validate")]
+    pub config: Option<PathBuf>,
+    /// Check a configuration file and exit: 0 if it loads, else the error and where it is.
+    #[arg(long, value_name = "FILE")]
+    pub validate: Option<PathBuf>,
+    /// TCP port to listen on (0: none).
+    #[arg(short = 'p', long, default_value_t = 5000)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(short = 'l', long, default_value = "0.0.0.0")]
+    pub listen: String,
+    /// A unix socket to listen on as well.
+    #[arg(short = 's', long = "unix-socket", value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+    /// Worker threads; each keeps one connection per destination, shared by its clients.
+    #[arg(short = 't', long, default_value_t = 4)]
+    pub threads: usize,
+    /// Where deletes that must reach a destination wait for it (default:
+    /// /var/tmp/shoal-router-<port>).
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// The most each destination's spool may hold, in megabytes.
+    #[arg(long, default_value_t = 1024)]
+    pub spool_max_mb: u64,
+    /// The largest value a client may send or a destination may answer, in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_item_bytes: usize,
+    /// How long a changed configuration file must stay unchanged before it is loaded.
+    #[arg(long, default_value_t = 200)]
+    pub reload_settle_ms: u64,
+}
+
+/// The running router's state, shared by its threads.
+pub struct Router {
+    config: RwLock<Arc<Config>>,
+    shared: Arc<Shared>,
+    max_item_bytes: usize,
+    latest_seed: usize,
+    started: Instant,
+    threads: usize,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
+}
+
+impl Router {
+    /// The configuration new requests start with.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The router's `stats`: its counters and every destination's state.
+    fn stats_text(&self) -> Vec<u8> {
+        let mut out = String::new();
+        let mut stat = |name: &str, value: String| out.push_str(&format!("STAT {name} {value}\r\n"));
+        stat("pid", std::process::id().to_string());
+        stat("uptime", self.started.elapsed().as_secs().to_string());
+        stat("version", format!("shoal-router-{}", env!("CARGO_PKG_VERSION")));
+        stat("threads", self.threads.to_string());
+        stat("cmd_total", self.shared.requests.load(Ordering::Relaxed).to_string());
+        stat("errors_total", self.shared.errors.load(Ordering::Relaxed).to_string());
+        stat("config_reloads", self.reloads.load(Ordering::Relaxed).to_string());
+        stat("config_reload_failures", self.reload_failures.load(Ordering::Relaxed).to_string());
+        let destinations = self.shared.destinations();
+        stat("destinations", self.config().destinations.len().to_string());
+        stat("destinations_tko", destinations.iter().filter(|(_, h)| h.is_tko()).count().to_string());
+        let depths = self.shared.spools.depths();
+        stat("spool_pending", depths.iter().map(|(_, n)| n).sum::<u64>().to_string());
+        stat("spool_delivered", self.shared.spools.delivered.load(Ordering::Relaxed).to_string());
+        for (address, health) in destinations {
+            let spooled = depths.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n);
+            stat(
+                "destination",
+                format!(
+                    "{address} {} sent={} failed={} spooled={spooled}",
+                    if health.is_tko() { "tko" } else { "up" },
+                    health.sent.load(Ordering::Relaxed),
+                    health.failed.load(Ordering::Relaxed),
+                ),
+            );
+        }
+        out.push_str("END\r\n");
+        out.into_bytes()
+    }
+}
+
+/// Reads and checks a configuration file.
+pub fn load(path: &Path) -> Result<Config, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Runs `shoal router` until it is killed (or, with `--validate`, checks a file).
+pub fn run(args: RouterArgs) -> Result<(), String> {
+    if let Some(path) = &args.validate {
+        let config = load(path)?;
+        println!(
+            "{}: ok ({} destinations, {} prefixed routes)",
+            path.display(),
+            config.destinations.len(),
+            config.prefixed.len()
+        );
+        return Ok(());
+    }
+    let path = args.config.clone().expect("clap requires --config-file without --validate");
+    let config = load(&path)?;
+    if args.threads == 0 {
+        return Err("-t: at least one worker thread".into());
+    }
+    let spool_dir = args
+        .spool_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/var/tmp/shoal-router-{}", args.port)));
+    let spools = Spools::open(&spool_dir, args.spool_max_mb << 20)
+        .map_err(|e| format!("spool directory {}: {e}", spool_dir.display()))?;
+    let router = Arc::new(Router {
+        config: RwLock::new(Arc::new(config)),
+        shared: Arc::new(Shared::new(spools, args.max_item_bytes)),
+        max_item_bytes: args.max_item_bytes,
+        latest_seed: std::process::id() as usize,
+        started: Instant::now(),
+        threads: args.threads,
+        reloads: AtomicU64::new(0),
+        reload_failures: AtomicU64::new(0),
+    });
+    let tcp = if args.port > 0 {
+        let l = std::net::TcpListener::bind((args.listen.as_str(), args.port))
+            .map_err(|e| format!("cannot listen on {}:{}: {e}", args.listen, args.port))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Some(l)
+    } else {
+        None
+    };
+    let unix = match &args.unix_socket {
+        Some(p) => {
+            let _ = std::fs::remove_file(p);
+            let l = std::os::unix::net::UnixListener::bind(p)
+                .map_err(|e| format!("cannot listen on {}: {e}", p.display()))?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            Some(l)
+        }
+        None => None,
+    };
+    if tcp.is_none() && unix.is_none() {
+        return Err("nothing to listen on: give -p <port> or -s <unix socket>".into());
+    }
+    {
+        let router = router.clone();
+        let settle = Duration::from_millis(args.reload_settle_ms);
+        std::thread::Builder::new()
+            .name("reload".into())
+            .spawn(move || watch(&path, settle, &router))
+            .map_err(|e| e.to_string())?;
+    }
+    let mut workers = Vec::new();
+    for i in 0..args.threads {
+        let tcp = tcp.as_ref().map(|l| l.try_clone()).transpose().map_err(|e| e.to_string())?;
+        let unix = unix.as_ref().map(|l| l.try_clone()).transpose().map_err(|e| e.to_string())?;
+        let router = router.clone();
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("worker {i}"))
+                .spawn(move || serve_worker(tcp, unix, router))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    Ok(())
+}
+
+/// A worker thread: its own runtime, accepting on the shared listeners.
+fn serve_worker(
+    tcp: Option<std::net::TcpListener>,
+    unix: Option<std::os::unix::net::UnixListener>,
+    router: Arc<Router>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shoal router: a worker could not start: {e}");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let worker = Rc::new(Worker::default());
+        let tcp = tcp.and_then(|l| tokio::net::TcpListener::from_std(l).ok());
+        let unix = unix.and_then(|l| tokio::net::UnixListener::from_std(l).ok());
+        loop {
+            tokio::select! {
+                accepted = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
+                    if let Ok((stream, _)) = accepted {
+                        let _ = stream.set_nodelay(true);
+                        tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                    }
+                }
+                accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
+                    if let Ok((stream, _)) = accepted {
+                        tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// What identifies a version of the configuration file: its bytes' hash (and whether it
+/// could be read at all).
+fn fingerprint(path: &Path) -> Option<u64> {
+    std::fs::read(path).ok().map(|bytes| xxhash_rust::xxh3::xxh3_64(&bytes))
+}
+
+/// Reloads the configuration when the file changes: woken by inotify on its directory (so a
+/// ConfigMap-style symlink swap is seen) and, as a fallback, by a stat-and-hash every second.
+/// A change is loaded once the file has stayed the same for `settle`; a file that does not
+/// load is reported and the last good configuration keeps serving.
+fn watch(path: &Path, settle: Duration, router: &Router) {
+    use notify::Watcher;
+    let (wake, woken) = std::sync::mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |_| {
+        let _ = wake.send(());
+    })
+    .ok();
+    if let (Some(w), Some(dir)) = (watcher.as_mut(), path.parent()) {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let _ = w.watch(dir, notify::RecursiveMode::NonRecursive);
+    }
+    let mut loaded = fingerprint(path);
+    let mut modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    loop {
+        let _ = woken.recv_timeout(Duration::from_secs(1));
+        let now = fingerprint(path);
+        let stamp = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        if now == loaded && stamp == modified {
+            continue;
+        }
+        // Let the writer finish: the file must stay the same for `settle`.
+        std::thread::sleep(settle);
+        while woken.try_recv().is_ok() {}
+        if fingerprint(path) != now {
+            continue;
+        }
+        (loaded, modified) = (now, stamp);
+        match load(path) {
+            Ok(config) => {
+                *router.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+                router.reloads.fetch_add(1, Ordering::Relaxed);
+                eprintln!("shoal router: loaded {} ({:?})", path.display(), SystemTime::now());
+            }
+            Err(e) => {
+                router.reload_failures.fetch_add(1, Ordering::Relaxed);
+                eprintln!("shoal router: {e}; still serving the last good configuration");
+            }
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! A client connection: requests parsed with the server's parser (so malformed ones get
+//! memcached's answers), each key routed on the configuration current when the request
+//! arrived, answers written in request order.
+//!
+//! The requests of one read are carried out together (a pipelining client's requests, and a
+//! multiget's keys, travel in parallel), then answered in order. A client's buffered input is
+//! bounded by the largest item plus one request line: past that the connection is closed.
+
+use crate::dest::{Ctx, Worker};
+use crate::request::{split, Op, Reply, Request, Shape};
+use crate::route::Child;
+use crate::Router;
+use shoal_proto::{Parse, Parser, Request as Parsed};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// What the router answers for one parsed client request.
+enum Answer {
+    /// Keys routed; their replies are joined into one answer ending in `END` (`joined`: a
+    /// get), or the one reply is the answer.
+    Routed { joined: bool, keys: Vec<Request> },
+    /// Bytes to send as they are.
+    Bytes(Vec<u8>),
+    /// Nothing (quiet).
+    Silent,
+    /// Answer, then close.
+    Close(Vec<u8>),
+}
+
+/// Serves one client until it leaves.
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, router: Arc<Router>, worker: Rc<Worker>) {
+    let (mut read, mut write) = tokio::io::split(stream);
+    let mut parser = Parser::new(router.max_item_bytes);
+    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    let limit = router.max_item_bytes + (64 << 10);
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut skip = 0usize; // bytes of an oversized value still to swallow
+    loop {
+        let n = match read.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut fresh = &chunk[..n];
+        if skip > 0 {
+            let s = skip.min(fresh.len());
+            skip -= s;
+            fresh = &fresh[s..];
+        }
+        buf.extend_from_slice(fresh);
+        let mut out = Vec::new();
+        let mut consumed = 0;
+        let mut close = false;
+        let config = router.config();
+        let ctx = Ctx {
+            config: config.clone(),
+            worker: worker.clone(),
+            shared: router.shared.clone(),
+            spool: false,
+            fail_open: false,
+            latest_seed: router.latest_seed,
+        };
+        let mut pending: Vec<Answer> = Vec::new();
+        while consumed < buf.len() && !close {
+            match parser.parse(&buf[consumed..]) {
+                Parse::Incomplete => break,
+                Parse::Close => {
+                    close = true;
+                    pending.push(Answer::Close(Vec::new()));
+                }
+                Parse::Error { reply, consume, .. } => {
+                    let available = buf.len() - consumed;
+                    if consume > available {
+                        skip = consume - available;
+                        consumed = buf.len();
+                    } else {
+                        consumed += consume;
+                    }
+                    pending.push(match reply {
+                        Some(line) => Answer::Bytes(format!("{line}\r\n").into_bytes()),
+                        None => Answer::Silent,
+                    });
+                }
+                Parse::Done { request, consumed: used } => {
+                    consumed += used;
+                    router.shared.requests.fetch_add(1, Ordering::Relaxed);
+                    let answer = local_answer(&request, &router, &ctx);
+                    close |= matches!(answer, Answer::Close(_));
+                    pending.push(answer);
+                }
+            }
+        }
+        buf.drain(..consumed);
+        if buf.len() > limit {
+            let _ = write.write_all(b"SERVER_ERROR request too large\r\n").await;
+            return;
+        }
+        let answers = carry_out(pending, &ctx).await;
+        for answer in answers {
+            out.extend_from_slice(&answer);
+        }
+        if !out.is_empty() && write.write_all(&out).await.is_err() {
+            return;
+        }
+        if close {
+            return;
+        }
+    }
+}
+
+/// Requests the router answers itself, or the per-key requests of one to route.
+fn local_answer(request: &Parsed<'_>, router: &Router, ctx: &Ctx) -> Answer {
+    if let Some(keys) = split(request) {
+        if let Some(lookup) = route_lookup(&keys, ctx) {
+            return Answer::Bytes(lookup);
+        }
+        let joined = matches!(request, Parsed::Get(_) | Parsed::LeaseGet { .. });
+        return Answer::Routed { joined, keys };
+    }
+    match request {
+        Parsed::Version => {
+            Answer::Bytes(format!("VERSION shoal-router {}\r\n", env!("CARGO_PKG_VERSION")).into_bytes())
+        }
+        Parsed::Quit => Answer::Close(Vec::new()),
+        Parsed::Stats(_) => Answer::Bytes(router.stats_text()),
+        Parsed::Verbosity { noreply: true, .. } => Answer::Silent,
+        Parsed::Verbosity { .. } => Answer::Bytes(b"OK\r\n".to_vec()),
+        Parsed::Meta(m) if m.cmd == shoal_proto::MetaCmd::Noop => Answer::Bytes(b"MN\r\n".to_vec()),
+        Parsed::Meta(m) if m.flags.has(b'b') => {
+            Answer::Bytes(b"CLIENT_ERROR base64 keys are not routed by shoal router\r\n".to_vec())
+        }
+        _ => Answer::Bytes(b"ERROR\r\n".to_vec()),
+    }
+}
+
+/// mcrouter's route lookup: `get __mcrouter__.route(<op>,<key>)` answers the destinations
+/// the operation on that key would go to, one per line.
+fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
+    let first = keys.first()?;
+    let query =
+        std::str::from_utf8(&first.key).ok()?.strip_prefix("__mcrouter__.route(")?.strip_suffix(')')?;
+    let (op, key) = query.split_once(',')?;
+    let op = Op::parse(op)?;
+    let probe = crate::request::split(&shoal_proto::Request::Delete {
+        key: key.as_bytes(),
+        hold: 0,
+        noreply: false,
+    })?
+    .pop()
+    .map(|mut r| {
+        r.op = op;
+        r
+    })?;
+    let routed = shoal_route::Routed::parse(&probe.key);
+    let mut destinations = Vec::new();
+    if let Some(route) = ctx.config.route_for(routed.region, routed.cluster) {
+        route.destinations(&probe, &mut destinations);
+    }
+    let text: Vec<&str> = destinations.iter().map(|&d| ctx.config.destinations[d].address.as_str()).collect();
+    let body = text.join("\r\n");
+    Some(
+        format!("VALUE {} 0 {}\r\n{body}\r\nEND\r\n", String::from_utf8_lossy(&first.key), body.len())
+            .into_bytes(),
+    )
+}
+
+/// The route of one key's request: by its routing prefix (a broadcast goes to every matching
+/// route, spooled when it is a delete).
+fn routes_for(request: &Request, ctx: &Ctx) -> Vec<Child> {
+    let routed = shoal_route::Routed::parse(&request.key);
+    if routed.is_broadcast() || routed.region == Some(b"*") || routed.cluster == Some(b"*") {
+        let (region, cluster) = (routed.region.unwrap_or(b"*"), routed.cluster.unwrap_or(b"*"));
+        return ctx.config.routes_matching(region, cluster).into_iter().cloned().collect();
+    }
+    ctx.config.route_for(routed.region, routed.cluster).into_iter().cloned().collect()
+}
+
+/// Routes every pending request at once, and encodes each answer.
+async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
+    futures::future::join_all(pending.into_iter().map(|answer| async move {
+        match answer {
+            Answer::Bytes(b) | Answer::Close(b) => b,
+            Answer::Silent => Vec::new(),
+            Answer::Routed { joined, keys } => {
+                let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
+                encode(joined, &keys, replies, ctx)
+            }
+        }
+    }))
+    .await
+}
+
+/// One key's request along its route(s).
+async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
+    let routes = routes_for(request, ctx);
+    match routes.len() {
+        0 => Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into()),
+        1 => routes[0].execute(request, ctx).await,
+        _ => {
+            // A broadcast: every matching cluster; deletes are spooled so none is lost.
+            let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
+            let replies =
+                futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
+            replies.into_iter().find(Reply::is_error).unwrap_or_else(|| crate::route::ok_reply(request))
+        }
+    }
+}
+
+/// Encodes replies for the client: a get's hits joined and closed with `END`; any other
+/// request's single reply as it came (or silence when the client asked for quiet).
+fn encode(joined: bool, keys: &[Request], replies: Vec<Reply>, ctx: &Ctx) -> Vec<u8> {
+    let errors = replies.iter().filter(|r| r.is_error()).count() as u64;
+    ctx.shared.errors.fetch_add(errors, Ordering::Relaxed);
+    if joined {
+        if keys.len() == 1 {
+            if let Some(Reply::Error(_, why)) = replies.first() {
+                return format!("SERVER_ERROR {why}\r\n").into_bytes();
+            }
+        }
+        let mut out = Vec::new();
+        for reply in replies {
+            // In a multiget, a key whose route failed is a miss (the others still answer).
+            if let Reply::Answer(a) = reply {
+                if !a.starts_with(b"SERVER_ERROR")
+                    && !a.starts_with(b"CLIENT_ERROR")
+                    && !a.starts_with(b"ERROR")
+                {
+                    out.extend_from_slice(&a);
+                }
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+        return out;
+    }
+    let (request, reply) = (&keys[0], replies.into_iter().next().expect("one reply"));
+    let bytes = match reply {
+        Reply::Answer(a) => a,
+        Reply::Error(_, why) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
+    };
+    if request.quiet && quiet_hides(request, &bytes) {
+        return Vec::new();
+    }
+    bytes
+}
+
+/// Whether a quiet request's answer is one the client asked not to see: everything for
+/// `noreply`; for meta `q`, the success (`HD`, `NF` of md) and the miss of `mg` (`EN`).
+fn quiet_hides(request: &Request, answer: &[u8]) -> bool {
+    match request.shape() {
+        Shape::Meta => {
+            answer.starts_with(b"HD")
+                || (request.op == Op::MetaGet && answer.starts_with(b"EN"))
+                || (request.op == Op::MetaDelete && answer.starts_with(b"NF"))
+        }
+        _ => true,
+    }
+}

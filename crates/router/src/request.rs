@@ -1,0 +1,489 @@
+//! What the router forwards: one key's request, owned (it outlives the client's buffer while
+//! it waits on servers), and the reply it gets back.
+//!
+//! A client's multiget becomes one request per key, so each key can take its own route; their
+//! replies are put back together in the client's order. The router always asks servers for a
+//! reply — `noreply` and meta's `q` are honoured towards the client — so every destination
+//! connection carries exactly one reply per request, in order, whoever sent it.
+
+use shoal_proto::{Meta, MetaCmd, Request as Parsed, StoreCmd};
+
+/// An operation, as route handles select on it (`OperationSelectorRoute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Get,
+    Gets,
+    Gat,
+    Gats,
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+    Delete,
+    Incr,
+    Decr,
+    Touch,
+    LeaseGet,
+    LeaseSet,
+    MetaGet,
+    MetaSet,
+    MetaDelete,
+    MetaArithmetic,
+}
+
+impl Op {
+    /// mcrouter's operation names (and the meta commands' own).
+    pub fn parse(name: &str) -> Option<Op> {
+        Some(match name {
+            "get" => Op::Get,
+            "gets" => Op::Gets,
+            "gat" => Op::Gat,
+            "gats" => Op::Gats,
+            "set" => Op::Set,
+            "add" => Op::Add,
+            "replace" => Op::Replace,
+            "append" => Op::Append,
+            "prepend" => Op::Prepend,
+            "cas" => Op::Cas,
+            "delete" => Op::Delete,
+            "incr" => Op::Incr,
+            "decr" => Op::Decr,
+            "touch" => Op::Touch,
+            "lease-get" | "lease_get" => Op::LeaseGet,
+            "lease-set" | "lease_set" => Op::LeaseSet,
+            "mg" | "metaget" => Op::MetaGet,
+            "ms" => Op::MetaSet,
+            "md" => Op::MetaDelete,
+            "ma" => Op::MetaArithmetic,
+            _ => return None,
+        })
+    }
+
+    /// Whether the operation reads (a miss may be answered elsewhere: `MissFailoverRoute`).
+    pub fn is_read(self) -> bool {
+        matches!(self, Op::Get | Op::Gets | Op::Gat | Op::Gats | Op::LeaseGet | Op::MetaGet)
+    }
+
+    /// Whether the operation writes a value with an expiry (`ModifyExptimeRoute`).
+    pub fn sets_expiry(self) -> bool {
+        matches!(
+            self,
+            Op::Set
+                | Op::Add
+                | Op::Replace
+                | Op::Cas
+                | Op::Touch
+                | Op::Gat
+                | Op::Gats
+                | Op::LeaseSet
+                | Op::MetaSet
+        )
+    }
+}
+
+/// What follows the key on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Body {
+    Get,
+    Store {
+        flags: u32,
+        data: Vec<u8>,
+        extra: Option<u64>,
+    },
+    Delete {
+        hold: u32,
+    },
+    Arith {
+        delta: u64,
+    },
+    Touch,
+    LeaseGet {
+        stale: bool,
+    },
+    /// Meta flags (without `q` and the key), and `ms`'s data.
+    Meta {
+        cmd: MetaCmd,
+        flags: Vec<Vec<u8>>,
+        data: Option<Vec<u8>>,
+    },
+}
+
+/// One key's request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The operation.
+    pub op: Op,
+    /// The key as the client sent it, routing prefix included.
+    pub key: Vec<u8>,
+    /// Bytes of `key` that are its routing prefix (`/region/cluster/`), 0 without one.
+    pub prefix_len: usize,
+    /// The expiry, for operations that carry one.
+    pub exptime: i64,
+    /// The client wants no answer (`noreply`, meta `q` for the answers `q` hides).
+    pub quiet: bool,
+    body: Body,
+}
+
+impl Request {
+    /// The key without its routing prefix.
+    pub fn routed_key(&self) -> &[u8] {
+        &self.key[self.prefix_len..]
+    }
+
+    /// The same request with another expiry.
+    pub fn with_exptime(&self, exptime: i64) -> Request {
+        Request { exptime, ..self.clone() }
+    }
+
+    /// A plain `get` of the same key (WarmUpRoute's read of the warm pool).
+    pub fn as_get(&self) -> Request {
+        Request { op: Op::Get, exptime: 0, quiet: false, body: Body::Get, ..self.clone() }
+    }
+
+    /// An `add` of `value` under the same key (WarmUpRoute's copy into the cold pool).
+    pub fn as_add(&self, flags: u32, data: Vec<u8>, exptime: i64) -> Request {
+        Request {
+            op: Op::Add,
+            exptime,
+            quiet: false,
+            body: Body::Store { flags, data, extra: None },
+            ..self.clone()
+        }
+    }
+
+    /// A `lease-set` of `value` under the same key with `token`.
+    pub fn as_lease_set(&self, token: u64, flags: u32, data: Vec<u8>, exptime: i64) -> Request {
+        Request {
+            op: Op::LeaseSet,
+            exptime,
+            quiet: false,
+            body: Body::Store { flags, data, extra: Some(token) },
+            ..self.clone()
+        }
+    }
+
+    /// A `delete` of `key` (the invalidation and spool paths).
+    pub fn delete(key: &[u8], prefix_len: usize) -> Request {
+        Request {
+            op: Op::Delete,
+            key: key.to_vec(),
+            prefix_len,
+            exptime: 0,
+            quiet: false,
+            body: Body::Delete { hold: 0 },
+        }
+    }
+
+    /// The bytes to send a server: the key with its routing prefix or without.
+    pub fn encode(&self, keep_prefix: bool) -> Vec<u8> {
+        let key = if keep_prefix { &self.key[..] } else { self.routed_key() };
+        let mut out = Vec::with_capacity(key.len() + 64);
+        let word = match self.op {
+            Op::Get => "get",
+            Op::Gets => "gets",
+            Op::Gat => "gat",
+            Op::Gats => "gats",
+            Op::Set => "set",
+            Op::Add => "add",
+            Op::Replace => "replace",
+            Op::Append => "append",
+            Op::Prepend => "prepend",
+            Op::Cas => "cas",
+            Op::Delete => "delete",
+            Op::Incr => "incr",
+            Op::Decr => "decr",
+            Op::Touch => "touch",
+            Op::LeaseGet => "lease-get",
+            Op::LeaseSet => "lease-set",
+            Op::MetaGet => "mg",
+            Op::MetaSet => "ms",
+            Op::MetaDelete => "md",
+            Op::MetaArithmetic => "ma",
+        };
+        out.extend_from_slice(word.as_bytes());
+        if matches!(self.op, Op::Gat | Op::Gats) {
+            out.extend_from_slice(format!(" {}", self.exptime).as_bytes());
+        }
+        out.push(b' ');
+        out.extend_from_slice(key);
+        match &self.body {
+            Body::Get => {}
+            Body::Store { flags, data, extra } => {
+                if let (Op::LeaseSet, Some(token)) = (self.op, extra) {
+                    out.extend_from_slice(format!(" {token}").as_bytes());
+                }
+                out.extend_from_slice(format!(" {flags} {} {}", self.exptime, data.len()).as_bytes());
+                if let (Op::Cas, Some(unique)) = (self.op, extra) {
+                    out.extend_from_slice(format!(" {unique}").as_bytes());
+                }
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(data);
+            }
+            Body::Delete { hold } if *hold > 0 => out.extend_from_slice(format!(" hold {hold}").as_bytes()),
+            Body::Delete { .. } => {}
+            Body::Arith { delta } => out.extend_from_slice(format!(" {delta}").as_bytes()),
+            Body::Touch => out.extend_from_slice(format!(" {}", self.exptime).as_bytes()),
+            Body::LeaseGet { stale } => {
+                if *stale {
+                    out.extend_from_slice(b" stale");
+                }
+            }
+            Body::Meta { flags, data, .. } => {
+                if let Some(d) = data {
+                    out.extend_from_slice(format!(" {}", d.len()).as_bytes());
+                }
+                for flag in flags {
+                    out.push(b' ');
+                    if flag.first() == Some(&b'T') && self.op.sets_expiry() {
+                        out.extend_from_slice(format!("T{}", self.exptime).as_bytes());
+                    } else {
+                        out.extend_from_slice(flag);
+                    }
+                }
+                if let Some(d) = data {
+                    out.extend_from_slice(b"\r\n");
+                    out.extend_from_slice(d);
+                }
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    /// What the server's answer looks like.
+    pub fn shape(&self) -> Shape {
+        match self.op {
+            Op::Get | Op::Gets | Op::Gat | Op::Gats | Op::LeaseGet => Shape::Values,
+            Op::MetaGet | Op::MetaSet | Op::MetaDelete | Op::MetaArithmetic => Shape::Meta,
+            _ => Shape::Line,
+        }
+    }
+}
+
+/// How a server's answer to a request ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `VALUE`/`LVALUE` blocks, then `END`.
+    Values,
+    /// One line.
+    Line,
+    /// A meta line, with a data block after `VA <n>`.
+    Meta,
+}
+
+/// What the router tells a client about its request, before it is encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// A server's answer, as it came (for [`Shape::Values`]: the blocks without `END`).
+    Answer(Vec<u8>),
+    /// The request could not be carried out by the router: why, and whether the destination
+    /// was unreachable (connect), slow (timeout), marked down (tko) or answered an error
+    /// (remote).
+    Error(ErrorKind, String),
+}
+
+/// Why a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    Connect,
+    Timeout,
+    Tko,
+    Remote,
+    /// The route itself answers an error (`ErrorRoute`).
+    Route,
+}
+
+impl Reply {
+    /// Whether this is an error, routed or remote (`SERVER_ERROR`, `ERROR`).
+    pub fn is_error(&self) -> bool {
+        match self {
+            Reply::Error(..) => true,
+            Reply::Answer(a) => {
+                a.starts_with(b"SERVER_ERROR") || a.starts_with(b"ERROR") || a.starts_with(b"CLIENT_ERROR")
+            }
+        }
+    }
+
+    /// The error kind for failover decisions (remote errors included).
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        match self {
+            Reply::Error(kind, _) => Some(*kind),
+            _ if self.is_error() => Some(ErrorKind::Remote),
+            _ => None,
+        }
+    }
+
+    /// Whether a read found its key (a `VALUE` block, meta `VA`/`HD` on `mg`).
+    pub fn is_hit(&self) -> bool {
+        match self {
+            Reply::Answer(a) => a.starts_with(b"VALUE ") || a.starts_with(b"VA ") || a.starts_with(b"HD"),
+            Reply::Error(..) => false,
+        }
+    }
+
+    /// The first `VALUE` block's flags and data, for copying an item between pools.
+    pub fn value(&self) -> Option<(u32, Vec<u8>)> {
+        let Reply::Answer(a) = self else { return None };
+        let line_end = a.windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&a[..line_end]).ok()?;
+        let mut words = line.split(' ');
+        if words.next()? != "VALUE" {
+            return None;
+        }
+        let (_key, flags, bytes) =
+            (words.next()?, words.next()?.parse().ok()?, words.next()?.parse::<usize>().ok()?);
+        let data = a.get(line_end + 2..line_end + 2 + bytes)?.to_vec();
+        Some((flags, data))
+    }
+
+    /// The lease token of an `LVALUE` answer (≥ 2: this caller holds the lease).
+    pub fn lease_token(&self) -> Option<u64> {
+        let Reply::Answer(a) = self else { return None };
+        let line = a.split(|&b| b == b'\r').next()?;
+        let mut words = std::str::from_utf8(line).ok()?.split(' ');
+        (words.next()? == "LVALUE").then_some(())?;
+        words.nth(1)?.parse().ok()
+    }
+}
+
+/// The requests a parsed client request stands for (one per key), or `None` for requests
+/// the router answers itself (`stats`, `version`, `mn`, …).
+pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
+    let one = |op, key: &[u8], exptime, quiet, body| {
+        let prefix_len = prefix_len(key);
+        vec![Request { op, key: key.to_vec(), prefix_len, exptime, quiet, body }]
+    };
+    Some(match parsed {
+        Parsed::Get(get) => {
+            let op = match (get.cas, get.touch.is_some()) {
+                (false, false) => Op::Get,
+                (true, false) => Op::Gets,
+                (false, true) => Op::Gat,
+                (true, true) => Op::Gats,
+            };
+            let exptime = get.touch.unwrap_or(0);
+            get.keys.clone().map(|key| one(op, key, exptime, false, Body::Get).remove(0)).collect()
+        }
+        Parsed::Store(store) => {
+            let (op, extra) = match store.cmd {
+                StoreCmd::Set => (Op::Set, None),
+                StoreCmd::Add => (Op::Add, None),
+                StoreCmd::Replace => (Op::Replace, None),
+                StoreCmd::Append => (Op::Append, None),
+                StoreCmd::Prepend => (Op::Prepend, None),
+                StoreCmd::Cas(unique) => (Op::Cas, Some(unique)),
+                StoreCmd::LeaseSet(token) => (Op::LeaseSet, Some(token)),
+            };
+            let body = Body::Store { flags: store.flags, data: store.data.to_vec(), extra };
+            one(op, store.key, store.exptime, store.noreply, body)
+        }
+        Parsed::Delete { key, hold, noreply } => {
+            one(Op::Delete, key, 0, *noreply, Body::Delete { hold: *hold })
+        }
+        Parsed::Arith { incr, key, delta, noreply } => {
+            one(if *incr { Op::Incr } else { Op::Decr }, key, 0, *noreply, Body::Arith { delta: *delta })
+        }
+        Parsed::Touch { key, exptime, noreply } => one(Op::Touch, key, *exptime, *noreply, Body::Touch),
+        Parsed::LeaseGet { key, stale } => one(Op::LeaseGet, key, 0, false, Body::LeaseGet { stale: *stale }),
+        Parsed::Meta(meta) => return meta_request(meta).map(|r| vec![r]),
+        _ => return None,
+    })
+}
+
+/// A meta command with a key; `mn`, `me` and base64 keys are the router's to answer.
+fn meta_request(meta: &Meta<'_>) -> Option<Request> {
+    let op = match meta.cmd {
+        MetaCmd::Get => Op::MetaGet,
+        MetaCmd::Set => Op::MetaSet,
+        MetaCmd::Delete => Op::MetaDelete,
+        MetaCmd::Arithmetic => Op::MetaArithmetic,
+        _ => return None,
+    };
+    if meta.flags.has(b'b') {
+        return None;
+    }
+    let mut flags = Vec::new();
+    let mut quiet = false;
+    let mut exptime = 0;
+    for token in meta.order.clone() {
+        if token == b"q" {
+            quiet = true;
+            continue;
+        }
+        if let Some(t) = token.strip_prefix(b"T").and_then(|t| std::str::from_utf8(t).ok()?.parse().ok()) {
+            exptime = t;
+        }
+        flags.push(token.to_vec());
+    }
+    let data = (op == Op::MetaSet).then(|| meta.data.to_vec());
+    let prefix_len = prefix_len(meta.key);
+    Some(Request {
+        op,
+        key: meta.key.to_vec(),
+        prefix_len,
+        exptime,
+        quiet,
+        body: Body::Meta { cmd: meta.cmd, flags, data },
+    })
+}
+
+/// The length of a key's routing prefix.
+fn prefix_len(key: &[u8]) -> usize {
+    let routed = shoal_route::Routed::parse(key);
+    key.len() - routed.key.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_proto::{Parse, Parser};
+
+    fn requests(wire: &[u8]) -> Vec<Request> {
+        let mut parser = Parser::new(1 << 20);
+        match parser.parse(wire) {
+            Parse::Done { request, .. } => split(&request).expect("forwarded"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_multiget_is_one_request_per_key_and_prefixes_come_off() {
+        let r = requests(b"gets /east/web/a b\r\n");
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].op, r[0].routed_key(), r[0].prefix_len), (Op::Gets, &b"a"[..], 10));
+        assert_eq!(r[0].encode(false), b"gets a\r\n");
+        assert_eq!(r[0].encode(true), b"gets /east/web/a\r\n");
+        assert_eq!(r[1].encode(false), b"gets b\r\n");
+    }
+
+    #[test]
+    fn storage_keeps_its_fields_and_the_router_always_asks_for_a_reply() {
+        let r = requests(b"set k 5 100 3 noreply\r\nabc\r\n").remove(0);
+        assert!(r.quiet);
+        assert_eq!(r.encode(false), b"set k 5 100 3\r\nabc\r\n");
+        assert_eq!(r.with_exptime(10).encode(false), b"set k 5 10 3\r\nabc\r\n");
+        let c = requests(b"cas k 0 0 1 77\r\nx\r\n").remove(0);
+        assert_eq!(c.encode(false), b"cas k 0 0 1 77\r\nx\r\n");
+        let l = requests(b"lease-set k 9 1 0 2\r\nhi\r\n").remove(0);
+        assert_eq!(l.encode(false), b"lease-set k 9 1 0 2\r\nhi\r\n");
+        let m = requests(b"ms /a/b/k 2 T30 q F3\r\nhi\r\n").remove(0);
+        assert!(m.quiet);
+        assert_eq!(m.encode(false), b"ms k 2 T30 F3\r\nhi\r\n");
+        assert_eq!(m.with_exptime(5).encode(false), b"ms k 2 T5 F3\r\nhi\r\n");
+        assert_eq!(requests(b"delete k hold 30\r\n")[0].encode(false), b"delete k hold 30\r\n");
+        assert_eq!(requests(b"gat 60 a\r\n")[0].encode(false), b"gat 60 a\r\n");
+    }
+
+    #[test]
+    fn replies_say_hit_value_and_token() {
+        let hit = Reply::Answer(b"VALUE k 3 2\r\nhi\r\n".to_vec());
+        assert!(hit.is_hit() && !hit.is_error());
+        assert_eq!(hit.value(), Some((3, b"hi".to_vec())));
+        let lease = Reply::Answer(b"LVALUE k 1234 0 0\r\n\r\n".to_vec());
+        assert_eq!((lease.is_hit(), lease.lease_token()), (false, Some(1234)));
+        assert!(Reply::Answer(b"SERVER_ERROR out of memory\r\n".to_vec()).is_error());
+        assert!(!Reply::Answer(Vec::new()).is_hit());
+    }
+}

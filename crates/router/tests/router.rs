@@ -1,0 +1,406 @@
+//! `shoal router` end to end: real `shoal server`s and Debian's memcached behind a router
+//! started from a config file, talked to with shoal-client and raw sockets.
+
+#[path = "../../client/tests/common/mod.rs"]
+mod common;
+
+use common::{eventually, free_port, shoal_bin, Server};
+use shoal_client::{Client, Options};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A router process on a free port, with its config file and spool directory.
+struct Router {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Router {
+    fn start(test: &str, config: &str) -> Router {
+        let dir = std::env::temp_dir().join(format!("shoal-router-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        Router::start_in(dir, free_port())
+    }
+
+    fn start_in(dir: PathBuf, port: u16) -> Router {
+        let child = Command::new(shoal_bin())
+            .args([
+                "router",
+                "-l",
+                "127.0.0.1",
+                "-t",
+                "2",
+                "--reload-settle-ms",
+                "50",
+                "-p",
+                &port.to_string(),
+            ])
+            .arg("-f")
+            .arg(dir.join("config.json"))
+            .arg("--spool-dir")
+            .arg(dir.join("spool"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let router = Router { child, port, dir };
+        assert!(
+            eventually(10, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            "the router listens"
+        );
+        router
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&format!("127.0.0.1:{}", self.port), Options { local: false, ..Options::default() })
+            .unwrap()
+    }
+
+    fn raw(&self, request: &[u8], until: &[u8]) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request).unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !answer.ends_with(until) {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    fn stat(&self, name: &str) -> String {
+        let stats = self.raw(b"stats\r\n", b"END\r\n");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    fn rewrite(&self, config: &str) {
+        let temporary = self.dir.join("config.json.new");
+        std::fs::write(&temporary, config).unwrap();
+        std::fs::rename(temporary, self.dir.join("config.json")).unwrap();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn direct(server: &Server) -> Client {
+    Client::connect(&server.address(), Options { local: false, ..Options::default() }).unwrap()
+}
+
+fn servers(test: &str, n: usize) -> Vec<Server> {
+    (0..n).map(|i| Server::shoal(&format!("{test}-{i}"), 0, &[])).collect()
+}
+
+fn list(servers: &[Server]) -> String {
+    servers.iter().map(|s| format!("\"{}\"", s.address())).collect::<Vec<_>>().join(", ")
+}
+
+/// A `PoolRoute` over pool `name` placed by jump hash (Shoal's; the config's own hash field).
+fn pool_route(name: &str) -> String {
+    format!(r#"{{ "type": "PoolRoute", "pool": "{name}", "hash": "jump" }}"#)
+}
+
+fn jump(servers: &[String]) -> shoal_route::Placement {
+    shoal_route::Placement::from_strings(shoal_route::Hashing::Jump, servers).unwrap()
+}
+
+#[test]
+fn a_pool_route_places_keys_as_the_routing_core_does_and_strips_prefixes() {
+    let backends = servers("pool", 3);
+    let config = format!(
+        r#"// comments and trailing commas, as mcrouter allows
+        {{ "pools": {{ "A": {{ "servers": [{}], }} }},
+           "routes": [ {{ "aliases": ["/east/web/"], "route": {} }} ], }}"#,
+        list(&backends),
+        pool_route("A")
+    );
+    let router = Router::start("pool", &config);
+    let mut c = router.client();
+    let placement = jump(&backends.iter().map(Server::address).collect::<Vec<_>>());
+    for i in 0..200 {
+        let key = format!("user:{i}");
+        c.set(format!("/east/web/{key}").as_bytes(), key.as_bytes(), 0, 0).unwrap();
+        let owner = &backends[placement.owner(key.as_bytes())];
+        let stored = direct(owner).get(key.as_bytes()).unwrap();
+        assert_eq!(stored.unwrap().value, key.as_bytes(), "stored without the prefix on its owner");
+    }
+    // A multiget is split by destination and answered in the order asked.
+    let keys: Vec<String> = (0..50).map(|i| format!("user:{i}")).collect();
+    let line =
+        format!("get {}\r\n", keys.iter().map(|k| format!("/east/web/{k}")).collect::<Vec<_>>().join(" "));
+    let answer = router.raw(line.as_bytes(), b"END\r\n");
+    let order: Vec<&str> = answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("VALUE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(order, keys.iter().map(String::as_str).collect::<Vec<_>>());
+    // Keys without a prefix take the first route; the route lookup names the owner.
+    assert_eq!(c.get(b"user:3").unwrap().unwrap().value, b"user:3");
+    let lookup = router.raw(b"get __mcrouter__.route(get,user:3)\r\n", b"END\r\n");
+    assert!(lookup.contains(&backends[placement.owner(b"user:3")].address()), "{lookup}");
+    // Malformed requests get memcached's answers; the router's own commands answer.
+    assert_eq!(router.raw(b"bogus\r\n", b"\r\n"), "ERROR\r\n");
+    assert_eq!(router.raw(b"set k 0 0 z\r\n", b"\r\n"), "CLIENT_ERROR bad command line format\r\n");
+    assert_eq!(router.raw(b"mn\r\n", b"\r\n"), "MN\r\n");
+    assert!(router.raw(b"stats\r\n", b"END\r\n").contains("STAT destination 127.0.0.1:"));
+}
+
+#[test]
+fn failover_to_gutter_with_a_clamped_ttl_and_tko() {
+    let mut main = servers("gutter-main", 2);
+    let gutter = Server::memcached("gutter-gutter", 0);
+    let config = format!(
+        r#"{{ "pools": {{ "main": {{ "servers": [{}], "server_timeout": 300, "connect_timeout": 300 }},
+                       "gutter": {{ "servers": ["{}"] }} }},
+             "route": {{ "type": "FailoverWithExptimeRoute", "normal": {},
+                         "failover": {}, "failover_exptime": 10 }} }}"#,
+        list(&main),
+        gutter.address(),
+        pool_route("main"),
+        pool_route("gutter")
+    );
+    let router = Router::start("gutter", &config);
+    let mut c = router.client();
+    let placement = jump(&main.iter().map(Server::address).collect::<Vec<_>>());
+    drop(main.remove(0));
+    let key = (0..).map(|i| format!("k{i}")).find(|k| placement.owner(k.as_bytes()) == 0).unwrap();
+    assert_eq!(c.set(key.as_bytes(), b"v", 0, 3600).unwrap(), shoal_client::Stored::Stored, "failed over");
+    let ttl = String::from_utf8(gutter.raw(format!("mg {key} t\r\n").as_bytes(), b"\r\n")).unwrap();
+    let ttl: i64 = ttl.trim().strip_prefix("HD t").unwrap().parse().unwrap();
+    assert!((1..=10).contains(&ttl), "Gutter's copy expires within 10 s: {ttl}");
+    assert_eq!(c.get(key.as_bytes()).unwrap().unwrap().value, b"v", "read back from Gutter");
+    // After three failures the dead server is TKO: its requests fail over at once.
+    c.get(key.as_bytes()).unwrap();
+    assert_eq!(router.stat("destinations_tko"), "1");
+    let started = Instant::now();
+    for _ in 0..20 {
+        c.get(key.as_bytes()).unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_millis(500), "TKO fails fast: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_destination_killed_and_restarted_is_probed_back() {
+    let port = free_port();
+    let backend = Server::shoal("tko-0", port, &[]);
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}"], "server_timeout": 300, "connect_timeout": 300 }} }}, "route": {} }}"#,
+        backend.address(),
+        pool_route("A")
+    );
+    let router = Router::start("tko", &config);
+    let mut c = router.client();
+    c.set(b"k", b"v", 0, 0).unwrap();
+    drop(backend);
+    for _ in 0..4 {
+        assert!(matches!(c.get(b"k"), Err(shoal_client::Error::Server(_))), "SERVER_ERROR while down");
+    }
+    assert_eq!(router.stat("destinations_tko"), "1");
+    let _back = Server::shoal("tko-0b", port, &[]);
+    // The whole pool is TKO, so it fails open: requests go through before the probe.
+    assert_eq!(c.set(b"k", b"open", 0, 0).unwrap(), shoal_client::Stored::Stored);
+    assert!(eventually(5, || router.stat("destinations_tko") == "0"), "the probe brings it back");
+    assert_eq!(c.set(b"k", b"again", 0, 0).unwrap(), shoal_client::Stored::Stored);
+    assert_eq!(c.get(b"k").unwrap().unwrap().value, b"again");
+}
+
+#[test]
+fn all_sync_writes_everywhere_and_miss_failover_reads_on() {
+    let backends = servers("all", 3);
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": [{}] }} }},
+             "route": {{ "type": "OperationSelectorRoute",
+                         "operation_policies": {{ "get": {{ "type": "MissFailoverRoute", "children": "Pool|A" }},
+                                                  "delete": "AllSyncRoute|Pool|A" }},
+                         "default_policy": "AllSyncRoute|Pool|A" }} }}"#,
+        list(&backends)
+    );
+    let router = Router::start("all", &config);
+    let mut c = router.client();
+    c.set(b"everywhere", b"1", 0, 0).unwrap();
+    for b in &backends {
+        assert_eq!(direct(b).get(b"everywhere").unwrap().unwrap().value, b"1");
+    }
+    direct(&backends[0]).delete(b"everywhere").unwrap();
+    direct(&backends[1]).delete(b"everywhere").unwrap();
+    // The client's get is `gets`; the policy names `get`, which raw clients send.
+    let answer = router.raw(b"get everywhere\r\n", b"END\r\n");
+    assert_eq!(answer, "VALUE everywhere 0 1\r\n1\r\nEND\r\n", "the third child's hit");
+    assert!(!c.delete(b"everywhere").unwrap(), "the worst reply, as mcrouter: two children had nothing");
+    c.set(b"everywhere", b"2", 0, 0).unwrap();
+    assert!(c.delete(b"everywhere").unwrap(), "deleted everywhere");
+    assert!(backends.iter().all(|b| direct(b).get(b"everywhere").unwrap().is_none()));
+}
+
+#[test]
+fn warm_up_copies_warm_hits_into_the_cold_pool() {
+    let (cold, warm) = (Server::shoal("warm-cold", 0, &[]), Server::shoal("warm-warm", 0, &[]));
+    let config = format!(
+        r#"{{ "pools": {{ "cold": {{ "servers": ["{}"] }}, "warm": {{ "servers": ["{}"] }} }},
+             "route": {{ "type": "WarmUpRoute", "cold": {}, "warm": {}, "exptime": 100 }} }}"#,
+        cold.address(),
+        warm.address(),
+        pool_route("cold"),
+        pool_route("warm")
+    );
+    let router = Router::start("warm", &config);
+    let mut c = router.client();
+    direct(&warm).set(b"w", b"from-warm", 4, 0).unwrap();
+    let item = c.get(b"w").unwrap().unwrap();
+    assert_eq!((item.value.as_slice(), item.flags), (&b"from-warm"[..], 4));
+    assert!(eventually(2, || direct(&cold).get(b"w").unwrap().is_some()), "copied into cold");
+    // gets answers with cold's CAS, so a cas through the router works.
+    direct(&warm).set(b"g", b"x", 0, 0).unwrap();
+    let answer = router.raw(b"gets g\r\n", b"END\r\n");
+    let cas: u64 = answer.lines().next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(cas, direct(&cold).get(b"g").unwrap().unwrap().cas);
+    assert_eq!(c.cas(b"g", b"y", 0, 0, cas).unwrap(), shoal_client::Stored::Stored);
+    // A lease-get miss with a token is filled from warm with that token.
+    direct(&warm).set(b"l", b"leased", 0, 0).unwrap();
+    match c.lease_get(b"l", false).unwrap() {
+        shoal_client::Lease::Hit(item) => assert_eq!(item.value, b"leased"),
+        other => panic!("{other:?}"),
+    }
+    assert!(eventually(2, || direct(&cold).get(b"l").unwrap().is_some()), "lease-set into cold");
+    // Writes go to cold only.
+    c.set(b"only-cold", b"1", 0, 0).unwrap();
+    assert!(direct(&warm).get(b"only-cold").unwrap().is_none());
+}
+
+#[test]
+fn prefix_selector_modify_exptime_null_and_error_routes() {
+    let (a, b) = (Server::shoal("prefix-a", 0, &[]), Server::shoal("prefix-b", 0, &[]));
+    let config = format!(
+        r#"{{ "pools": {{ "a": {{ "servers": ["{}"] }}, "b": {{ "servers": ["{}"] }} }},
+             "route": {{ "type": "PrefixSelectorRoute",
+                         "policies": {{ "user:": {},
+                                        "user:vip:": {{ "type": "ModifyExptimeRoute", "exptime": 5, "target": {} }},
+                                        "void:": "NullRoute", "broken:": "ErrorRoute|maintenance" }},
+                         "wildcard": {} }} }}"#,
+        a.address(),
+        b.address(),
+        pool_route("a"),
+        pool_route("b"),
+        pool_route("b")
+    );
+    let router = Router::start("prefix", &config);
+    let mut c = router.client();
+    c.set(b"user:1", b"1", 0, 0).unwrap();
+    c.set(b"user:vip:1", b"1", 0, 0).unwrap();
+    c.set(b"other", b"1", 0, 0).unwrap();
+    assert!(direct(&a).get(b"user:1").unwrap().is_some());
+    assert!(
+        direct(&b).get(b"user:vip:1").unwrap().is_some() && direct(&a).get(b"user:vip:1").unwrap().is_none()
+    );
+    assert!(direct(&b).get(b"other").unwrap().is_some());
+    assert_eq!(b.raw(b"mg user:vip:1 t\r\n", b"\r\n"), b"HD t5\r\n", "ModifyExptimeRoute set the expiry");
+    assert_eq!(c.set(b"void:1", b"x", 0, 0).unwrap(), shoal_client::Stored::NotStored);
+    assert_eq!(c.get(b"void:1").unwrap(), None);
+    assert!(matches!(c.get(b"broken:1"), Err(shoal_client::Error::Server(m)) if m.contains("maintenance")));
+}
+
+#[test]
+fn reload_applies_a_good_file_and_keeps_serving_through_a_bad_one() {
+    let (a, b) = (Server::shoal("reload-a", 0, &[]), Server::shoal("reload-b", 0, &[]));
+    let config = |server: &Server| {
+        format!(
+            r#"{{ "pools": {{ "A": {{ "servers": ["{}"] }} }}, "route": {} }}"#,
+            server.address(),
+            pool_route("A")
+        )
+    };
+    let router = Router::start("reload", &config(&a));
+    let mut c = router.client();
+    c.set(b"k", b"on-a", 0, 0).unwrap();
+    assert!(direct(&a).get(b"k").unwrap().is_some());
+    router.rewrite(&config(&b));
+    assert!(eventually(5, || router.stat("config_reloads") == "1"), "reloaded");
+    c.set(b"k", b"on-b", 0, 0).unwrap();
+    assert_eq!(direct(&b).get(b"k").unwrap().unwrap().value, b"on-b");
+    router.rewrite(r#"{ "pools": {}, "route": { "type": "NoSuchRoute" } }"#);
+    assert!(eventually(5, || router.stat("config_reload_failures") == "1"), "the bad file is refused");
+    c.set(b"k2", b"still-b", 0, 0).unwrap();
+    assert_eq!(direct(&b).get(b"k2").unwrap().unwrap().value, b"still-b", "the last good config serves");
+}
+
+#[test]
+fn broadcast_deletes_are_spooled_and_survive_a_router_kill() {
+    let port = free_port();
+    let (east, west) = (Server::shoal("spool-east", 0, &[]), Server::shoal("spool-west", port, &[]));
+    let config = format!(
+        r#"{{ "pools": {{ "east": {{ "servers": ["{}"] }}, "west": {{ "servers": ["127.0.0.1:{port}"], "connect_timeout": 200 }} }},
+             "routes": [ {{ "aliases": ["/east/c/"], "route": {} }}, {{ "aliases": ["/west/c/"], "route": {} }} ] }}"#,
+        east.address(),
+        pool_route("east"),
+        pool_route("west")
+    );
+    let mut router = Router::start("spool", &config);
+    direct(&east).set(b"gone", b"1", 0, 0).unwrap();
+    drop(west);
+    let mut c = router.client();
+    for i in 0..20 {
+        c.delete(format!("/*/*/k{i}").as_bytes()).unwrap();
+    }
+    assert!(c.delete(b"/*/*/gone").unwrap(), "accepted once spooled");
+    assert!(eventually(3, || direct(&east).get(b"gone").unwrap().is_none()), "delivered to the live cluster");
+    assert!(eventually(3, || router.stat("spool_pending") == "21"), "the dead cluster's deletes wait");
+    router.kill();
+    let west = Server::shoal("spool-west-back", port, &[]);
+    direct(&west).set(b"gone", b"stale", 0, 0).unwrap();
+    let dir = router.dir.clone();
+    std::mem::forget(router); // the next router delivers the spool left in its directory
+    let router = Router::start_in(dir, free_port());
+    assert!(eventually(5, || direct(&west).get(b"gone").unwrap().is_none()), "replayed after the restart");
+    assert!(eventually(5, || router.stat("spool_pending") == "0"));
+}
+
+#[test]
+fn validate_names_what_is_unsupported_and_where() {
+    let dir = std::env::temp_dir().join(format!("shoal-router-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let check = |name: &str, config: &str| -> (bool, String) {
+        let path = dir.join(name);
+        std::fs::write(&path, config).unwrap();
+        let out = Command::new(shoal_bin()).args(["router", "--validate"]).arg(&path).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout),
+        )
+    };
+    let (ok, text) =
+        check("good.json", r#"{ "pools": { "A": { "servers": ["127.0.0.1:1"] } }, "route": "NullRoute", }"#);
+    assert!(ok, "{text}");
+    let (ok, text) = check(
+        "bad-handle.json",
+        r#"{ "pools": { "A": { "servers": ["127.0.0.1:1"] } },
+             "route": { "type": "FailoverRoute", "children": ["NullRoute", { "type": "ShadowRoute" }] } }"#,
+    );
+    assert!(!ok && text.contains("route.children[1].type") && text.contains("ShadowRoute"), "{text}");
+    let (ok, text) = check("bad-pool.json", r#"{ "route": "PoolRoute|missing" }"#);
+    assert!(!ok && text.contains("missing"), "{text}");
+    let (ok, text) =
+        check("bad-server.json", r#"{ "pools": { "A": { "servers": ["nope"] } }, "route": "NullRoute" }"#);
+    assert!(!ok && text.contains("pools.A.servers[0]"), "{text}");
+    let (ok, text) = check("not-json.json", "{ pools: ");
+    assert!(!ok && text.contains("not JSON"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
