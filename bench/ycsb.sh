@@ -67,12 +67,6 @@ fi
 out=target/bench/ycsb-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 
-pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
-if [ -z "$pg_bin" ]; then
-  say "installing PostgreSQL (Debian's postgresql package)"
-  apt-get install -y -q postgresql >&2
-  pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-fi
 command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
 cargo build --release --quiet -p shoal
 
@@ -80,28 +74,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$pg_dir"; }
 trap cleanup EXIT
-
-# PostgreSQL refuses to run as root: as root, run it as the postgres user the package made.
-pg_dir=$(mktemp -d /tmp/shoal-ycsb-pg.XXXXXX)
-as_pg=()
-if [ "$(id -u)" = 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system postgres
-  chown postgres "$pg_dir"
-  as_pg=(runuser -u postgres --)
-fi
-pg_port=$(free_port)
-"${as_pg[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U postgres >"$out/initdb.log" 2>&1
-taskset -c 0 "${as_pg[@]}" "$pg_bin/postgres" -D "$pg_dir/data" -k "$pg_dir" -h 127.0.0.1 -p "$pg_port" \
-  -c fsync=off -c synchronous_commit=off -c shared_buffers=512MB >"$out/postgres.log" 2>&1 &
-pids+=($!)
+PG_OPTIONS=()
+source bench/lib/postgres.sh
 shoal_port=$(free_port) memcached_port=$(free_port)
 as_root=(); [ "$(id -u)" = 0 ] && as_root=(-u root)
 taskset -c 0 target/release/shoal server -p "$shoal_port" -U 0 -l 127.0.0.1 -t 1 -m 1024 >"$out/shoal.log" 2>&1 &
 pids+=($!)
 taskset -c 0 memcached -p "$memcached_port" -U 0 -l 127.0.0.1 -t 1 -m 1024 "${as_root[@]}" >"$out/memcached.log" 2>&1 &
 pids+=($!)
-postgres="host=127.0.0.1 port=$pg_port user=postgres dbname=postgres"
-for _ in $(seq 100); do "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break; sleep 0.1; done
 
 ycsb() { taskset -c 1 target/release/shoal bench ycsb --postgres "$postgres" --records "$records" --json "$@"; }
 say "loading $records records into PostgreSQL"

@@ -259,8 +259,12 @@ fn fingerprint(path: &Path) -> Option<u64> {
 fn watch(path: &Path, settle: Duration, router: &Router) {
     use notify::Watcher;
     let (wake, woken) = std::sync::mpsc::channel();
-    let mut watcher = notify::recommended_watcher(move |_| {
-        let _ = wake.send(());
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Only changes: our own reads of the file raise access events, which would wake this
+        // loop to read the file again, for ever.
+        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = wake.send(());
+        }
     })
     .ok();
     if let (Some(w), Some(dir)) = (watcher.as_mut(), path.parent()) {

@@ -117,6 +117,9 @@ pub struct YcsbOptions {
     /// Delete a record from the cache when the datastore's copy changes.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub invalidate: bool,
+    /// Leave the cache as it is (by default a run starts by flushing it, cold).
+    #[arg(long)]
+    pub keep_cache: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -142,6 +145,12 @@ pub struct YcsbTally {
     pub read_latency: Histogram<u64>,
     /// See `read_latency`.
     pub write_latency: Histogram<u64>,
+    /// Cache requests that failed (a server down, a router's error): a failed read is a miss
+    /// (the look-aside client goes to the datastore), a failed fill or invalidation is dropped.
+    pub cache_errors: u64,
+    /// Datastore reads in each second since the measured operations began (the database's
+    /// read rate over time: what a cache failure does to it).
+    pub datastore_reads_per_second: Vec<u64>,
 }
 
 impl Default for YcsbTally {
@@ -156,6 +165,8 @@ impl Default for YcsbTally {
             cache_write_ns: 0,
             read_latency: histogram(),
             write_latency: histogram(),
+            cache_errors: 0,
+            datastore_reads_per_second: Vec::new(),
         }
     }
 }
@@ -170,6 +181,14 @@ impl YcsbTally {
         self.cache_write_ns += other.cache_write_ns;
         self.read_latency.add(&other.read_latency).expect("same histogram shape");
         self.write_latency.add(&other.write_latency).expect("same histogram shape");
+        self.cache_errors += other.cache_errors;
+        let timeline = &mut self.datastore_reads_per_second;
+        if timeline.len() < other.datastore_reads_per_second.len() {
+            timeline.resize(other.datastore_reads_per_second.len(), 0);
+        }
+        for (sum, n) in timeline.iter_mut().zip(&other.datastore_reads_per_second) {
+            *sum += n;
+        }
     }
 
     /// ATRL and its parts, in microseconds per read: (total, datastore, cache read, cache write).
@@ -246,7 +265,7 @@ pub fn run_ycsb(o: &YcsbOptions) -> Result<YcsbReport, String> {
         })?;
         bar.finish_and_clear();
     }
-    if let Some(client) = Cache::open(o)?.0.as_mut() {
+    if let (Some(client), false) = (Cache::open(o)?.0.as_mut(), o.keep_cache) {
         client.flush_all(None).map_err(|e| format!("flush_all on the cache: {e}"))?;
         // every run starts cold
     }
@@ -267,6 +286,7 @@ pub fn run_ycsb(o: &YcsbOptions) -> Result<YcsbReport, String> {
                         read_ratio,
                         rng: Rng::new(0x7c5b_0000 + i as u64),
                         version: 0,
+                        measured_since: None,
                     };
                     client.run(&bar)
                 })
@@ -305,6 +325,8 @@ struct ClientRun<'a> {
     rng: Rng,
     /// Counts this client's writes, so written records differ from loaded ones.
     version: u64,
+    /// When the measured operations began (for the datastore's reads per second).
+    measured_since: Option<Instant>,
 }
 
 impl ClientRun<'_> {
@@ -318,6 +340,7 @@ impl ClientRun<'_> {
         let mut tally = YcsbTally::default();
         let interval = Duration::from_secs_f64(1.0 / self.options.rate);
         let start = Instant::now();
+        self.measured_since = Some(start);
         let mut behind = 0;
         for n in 0..self.options.operations {
             let due = start + interval * n as u32;
@@ -353,7 +376,7 @@ impl ClientRun<'_> {
             let value = record(key.as_bytes(), self.version, self.options.record_size);
             self.datastore.write(key.as_bytes(), &value)?;
             if let (Some(cache), true) = (self.cache.0.as_mut(), self.options.invalidate) {
-                cache.delete(key.as_bytes()).map_err(|e| format!("cache delete: {e}"))?;
+                tally.cache_errors += u64::from(cache.delete(key.as_bytes()).is_err());
             }
             tally.writes += 1;
             record_latency(&mut tally.write_latency, from);
@@ -365,7 +388,10 @@ impl ClientRun<'_> {
     fn read(&mut self, key: &[u8], tally: &mut YcsbTally) -> Result<(), String> {
         if let Some(cache) = self.cache.0.as_mut() {
             let began = Instant::now();
-            let cached = cache.get(key).map_err(|e| format!("cache get: {e}"))?;
+            let cached = cache.get(key).unwrap_or_else(|_| {
+                tally.cache_errors += 1;
+                None
+            });
             tally.cache_read_ns += began.elapsed().as_nanos() as u64;
             if cached.is_some() {
                 tally.hits += 1;
@@ -377,9 +403,17 @@ impl ClientRun<'_> {
             format!("record {} is not in the datastore: load it first (--load)", String::from_utf8_lossy(key))
         })?;
         tally.datastore_read_ns += began.elapsed().as_nanos() as u64;
+        if let Some(since) = self.measured_since {
+            let second = since.elapsed().as_secs() as usize;
+            let timeline = &mut tally.datastore_reads_per_second;
+            if timeline.len() <= second {
+                timeline.resize(second + 1, 0);
+            }
+            timeline[second] += 1;
+        }
         if let Some(cache) = self.cache.0.as_mut() {
             let began = Instant::now();
-            cache.set(key, &value, 0, self.options.ttl).map_err(|e| format!("cache set: {e}"))?;
+            tally.cache_errors += u64::from(cache.set(key, &value, 0, self.options.ttl).is_err());
             tally.cache_write_ns += began.elapsed().as_nanos() as u64;
         }
         Ok(())
@@ -411,6 +445,8 @@ impl YcsbReport {
             "read_latency_us": LatencySummary::of(&t.read_latency).to_json(),
             "write_latency_us": LatencySummary::of(&t.write_latency).to_json(),
             "behind_schedule": self.behind_schedule,
+            "cache_errors": t.cache_errors,
+            "datastore_reads_per_second": t.datastore_reads_per_second,
         })
     }
 }
@@ -453,6 +489,20 @@ impl fmt::Display for YcsbReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timelines_and_errors_add_up_across_clients() {
+        let mut a =
+            YcsbTally { datastore_reads_per_second: vec![1, 2], cache_errors: 3, ..YcsbTally::default() };
+        let b = YcsbTally {
+            datastore_reads_per_second: vec![10, 20, 30],
+            cache_errors: 1,
+            ..YcsbTally::default()
+        };
+        a.merge(&b);
+        assert_eq!(a.datastore_reads_per_second, vec![11, 22, 30]);
+        assert_eq!(a.cache_errors, 4);
+    }
 
     #[test]
     fn atrl_is_all_read_time_over_reads() {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Facebook's Gutter experiment (Scaling Memcache §3.3) through `shoal router`: a look-aside
+# workload (`shoal bench ycsb`, read-heavy, over PostgreSQL) reads through a router in front
+# of 4 `shoal server`s; one of them is killed (-9) for KILL_SECS and then restarted empty. Run
+# twice: with a 1-server Gutter pool (FailoverWithExptimeRoute, failover_exptime 10) and
+# without one. Prints the database's read rate before and during the outage for both, and draws
+# both timelines into docs/gutter.png (bench/gutter-plot.py).
+#   KILL_AT    seconds into the measured run when the server is killed (default 30)
+#   KILL_SECS  how long it stays down (default 60)
+#   AFTER      seconds measured after it returns (default 20)
+#   RATE       operations per second per client, 3 clients (default 1000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kill_at=${KILL_AT:-30} kill_secs=${KILL_SECS:-60} after=${AFTER:-20} rate=${RATE:-1000}
+records=100000
+out=target/bench/gutter-$(date -u +%Y%m%dT%H%M%SZ)
+say() { printf '%s\n' "$*" >&2; }
+mkdir -p "$out"
+command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
+python3 -c 'import matplotlib' 2>/dev/null ||
+  python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
+cargo build --release --quiet -p shoal
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$pg_dir"; }
+trap cleanup EXIT
+PG_OPTIONS=()
+source bench/lib/postgres.sh
+
+ports=() backends=()
+start_backend() { # start_backend I: (re)starts backend I on its port, empty
+  taskset -c 0 target/release/shoal server -p "${ports[$1]}" -U 0 -l 127.0.0.1 -t 1 -m 256 >>"$out/shoal-$1.log" 2>&1 &
+  backend_pid[$1]=$!
+  pids+=($!)
+}
+declare -a backend_pid
+for i in 0 1 2 3; do ports+=("$(free_port)"); backends+=("\"127.0.0.1:${ports[$i]}\""); start_backend "$i"; done
+gutter_port=$(free_port)
+taskset -c 0 target/release/shoal server -p "$gutter_port" -U 0 -l 127.0.0.1 -t 1 -m 256 >"$out/gutter.log" 2>&1 &
+pids+=($!)
+list=$(IFS=,; echo "${backends[*]}")
+main_pool="{ \"servers\": [$list], \"server_timeout\": 200, \"connect_timeout\": 200 }"
+normal='{ "type": "PoolRoute", "pool": "main", "hash": "jump" }'
+echo "{ \"pools\": { \"main\": $main_pool, \"gutter\": { \"servers\": [\"127.0.0.1:$gutter_port\"] } },
+  \"route\": { \"type\": \"FailoverWithExptimeRoute\", \"normal\": $normal,
+               \"failover\": { \"type\": \"PoolRoute\", \"pool\": \"gutter\", \"hash\": \"jump\" },
+               \"failover_exptime\": 10 } }" >"$out/with-gutter.json"
+echo "{ \"pools\": { \"main\": $main_pool }, \"route\": $normal }" >"$out/without-gutter.json"
+sleep 1
+
+ycsb() { taskset -c 1 target/release/shoal bench ycsb --postgres "$postgres" --records "$records" --json "$@"; }
+say "loading $records records into PostgreSQL"
+ycsb --load --cache none --operations 1 >/dev/null
+
+operations=$(( (kill_at + kill_secs + after) * rate ))  # per client
+for run in with-gutter without-gutter; do
+  port=$(free_port)
+  taskset -c 0 target/release/shoal router -f "$out/$run.json" -p "$port" -l 127.0.0.1 -t 1 \
+    --spool-dir "$out/spool-$run" >"$out/router-$run.log" 2>&1 &
+  router=$!; pids+=($router)
+  sleep 0.5
+  say "$run: warming the cache up, then $((operations / rate)) s measured; server 0 down from ${kill_at} s for ${kill_secs} s"
+  ycsb --workload read-heavy --cache tcp --cache-server "127.0.0.1:$port" --clients 3 --rate 100000 \
+    --operations 40000 --warmup 0 >/dev/null
+  ycsb --workload read-heavy --cache tcp --cache-server "127.0.0.1:$port" --clients 3 --rate "$rate" \
+    --operations "$operations" --warmup 0 --keep-cache --label "$run" >"$out/$run.ycsb.json" &
+  load=$!
+  sleep "$kill_at"
+  kill -9 "${backend_pid[0]}"
+  sleep "$kill_secs"
+  start_backend 0
+  wait "$load"
+  kill "$router"
+done
+
+{
+  echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty): read-heavy YCSB over"
+  echo "PostgreSQL, $records records, 3 clients × $rate ops/s through \`shoal router -t 1\` to 4 \`shoal server\`s;"
+  echo "server 0 killed -9 at ${kill_at} s for ${kill_secs} s; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo
+  echo "| run | hit rate | DB reads/s before | DB reads/s during outage | rise | rise ÷ killed server's former hits/s |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  for run in with-gutter without-gutter; do
+    jq -r --argjson at "$kill_at" --argjson secs "$kill_secs" --argjson rate "$rate" '
+      .datastore_reads_per_second as $t
+      | ($t[($at - 20):($at - 2)] | add / length) as $before
+      | ($t[($at + 5):($at + $secs - 2)] | add / length) as $during
+      | ($rate * 3 * 0.95 - $before) as $hits | ($hits / 4) as $killed
+      | "| \(.cache) | \(.hit_rate * 1000 | round / 1000) | \($before | round) | \($during | round) | \($during - $before | round) | \(($during - $before) / $killed * 100 | round) % |"' \
+      "$out/$run.ycsb.json"
+  done
+  echo
+  echo "The killed server's former hits/s are estimated as a quarter of all reads that hit before"
+  echo "the outage (reads are 95 % of operations). Reports and the plot's data: \`$out/\`"
+} | tee "$out/table.md"
+python3 bench/gutter-plot.py "$out" docs/gutter.png "$kill_at" "$kill_secs" >&2
