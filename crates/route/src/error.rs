@@ -15,6 +15,9 @@ pub enum Error {
     UnknownHashing(String),
     /// More servers than the scheme supports.
     TooManyServers { hashing: &'static str, servers: usize, max: usize },
+    /// A weight the scheme cannot place as its tool would (say, a fraction where the tool
+    /// reads whole numbers).
+    UnsupportedWeight { hashing: &'static str, server: String, weight: f64, why: &'static str },
     /// The same server named twice in a pool.
     DuplicateServer(String),
     /// A key the text protocol cannot carry.
@@ -42,6 +45,9 @@ impl fmt::Display for Error {
             }
             Error::TooManyServers { hashing, servers, max } => {
                 write!(f, "{hashing} supports at most {max} servers, the pool has {servers}")
+            }
+            Error::UnsupportedWeight { hashing, server, weight, why } => {
+                write!(f, "server {server:?} has weight {weight} that {hashing} cannot use: {why}")
             }
             Error::DuplicateServer(s) => write!(f, "server {s:?} is named twice in the pool"),
             Error::BadKey { key, why } => write!(f, "key {:?} {why}", String::from_utf8_lossy(key)),

@@ -5,8 +5,11 @@
 //! exactly as that tool does.
 
 use crate::error::{Error, Result};
+use crate::furc::{Ch3Ring, MAX_POOL};
 use crate::jump::jump;
+use crate::ketama::KetamaRing;
 use crate::prefix::hash_part;
+use crate::pymemcache::PymemcacheRing;
 use crate::server::Server;
 use std::fmt;
 use xxhash_rust::xxh3::xxh3_64;
@@ -123,6 +126,13 @@ impl Placement {
             Hashing::Jump | Hashing::MemcachedProxy => Box::new(JumpRing { servers: servers.len() as u32 }),
             Hashing::Rendezvous => Box::new(RendezvousRing::new(&servers)),
             Hashing::Modulo => Box::new(ModuloRing { servers: servers.len() as u64 }),
+            Hashing::KetamaWeighted => Box::new(KetamaRing::weighted(&servers)?),
+            Hashing::Ketama => Box::new(KetamaRing::unweighted(&servers)),
+            Hashing::Pymemcache => Box::new(PymemcacheRing::new(&servers)),
+            Hashing::Ch3 if servers.len() > MAX_POOL => {
+                return Err(Error::TooManyServers { hashing: "ch3", servers: servers.len(), max: MAX_POOL })
+            }
+            Hashing::Ch3 => Box::new(Ch3Ring { servers: servers.len() as u32 }),
             other => return Err(Error::UnknownHashing(format!("{other} (not built yet)"))),
         };
         Ok(Placement { hashing, servers, ring })
