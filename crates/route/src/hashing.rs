@@ -127,7 +127,7 @@ impl Placement {
             Hashing::Rendezvous => Box::new(RendezvousRing::new(&servers)),
             Hashing::Modulo => Box::new(ModuloRing { servers: servers.len() as u64 }),
             Hashing::KetamaWeighted => Box::new(KetamaRing::weighted(&servers)?),
-            Hashing::Ketama => Box::new(KetamaRing::unweighted(&servers)),
+            Hashing::Ketama => Box::new(KetamaRing::unweighted(&servers)?),
             Hashing::Pymemcache => Box::new(PymemcacheRing::new(&servers)),
             Hashing::Ch3 if servers.len() > MAX_POOL => {
                 return Err(Error::TooManyServers { hashing: "ch3", servers: servers.len(), max: MAX_POOL })

@@ -66,16 +66,26 @@ impl KetamaRing {
 
     /// libmemcached's `MEMCACHED_BEHAVIOR_KETAMA` with its default hash (pylibmc
     /// `{"ketama": True}` leaves `hash` at `default`): 100 points per server, each the
-    /// one-at-a-time hash of its point name; keys hashed by one-at-a-time. Weights are ignored,
-    /// as libmemcached ignores them for this distribution.
-    pub(crate) fn unweighted(servers: &[Server]) -> KetamaRing {
+    /// one-at-a-time hash of its point name; keys hashed by one-at-a-time. A weight other than
+    /// 1 is refused: libmemcached switches to a weighted continuum when a server of weight
+    /// above 1 joins a consistent pool, and pylibmc aborts on such a pool (`realloc(): invalid
+    /// old size`), so there is no one placement to match.
+    pub(crate) fn unweighted(servers: &[Server]) -> Result<KetamaRing> {
+        if let Some(s) = servers.iter().find(|s| s.weight != 1.0) {
+            return Err(Error::UnsupportedWeight {
+                hashing: "ketama",
+                server: s.address.clone(),
+                weight: s.weight,
+                why: "libmemcached's unweighted ketama has no weights (use ketama_weighted)",
+            });
+        }
         let mut points = Vec::with_capacity(servers.len() * POINTS_PER_SERVER as usize);
         for (index, server) in servers.iter().enumerate() {
             for i in 0..POINTS_PER_SERVER {
                 points.push((one_at_a_time(point_name(server, i).as_bytes()), index as u32));
             }
         }
-        KetamaRing::sorted(points, one_at_a_time)
+        Ok(KetamaRing::sorted(points, one_at_a_time))
     }
 
     fn sorted(mut points: Vec<(u32, u32)>, key_hash: fn(&[u8]) -> u32) -> KetamaRing {

@@ -9,6 +9,7 @@
 
 mod bench;
 mod region_cmd;
+mod route_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
     Bench(shoal_bench::BenchArgs),
     /// Route memcached requests to pools of servers, as mcrouter does (its JSON config).
     Router(shoal_router::RouterArgs),
+    /// Ask the routing core which server of a pool owns a key (`shoal route owner`).
+    Route(route_cmd::RouteArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Region(args) => region_cmd::run(args),
         Command::Bench(args) => shoal_bench::run(args),
         Command::Router(args) => shoal_router::run(args),
+        Command::Route(args) => route_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
