@@ -106,3 +106,48 @@ impl Ring for Ch3Ring {
         furc_hash(hash_key, self.servers) as usize
     }
 }
+
+/// `kHashSeed` of mcrouter's `WeightedCh3HashFunc::hash`.
+const WEIGHTED_SEED: u32 = 0xface_2014;
+/// `kNumTries` of mcrouter's `WeightedChHashFuncBase`.
+const WEIGHTED_TRIES: u32 = 32;
+
+/// mcrouter's `WeightedCh3HashFunc::hash` (`mcrouter/lib/WeightedCh3HashFunc.cpp`): the Ch3
+/// bucket of `key` is kept when SpookyHash V2 `Hash32(key, 0xface2014)` is below the bucket's
+/// weight (in [0, 1]) times `u32::MAX`; otherwise the key is salted with a counter's decimal
+/// digits, lowest first, and hashed again, 32 times at most, the last bucket winning.
+pub fn weighted_ch3(key: &[u8], weights: &[f64]) -> u32 {
+    let n = weights.len() as u32;
+    let mut salted = key.to_vec();
+    let mut index = 0;
+    for salt in 0..WEIGHTED_TRIES {
+        index = furc_hash(&salted, n);
+        let p = u64::from(crate::spooky::hash32(&salted, WEIGHTED_SEED));
+        let w = (weights[index as usize] * f64::from(u32::MAX)) as u64;
+        if p < w {
+            return index;
+        }
+        salted.truncate(key.len());
+        let mut s = salt;
+        loop {
+            salted.push(b'0' + (s % 10) as u8);
+            s /= 10;
+            if s == 0 {
+                break;
+            }
+        }
+    }
+    index
+}
+
+/// mcrouter's `WeightedCh3HashFunc` over servers weighted in (0, 1].
+#[derive(Debug)]
+pub(crate) struct WeightedCh3Ring {
+    pub(crate) weights: Vec<f64>,
+}
+
+impl Ring for WeightedCh3Ring {
+    fn owner(&self, hash_key: &[u8]) -> usize {
+        weighted_ch3(hash_key, &self.weights) as usize
+    }
+}

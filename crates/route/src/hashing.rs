@@ -5,7 +5,7 @@
 //! exactly as that tool does.
 
 use crate::error::{Error, Result};
-use crate::furc::{Ch3Ring, MAX_POOL};
+use crate::furc::{Ch3Ring, WeightedCh3Ring, MAX_POOL};
 use crate::jump::jump;
 use crate::ketama::KetamaRing;
 use crate::prefix::hash_part;
@@ -129,10 +129,25 @@ impl Placement {
             Hashing::KetamaWeighted => Box::new(KetamaRing::weighted(&servers)?),
             Hashing::Ketama => Box::new(KetamaRing::unweighted(&servers)?),
             Hashing::Pymemcache => Box::new(PymemcacheRing::new(&servers)),
-            Hashing::Ch3 if servers.len() > MAX_POOL => {
-                return Err(Error::TooManyServers { hashing: "ch3", servers: servers.len(), max: MAX_POOL })
+            Hashing::Ch3 | Hashing::WeightedCh3 if servers.len() > MAX_POOL => {
+                return Err(Error::TooManyServers {
+                    hashing: hashing.name(),
+                    servers: servers.len(),
+                    max: MAX_POOL,
+                });
             }
             Hashing::Ch3 => Box::new(Ch3Ring { servers: servers.len() as u32 }),
+            Hashing::WeightedCh3 => {
+                if let Some(s) = servers.iter().find(|s| s.weight > 1.0) {
+                    return Err(Error::UnsupportedWeight {
+                        hashing: "weighted_ch3",
+                        server: s.address.clone(),
+                        weight: s.weight,
+                        why: "mcrouter's WeightedCh3 weights are in (0, 1]",
+                    });
+                }
+                Box::new(WeightedCh3Ring { weights: servers.iter().map(|s| s.weight).collect() })
+            }
             other => return Err(Error::UnknownHashing(format!("{other} (not built yet)"))),
         };
         Ok(Placement { hashing, servers, ring })

@@ -26,6 +26,7 @@ mod ketama;
 pub mod prefix;
 pub mod pymemcache;
 mod server;
+pub mod spooky;
 
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};

@@ -23,8 +23,8 @@ enum RouteCommand {
 
 #[derive(Args)]
 struct OwnerArgs {
-    /// The hashing scheme: ketama_weighted, ketama, pymemcache, memcached_proxy, ch3, jump,
-    /// rendezvous, modulo.
+    /// The hashing scheme: ketama_weighted (also twemproxy's md5 ketama), ketama, pymemcache,
+    /// memcached_proxy, ch3, weighted_ch3, jump, rendezvous, modulo.
     #[arg(long)]
     hashing: String,
     /// A server of the pool, in the pool's order: host:port, host:port:weight or a unix path.
