@@ -27,7 +27,7 @@ fn weights(text: &str) -> Vec<f64> {
     for item in text.split(',') {
         let (w, count) = item.split_once('*').unwrap_or((item, "1"));
         let (w, count): (f64, usize) = (w.parse().expect("weight"), count.parse().expect("count"));
-        out.extend(std::iter::repeat(w).take(count));
+        out.resize(out.len() + count, w);
     }
     out
 }
