@@ -9,6 +9,7 @@ A server set with port 11211 (which libmemcached and twemproxy leave out of poin
 127.0.0.1:11211 only when it is free; otherwise that set is skipped, saying why.
 """
 
+import json
 import random
 import socket
 import subprocess
@@ -174,9 +175,13 @@ def test_pymemcache(pool):
     assert_same("pymemcache HashClient", "pymemcache", specs, servers, [k.encode() for k in keys])
 
 
-@pytest.fixture
-def nutcracker(pool, tmp_path):
+@pytest.fixture(params=["addresses", "named"])
+def nutcracker(request, pool, tmp_path):
+    """nutcracker over the pool, its servers given as `host:port:weight` or, named, as
+    `host:port:weight name` (twemproxy then names ketama points by the name)."""
     servers, specs = pool
+    if request.param == "named":
+        specs = [f"{spec} cache-{i}" for i, spec in enumerate(specs)]
     listen = free_port()
     conf = tmp_path / "nutcracker.yml"
     conf.write_text(
@@ -200,15 +205,16 @@ def nutcracker(pool, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "nutcracker did not listen within 10 s"
                 time.sleep(0.05)
-        yield listen
+        yield listen, specs
     finally:
         proxy.kill()
         proxy.wait()
 
 
 def test_twemproxy(pool, nutcracker):
-    servers, specs = pool
-    keys = [as_bytes(k) for k in make_keys("twemproxy:", KEYS)]
+    servers, _ = pool
+    nutcracker, specs = nutcracker
+    keys = [as_bytes(k) for k in make_keys(f"twemproxy-{len(specs[0].split())}:", KEYS)]
     with socket.create_connection(("127.0.0.1", nutcracker), timeout=10) as sock:
         for i in range(0, len(keys), 200):
             batch = keys[i:i + 200]
@@ -221,3 +227,31 @@ def test_twemproxy(pool, nutcracker):
                 data += chunk
             assert data == b"STORED\r\n" * len(batch), data[:200]
     assert_same("nutcracker (hash: md5, distribution: ketama)", "ketama_weighted", specs, servers, keys)
+
+
+@pytest.mark.parametrize("hashing,servers,keys,names", [
+    ("crc32", ["127.0.0.1:1"], ["k"], ['"crc32"']),
+    ("ketama_weighted", ["127.0.0.1:1", "nonsense"], ["k"], ['"nonsense"']),
+    ("ketama_weighted", ["127.0.0.1:1:1.5", "127.0.0.1:2"], ["k"], ['"127.0.0.1:1"', "1.5"]),
+    ("ketama", ["127.0.0.1:1:2", "127.0.0.1:2"], ["k"], ['"127.0.0.1:1"', "weight 2"]),
+    ("pymemcache", ["127.0.0.1:1 cache-a", "127.0.0.1:2"], ["k"], ['"127.0.0.1:1"', "name"]),
+    ("weighted_ch3", ["127.0.0.1:1:3", "127.0.0.1:2"], ["k"], ['"127.0.0.1:1"', "(0, 1]"]),
+    ("ch3", ["127.0.0.1:1", "127.0.0.1:1"], ["k"], ['"127.0.0.1:1"', "twice"]),
+    ("ch3", ["127.0.0.1:1"], ["a b"], ['"a b"']),
+])
+def test_cli_refuses_bad_input_naming_it(hashing, servers, keys, names):
+    argv = [str(SHOAL), "route", "owner", "--hashing", hashing]
+    for spec in servers:
+        argv += ["--server", spec]
+    out = subprocess.run(argv + keys, capture_output=True, text=True)
+    assert out.returncode != 0 and not out.stdout, out
+    for name in names:
+        assert name in out.stderr, out.stderr
+
+
+def test_cli_json_and_arguments():
+    argv = [str(SHOAL), "route", "owner", "--hashing", "ch3", "--server", "h:1", "--server", "h:2"]
+    lines = subprocess.run(argv + ["a", "b", "c"], capture_output=True, text=True, check=True).stdout
+    js = subprocess.run(argv + ["--json"], input="a\nb\r\nc\n", capture_output=True, text=True, check=True)
+    assert json.loads(js.stdout) == lines.split()
+    assert set(lines.split()) <= {"h:1", "h:2"} and len(lines.split()) == 3

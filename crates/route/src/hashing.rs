@@ -122,6 +122,11 @@ impl Placement {
                 return Err(Error::DuplicateServer(s.address.clone()));
             }
         }
+        if hashing != Hashing::KetamaWeighted {
+            if let Some(s) = servers.iter().find(|s| s.name.is_some()) {
+                return Err(Error::NamedServer { hashing: hashing.name(), server: s.address.clone() });
+            }
+        }
         let ring: Box<dyn Ring> = match hashing {
             Hashing::Jump | Hashing::MemcachedProxy => Box::new(JumpRing { servers: servers.len() as u32 }),
             Hashing::Rendezvous => Box::new(RendezvousRing::new(&servers)),

@@ -17,6 +17,9 @@ const POINTS_PER_SERVER: u32 = 100;
 /// `MEMCACHED_POINTS_PER_SERVER_KETAMA` (twemproxy's `KETAMA_POINTS_PER_SERVER`): points per
 /// server of the weighted continuum at the average weight.
 const POINTS_PER_SERVER_KETAMA: f32 = 160.0;
+/// The longest twemproxy server name whose point names (`name-<i>`, `i` below 100000) fit its
+/// 86-byte buffer with the terminating NUL.
+const MAX_NAME: usize = 79;
 /// libmemcached's `MEMCACHED_DEFAULT_PORT`, left out of point names.
 const DEFAULT_PORT: u16 = 11211;
 
@@ -42,6 +45,15 @@ impl KetamaRing {
                     weight: s.weight,
                     why: "libmemcached and twemproxy take whole-number weights",
                 });
+            }
+            // twemproxy formats point names into 86 bytes (`KETAMA_MAX_HOSTLEN`) and hashes
+            // past the end of longer ones: there is nothing to match.
+            if s.name.as_ref().is_some_and(|n| n.len() > MAX_NAME) {
+                return Err(Error::BadServer(format!(
+                    "{} {}: a twemproxy server name is at most {MAX_NAME} bytes",
+                    s.address,
+                    s.name.as_deref().unwrap_or_default()
+                )));
             }
             weights.push(s.weight as u64);
         }
@@ -102,9 +114,12 @@ impl Ring for KetamaRing {
     }
 }
 
-/// The name of a server's `i`th point: `host-i` on port 11211, `host:port-i` otherwise.
+/// The name of a server's `i`th point: `name-i` for a server named as in twemproxy's
+/// `host:port:weight name`, else `host-i` on port 11211 and `host:port-i` otherwise.
 fn point_name(server: &Server, i: u32) -> String {
-    if server.port == DEFAULT_PORT {
+    if let Some(name) = &server.name {
+        format!("{name}-{i}")
+    } else if server.port == DEFAULT_PORT {
         format!("{}-{i}", server.host)
     } else {
         format!("{}:{}-{i}", server.host, server.port)
@@ -139,6 +154,7 @@ mod tests {
     fn point_names_leave_out_the_default_port() {
         assert_eq!(point_name(&Server::tcp("10.0.0.1", 11211), 3), "10.0.0.1-3");
         assert_eq!(point_name(&Server::tcp("10.0.0.1", 11212), 0), "10.0.0.1:11212-0");
+        assert_eq!(point_name(&Server::parse("10.0.0.1:11211:1 cache-a").unwrap(), 7), "cache-a-7");
     }
 
     #[test]

@@ -18,7 +18,9 @@ impl PymemcacheRing {
     /// The ring over `servers` named as pymemcache names them. Weights are ignored: pymemcache
     /// has none.
     pub(crate) fn new(servers: &[Server]) -> PymemcacheRing {
-        PymemcacheRing { names: servers.iter().map(|s| format!("{}:{}", s.host, s.port)).collect() }
+        // A unix socket is named by its path (`normalize_server_spec` keeps it as a string).
+        let name = |s: &Server| if s.port == 0 { s.host.clone() } else { format!("{}:{}", s.host, s.port) };
+        PymemcacheRing { names: servers.iter().map(name).collect() }
     }
 }
 
