@@ -128,6 +128,8 @@ def pool(request):
     for port, _ in layout:
         if port is not None:
             with socket.socket() as probe:
+                # As memcached binds: TIME-WAIT leftovers do not make the port taken.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     probe.bind(("127.0.0.1", port))
                 except OSError as e:
