@@ -19,7 +19,9 @@ use xxhash_rust::xxh3::xxh3_64;
 pub enum Hashing {
     /// libmemcached's `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` (pylibmc `ketama_weighted`): 160
     /// points per server scaled by weight, four per md5 digest; twemproxy's `hash: md5` +
-    /// `distribution: ketama` and last.fm's libketama place keys the same way.
+    /// `distribution: ketama` places keys the same way, and names points by a server's name
+    /// when it has one (`host:port:weight name`). last.fm's libketama always names points
+    /// `host:port-i`: write its servers as `host:port:weight host:port` to match it.
     KetamaWeighted,
     /// libmemcached's `MEMCACHED_BEHAVIOR_KETAMA` (pylibmc `ketama`): 100 points per server,
     /// one per digest of the configured key hash.
@@ -184,7 +186,10 @@ impl Placement {
     }
 }
 
-/// Jump hash over XXH3-64 (seed 0): memcached's proxy default and Shoal's `jump`.
+/// Jump hash over XXH3-64 (seed 0): memcached's proxy default and Shoal's `jump`. memcached's
+/// proxy hashes a key with `XXH3_64bits_withSeed(key, len, 0)` when its pool has no `seed`
+/// (`proxy_xxhash.c`, `mcplib_pool` in `proxy_lua.c`) and picks a backend with the same jump
+/// loop (`proxy_jump_hash.c`, memcached 2d51e36).
 #[derive(Debug)]
 struct JumpRing {
     servers: u32,
