@@ -22,6 +22,10 @@ step "client reads: shared memory vs TCP (issue #4)"
 bench/client-latency.sh | bench/rewrite-doc.sh client-latency
 step "leases against the thundering herd (issue #6)"
 bench/leases-herd.sh --rounds 2 | bench/rewrite-doc.sh leases
+step "pool multiget across 8 servers (issue #13)"
+bench/pool.sh | bench/rewrite-doc.sh pool
+step "shoal router vs twemproxy (issue #14)"
+bench/router-vs-twemproxy.sh | bench/rewrite-doc.sh router
 step "YCSB over PostgreSQL: ATRL (issue #5)"
 bench/ycsb.sh "${full[@]}" | bench/rewrite-doc.sh ycsb
 step "done: git diff docs/ shows what moved"

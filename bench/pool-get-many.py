@@ -51,6 +51,7 @@ def main():
     parser.add_argument("--keys", type=int, default=100, help="keys per get_many")
     parser.add_argument("--size", type=int, default=100, help="value bytes")
     parser.add_argument("--requests", type=int, default=5000, help="timed calls per row")
+    parser.add_argument("--hashing", default="ketama_weighted", help="the shoal pool's hashing")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     servers = args.servers.split(",")
@@ -58,13 +59,13 @@ def main():
     keys = [f"bench:pool:{i}" for i in range(args.keys)]
     value = b"v" * args.size
 
-    local = shoal.Client(servers=servers, hashing="ketama_weighted")
+    local = shoal.Client(servers=servers, hashing=args.hashing)
     local.set_many({k: value for k in keys})
     local.get_many(keys)
     if len(local.local_servers()) != len(servers):
         sys.exit("not every server offers shared memory to this process: run the shoal servers on this host")
     clients = [
-        ("shoal (TCP)", shoal.Client(servers=servers, hashing="ketama_weighted", local=False)),
+        ("shoal (TCP)", shoal.Client(servers=servers, hashing=args.hashing, local=False)),
         ("pymemcache HashClient", HashClient(pairs, no_delay=True)),
         ("pylibmc (libmemcached, ketama_weighted)",
          pylibmc.Client(servers, behaviors={"ketama_weighted": True, "tcp_nodelay": True})),

@@ -35,7 +35,7 @@ pub mod latency;
 pub mod load;
 pub mod pin;
 pub mod pool;
-mod progress;
+pub mod progress;
 pub mod protocol;
 pub mod random;
 pub mod shm_load;

@@ -46,6 +46,8 @@ pub use expiry::absolute_expiry;
 #[cfg(not(loom))]
 pub use layout::{Layout, Marks};
 #[cfg(not(loom))]
+pub use mapping::Mapping;
+#[cfg(not(loom))]
 pub use reader::Reader;
 #[cfg(not(loom))]
 pub use region::{ItemInfo, Lookup, ValueSink};

@@ -12,8 +12,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// A shared mapping of a whole region file, writable or read-only.
-pub(crate) struct Mapping {
+/// A shared mapping of a whole region file, writable or read-only. Public so that other
+/// shared-memory parts of Shoal (the MapReduce job region) map their files with the same
+/// bounds-checked, atomics-only accessors instead of a copy of them.
+pub struct Mapping {
     base: *mut u8,
     len: usize,
     writable: bool,
@@ -32,7 +34,7 @@ impl Mapping {
     /// Maps `len` bytes of `file` with `MAP_SHARED`, `PROT_READ` and, if `writable`,
     /// `PROT_WRITE`. A read-only mapping must come from a file opened read-only for the
     /// guarantee that readers never write to mean anything.
-    pub(crate) fn map(file: File, len: usize, writable: bool) -> io::Result<Mapping> {
+    pub fn map(file: File, len: usize, writable: bool) -> io::Result<Mapping> {
         if len == 0 || !len.is_multiple_of(8) {
             // Word-wise copies rely on the mapping being a whole number of words.
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "region size is not a multiple of 8"));
@@ -48,6 +50,12 @@ impl Mapping {
         Ok(Mapping { base: base.cast(), len, writable, _file: file })
     }
 
+    /// Bytes mapped.
+    #[inline]
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
     /// Panics unless `[off, off + n)` lies inside the mapping and `off` is `align`-aligned.
     #[inline]
     fn check(&self, off: usize, n: usize, align: usize) {
@@ -60,7 +68,7 @@ impl Mapping {
 
     /// The 64-bit atomic at `off` (8-aligned, in bounds).
     #[inline]
-    pub(crate) fn u64_at(&self, off: usize) -> &AtomicU64 {
+    pub fn u64_at(&self, off: usize) -> &AtomicU64 {
         self.check(off, 8, 8);
         // SAFETY: in bounds and 8-aligned (checked; the base is page-aligned); the memory is
         // mapped for as long as `self` lives and AtomicU64 has no invalid bit patterns.
@@ -69,7 +77,7 @@ impl Mapping {
 
     /// The 32-bit atomic at `off` (4-aligned, in bounds).
     #[inline]
-    pub(crate) fn u32_at(&self, off: usize) -> &AtomicU32 {
+    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
         self.check(off, 4, 4);
         // SAFETY: as in `u64_at`, for 4 bytes at 4-byte alignment.
         unsafe { &*self.base.add(off).cast::<AtomicU32>() }
@@ -81,7 +89,7 @@ impl Mapping {
     /// `T` must be `repr(C)`, consist only of atomic integers and padding-free arrays of them
     /// (every bit pattern valid, interior mutability only), and have alignment ≤ 4096.
     #[inline]
-    pub(crate) unsafe fn atomics_at<T>(&self, off: usize) -> &T {
+    pub unsafe fn atomics_at<T>(&self, off: usize) -> &T {
         self.check(off, std::mem::size_of::<T>(), std::mem::align_of::<T>());
         // SAFETY: bounds and alignment checked above; the caller guarantees every bit pattern
         // is a valid `T` and that `T` only allows atomic access.
@@ -112,7 +120,7 @@ impl Mapping {
     /// Copies `dst.len()` bytes starting at `off` out of the region: a partial first word,
     /// whole words, a partial last word.
     #[inline]
-    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) {
+    pub fn read(&self, off: usize, dst: &mut [u8]) {
         if dst.is_empty() {
             return;
         }
@@ -144,7 +152,7 @@ impl Mapping {
     /// Appends the `len` bytes at `off` to `dst`, as [`Mapping::read`] would copy them (a
     /// racing writer may leave a mix of old and new bytes: the caller validates).
     #[inline]
-    pub(crate) fn read_append(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
+    pub fn read_append(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
         #[cfg(target_arch = "x86_64")]
         if len >= STRING_COPY_MIN {
             self.check(off, len, 1);
@@ -180,7 +188,7 @@ impl Mapping {
     /// has reserved: no other writer touches those words, though readers may be copying them,
     /// so the partial first and last words are read, merged and stored whole.
     #[inline]
-    pub(crate) fn write(&self, off: usize, src: &[u8]) {
+    pub fn write(&self, off: usize, src: &[u8]) {
         if src.is_empty() {
             return;
         }

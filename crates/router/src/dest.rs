@@ -89,6 +89,9 @@ impl Shared {
     /// The health of `address` (created healthy on first use).
     pub fn health(&self, address: &str) -> Arc<Health> {
         let mut map = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(health) = map.get(address) {
+            return health.clone();
+        }
         map.entry(address.to_string()).or_default().clone()
     }
 
@@ -108,10 +111,12 @@ struct Job {
     answer: oneshot::Sender<Result<Vec<u8>, (ErrorKind, String)>>,
 }
 
-/// A worker thread's connections, by destination address.
+/// A worker thread's connections and its view of their health, by destination address
+/// (so a request takes no lock shared with other workers).
 #[derive(Default)]
 pub struct Worker {
     connections: RefCell<HashMap<String, mpsc::Sender<Job>>>,
+    health: RefCell<HashMap<String, Arc<Health>>>,
 }
 
 /// What a route handle needs to carry out a request: the configuration it started with, the
@@ -137,7 +142,17 @@ impl Ctx {
 
     /// Whether destination `dest` is marked TKO.
     pub fn is_tko(&self, dest: usize) -> bool {
-        self.shared.health(&self.config.destinations[dest].address).is_tko()
+        self.health(&self.config.destinations[dest].address).is_tko()
+    }
+
+    /// `address`'s health, from the worker's own map (filled from the shared one once).
+    fn health(&self, address: &str) -> Arc<Health> {
+        if let Some(health) = self.worker.health.borrow().get(address) {
+            return health.clone();
+        }
+        let health = self.shared.health(address);
+        self.worker.health.borrow_mut().insert(address.to_string(), health.clone());
+        health
     }
 
     /// Runs `request` along `route` in the background; its answer is dropped.
@@ -158,7 +173,7 @@ impl Ctx {
                 Err(e) => Reply::Error(ErrorKind::Connect, format!("spool for {}: {e}", destination.address)),
             };
         }
-        let health = self.shared.health(&destination.address);
+        let health = self.health(&destination.address);
         if health.is_tko() && !self.fail_open {
             return Reply::Error(ErrorKind::Tko, format!("{} is marked down (TKO)", destination.address));
         }

@@ -21,6 +21,8 @@ enum Answer {
     /// Keys routed; their replies are joined into one answer ending in `END` (`joined`: a
     /// get), or the one reply is the answer.
     Routed { joined: bool, keys: Vec<Request> },
+    /// `flush_all`, to every destination of the configuration; `OK` once all answered.
+    FlushAll(Request),
     /// Bytes to send as they are.
     Bytes(Vec<u8>),
     /// Nothing (quiet).
@@ -123,7 +125,9 @@ fn local_answer(request: &Parsed<'_>, router: &Router, ctx: &Ctx) -> Answer {
             Answer::Bytes(format!("VERSION shoal-router {}\r\n", env!("CARGO_PKG_VERSION")).into_bytes())
         }
         Parsed::Quit => Answer::Close(Vec::new()),
-        Parsed::Stats(_) => Answer::Bytes(router.stats_text()),
+        Parsed::Stats(args) if args.clone().next().is_none() => Answer::Bytes(router.stats_text()),
+        Parsed::Stats(_) => Answer::Bytes(b"ERROR\r\n".to_vec()),
+        Parsed::FlushAll { delay, noreply } => Answer::FlushAll(Request::flush_all(*delay, *noreply)),
         Parsed::Verbosity { noreply: true, .. } => Answer::Silent,
         Parsed::Verbosity { .. } => Answer::Bytes(b"OK\r\n".to_vec()),
         Parsed::Meta(m) if m.cmd == shoal_proto::MetaCmd::Noop => Answer::Bytes(b"MN\r\n".to_vec()),
@@ -182,6 +186,20 @@ async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
         match answer {
             Answer::Bytes(b) | Answer::Close(b) => b,
             Answer::Silent => Vec::new(),
+            Answer::FlushAll(request) => {
+                let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
+                let replies = futures::future::join_all(all).await;
+                let answer = match replies.into_iter().find(Reply::is_error) {
+                    Some(Reply::Error(_, why)) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
+                    Some(Reply::Answer(a)) => a,
+                    None => b"OK\r\n".to_vec(),
+                };
+                if request.quiet && answer == b"OK\r\n" {
+                    Vec::new()
+                } else {
+                    answer
+                }
+            }
             Answer::Routed { joined, keys } => {
                 let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
                 encode(joined, &keys, replies, ctx)

@@ -31,6 +31,8 @@ pub enum Op {
     MetaSet,
     MetaDelete,
     MetaArithmetic,
+    /// `flush_all [delay]`, sent to every destination.
+    FlushAll,
 }
 
 impl Op {
@@ -57,6 +59,7 @@ impl Op {
             "ms" => Op::MetaSet,
             "md" => Op::MetaDelete,
             "ma" => Op::MetaArithmetic,
+            "flush_all" => Op::FlushAll,
             _ => return None,
         })
     }
@@ -164,6 +167,18 @@ impl Request {
         }
     }
 
+    /// `flush_all [delay]` (no key; every destination gets one).
+    pub fn flush_all(delay: Option<i64>, quiet: bool) -> Request {
+        Request {
+            op: Op::FlushAll,
+            key: Vec::new(),
+            prefix_len: 0,
+            exptime: delay.unwrap_or(0),
+            quiet,
+            body: Body::Get,
+        }
+    }
+
     /// A `delete` of `key` (the invalidation and spool paths).
     pub fn delete(key: &[u8], prefix_len: usize) -> Request {
         Request {
@@ -178,6 +193,12 @@ impl Request {
 
     /// The bytes to send a server: the key with its routing prefix or without.
     pub fn encode(&self, keep_prefix: bool) -> Vec<u8> {
+        if self.op == Op::FlushAll {
+            return match self.exptime {
+                0 => b"flush_all\r\n".to_vec(),
+                delay => format!("flush_all {delay}\r\n").into_bytes(),
+            };
+        }
         let key = if keep_prefix { &self.key[..] } else { self.routed_key() };
         let mut out = Vec::with_capacity(key.len() + 64);
         let word = match self.op {
@@ -201,6 +222,7 @@ impl Request {
             Op::MetaSet => "ms",
             Op::MetaDelete => "md",
             Op::MetaArithmetic => "ma",
+            Op::FlushAll => unreachable!("encoded above"),
         };
         out.extend_from_slice(word.as_bytes());
         if matches!(self.op, Op::Gat | Op::Gats) {

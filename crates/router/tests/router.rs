@@ -404,3 +404,51 @@ fn validate_names_what_is_unsupported_and_where() {
     assert!(!ok && text.contains("not JSON"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reload_under_load_loses_no_request() {
+    let backends = servers("reload-load", 2);
+    let config = |timeout: u32| {
+        format!(
+            r#"{{ "pools": {{ "A": {{ "servers": [{}], "server_timeout": {timeout} }} }}, "route": {} }}"#,
+            list(&backends),
+            pool_route("A")
+        )
+    };
+    let router = Router::start("reload-load", &config(1000));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        let mut c = router.client();
+        std::thread::spawn(move || {
+            let mut done = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let key = format!("k{}", done % 500);
+                let value = format!("v{done}");
+                assert_eq!(
+                    c.set(key.as_bytes(), value.as_bytes(), 0, 0).unwrap(),
+                    shoal_client::Stored::Stored
+                );
+                assert_eq!(
+                    c.get(key.as_bytes()).unwrap().unwrap().value,
+                    value.as_bytes(),
+                    "read back after {done}"
+                );
+                done += 1;
+            }
+            done
+        })
+    };
+    for i in 0..8 {
+        router.rewrite(&config(1000 + i));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert!(
+        eventually(5, || router.stat("config_reloads").parse::<u32>().unwrap_or(0) >= 4),
+        "reloads happened"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let done = load.join().expect("no request failed or read a wrong value");
+    assert!(done > 100, "the load ran throughout ({done} rounds)");
+    assert_eq!(router.stat("errors_total"), "0");
+}

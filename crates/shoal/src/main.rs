@@ -5,9 +5,11 @@
 //!
 //! ```text
 //! shoal region create|info|set|get|bench ──► shoal_region::{Writer, Reader}
+//! shoal mr run|worker|info|apps ──► shoal_mapreduce::{Coordinator, Worker}
 //! ```
 
 mod bench;
+mod mr_cmd;
 mod region_cmd;
 mod route_cmd;
 
@@ -33,6 +35,8 @@ enum Command {
     Bench(shoal_bench::BenchArgs),
     /// Route memcached requests to pools of servers, as mcrouter does (its JSON config).
     Router(shoal_router::RouterArgs),
+    /// MapReduce over a shared-memory job region; workers join and leave at any time.
+    Mr(mr_cmd::MrArgs),
     /// Ask the routing core which server of a pool owns a key (`shoal route owner`).
     Route(route_cmd::RouteArgs),
 }
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         Command::Region(args) => region_cmd::run(args),
         Command::Bench(args) => shoal_bench::run(args),
         Command::Router(args) => shoal_router::run(args),
+        Command::Mr(args) => mr_cmd::run(args),
         Command::Route(args) => route_cmd::run(args),
     };
     match result {

@@ -1,0 +1,153 @@
+//! Matrix multiply, MapReduce style: C = A·B for integer matrices. The input is text: a line
+//! `n m p`, then n lines of A (m integers each), then m lines of B (p integers each). The
+//! coordinator sends B to every map as the job's parameters; the input is A's rows, each
+//! prefixed by its index; a map emits one row of C per row of A (key: row index, big-endian,
+//! so the result comes sorted).
+
+use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
+use crate::error::MrError;
+use crate::records::Emit;
+
+/// The matrix multiply app.
+pub struct MatrixMultiply;
+
+impl App for MatrixMultiply {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+
+    fn about(&self) -> &'static str {
+        "C = A·B; text input: `n m p`, n rows of A, m rows of B (integers)"
+    }
+
+    fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
+        let b = bytes_i64s(params);
+        let (m, p) = match b[..] {
+            [m, p, ..] if m > 0 && p > 0 && m.checked_mul(p) == Some(b.len() as i64 - 2) => {
+                (m as usize, p as usize)
+            }
+            _ => return Err(format!("matmul's parameters hold {} numbers, not m, p and B", b.len())),
+        };
+        let b = &b[2..];
+        for line in lines(split) {
+            let row = parse_ints(line)?;
+            let (&i, a) = row.split_first().ok_or("an empty row")?;
+            if a.len() != m {
+                return Err(format!("row {i} of A has {} numbers, not {m}", a.len()));
+            }
+            out.emit(&(i as u64).to_be_bytes(), &i64s_bytes(&multiply_row(a, b, p)));
+        }
+        Ok(())
+    }
+
+    fn combine(&self, _stage: u32, acc: &mut Vec<u8>, value: &[u8]) {
+        add_i64s(acc, value);
+    }
+
+    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+        args.only(self.name(), &[])?;
+        let (n, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
+        let mut rows = String::new();
+        for (i, row) in a.chunks(m.max(1)).enumerate().take(n) {
+            rows.push_str(&i.to_string());
+            row.iter().for_each(|v| rows.push_str(&format!(" {v}")));
+            rows.push('\n');
+        }
+        let mut params = vec![m as i64, p as i64];
+        params.extend_from_slice(&b);
+        let input = jobs.put_input(rows.as_bytes())?;
+        let c: Vec<Vec<i64>> = jobs
+            .run(self, 0, input, &i64s_bytes(&params))?
+            .into_iter()
+            .map(|(_, v)| bytes_i64s(&v))
+            .collect();
+        Ok(render(&c))
+    }
+}
+
+/// One row of A times B (p columns), wrapping on overflow.
+fn multiply_row(a: &[i64], b: &[i64], p: usize) -> Vec<i64> {
+    let mut row = vec![0i64; p];
+    for (k, &x) in a.iter().enumerate() {
+        for (c, &y) in row.iter_mut().zip(&b[k * p..(k + 1) * p]) {
+            *c = c.wrapping_add(x.wrapping_mul(y));
+        }
+    }
+    row
+}
+
+/// The dimensions n, m, p and the matrices A (n×m) and B (m×p), row by row.
+type Parsed = (usize, usize, usize, Vec<i64>, Vec<i64>);
+
+/// The matrices of matmul's input, or what is wrong with it.
+fn parse(input: &[u8]) -> Result<Parsed, String> {
+    let mut rows = lines(input);
+    let dims = parse_ints(rows.next().ok_or("matmul's input is empty: it starts with a line `n m p`")?)?;
+    let [n, m, p] = dims[..] else { return Err(format!("the first line must be `n m p`, not {dims:?}")) };
+    if [n, m, p].iter().any(|&d| !(1..=1 << 20).contains(&d)) {
+        return Err(format!("dimensions {n} {m} {p} must be between 1 and 2^20"));
+    }
+    let (n, m, p) = (n as usize, m as usize, p as usize);
+    let mut take = |count: usize, width: usize, name: &str| -> Result<Vec<i64>, String> {
+        let mut out = Vec::with_capacity(count * width);
+        for r in 0..count {
+            let row = parse_ints(rows.next().ok_or(format!("{name} has {r} rows, not {count}"))?)?;
+            if row.len() != width {
+                return Err(format!("row {r} of {name} has {} numbers, not {width}", row.len()));
+            }
+            out.extend(row);
+        }
+        Ok(out)
+    };
+    let a = take(n, m, "A")?;
+    let b = take(m, p, "B")?;
+    Ok((n, m, p, a, b))
+}
+
+fn render(c: &[Vec<i64>]) -> Rendered {
+    let text =
+        c.iter().map(|row| row.iter().map(i64::to_string).collect::<Vec<_>>().join(" ") + "\n").collect();
+    Rendered { text, json: serde_json::json!({ "c": c }) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{run_local, Rng};
+
+    #[test]
+    fn the_product_equals_a_single_threaded_product() {
+        let mut rng = Rng(11);
+        let (n, m, p) = (37, 23, 19);
+        let mut text = format!("{n} {m} {p}\n");
+        let mut a = vec![vec![0i64; m]; n];
+        let mut b = vec![vec![0i64; p]; m];
+        for row in a.iter_mut().chain(b.iter_mut()) {
+            for v in row.iter_mut() {
+                *v = rng.below(201) as i64 - 100;
+            }
+            text.push_str(&(row.iter().map(i64::to_string).collect::<Vec<_>>().join(" ") + "\n"));
+        }
+        let mut c = vec![vec![0i64; p]; n];
+        for i in 0..n {
+            for j in 0..p {
+                c[i][j] = (0..m).map(|k| a[i][k] * b[k][j]).sum();
+            }
+        }
+        assert_eq!(run_local(&MatrixMultiply, text.as_bytes(), &[]).unwrap(), render(&c));
+    }
+
+    #[test]
+    fn malformed_matrices_are_named() {
+        for (input, says) in [
+            ("", "empty"),
+            ("2 2\n", "n m p"),
+            ("1 2 1\n1 2\n3\n", "rows, not 2"),
+            ("1 2 1\n1 x\n3\n4\n", "\"x\""),
+            ("1 2 1\n1 2 3\n3\n4\n", "3 numbers, not 2"),
+        ] {
+            let err = run_local(&MatrixMultiply, input.as_bytes(), &[]).unwrap_err().to_string();
+            assert!(err.contains(says), "{input:?}: {err}");
+        }
+    }
+}

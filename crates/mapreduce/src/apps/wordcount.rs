@@ -1,0 +1,98 @@
+//! Word count: how often each word occurs. A word is a run of ASCII letters and digits,
+//! lowercased. The map combines as it goes, so a task stores each distinct word once.
+
+use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
+use crate::error::MrError;
+use crate::records::Emit;
+
+/// The word count app.
+pub struct WordCount;
+
+impl App for WordCount {
+    fn name(&self) -> &'static str {
+        "wordcount"
+    }
+
+    fn about(&self) -> &'static str {
+        "occurrences of each word (text); args: top=N (only the N most frequent)"
+    }
+
+    fn map(&self, _stage: u32, _params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
+        let one = 1u64.to_le_bytes();
+        let mut word = Vec::with_capacity(32);
+        for &b in split.iter().chain(std::iter::once(&b' ')) {
+            if b.is_ascii_alphanumeric() {
+                word.push(b.to_ascii_lowercase());
+            } else if !word.is_empty() {
+                out.emit(&word, &one);
+                word.clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn combine(&self, _stage: u32, acc: &mut Vec<u8>, value: &[u8]) {
+        add_u64(acc, value);
+    }
+
+    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+        args.only(self.name(), &["top"])?;
+        let top = args.number("top", 0, 0..=u64::MAX)? as usize;
+        let input = jobs.put_input(input)?;
+        let records = jobs.run(self, 0, input, &[])?;
+        let mut counts: Vec<(String, u64)> = records
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), le_u64(&v)))
+            .collect();
+        Ok(render(&mut counts, top))
+    }
+}
+
+/// Most frequent first, ties alphabetically; all words, or the `top` first.
+fn render(counts: &mut Vec<(String, u64)>, top: usize) -> Rendered {
+    let total: u64 = counts.iter().map(|c| c.1).sum();
+    let distinct = counts.len();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if top > 0 {
+        counts.truncate(top);
+    }
+    let text = counts.iter().map(|(w, c)| format!("{w} {c}\n")).collect();
+    let json = serde_json::json!({ "total": total, "distinct": distinct, "words": counts });
+    Rendered { text, json }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{run_local, Rng};
+    use std::collections::HashMap;
+
+    #[test]
+    fn counts_equal_a_single_threaded_count() {
+        let mut rng = Rng(3);
+        let vocabulary: Vec<String> = (0..300).map(|i| format!("W{}x{}", i, i % 7)).collect();
+        let mut text = String::new();
+        for i in 0..20_000 {
+            text.push_str(&vocabulary[(rng.below(300) * rng.below(300) / 300) as usize]);
+            text.push_str(if i % 13 == 0 { ".\n" } else { ", " });
+        }
+        let mut expected: HashMap<String, u64> = HashMap::new();
+        for word in text.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()) {
+            *expected.entry(word.to_ascii_lowercase()).or_default() += 1;
+        }
+        let mut expected: Vec<_> = expected.into_iter().collect();
+        let want = render(&mut expected, 0);
+        assert_eq!(run_local(&WordCount, text.as_bytes(), &[]).unwrap(), want);
+        let top = run_local(&WordCount, text.as_bytes(), &["top=5"]).unwrap();
+        assert_eq!(top.json["words"].as_array().unwrap().len(), 5);
+        assert_eq!(top.json["words"][0], want.json["words"][0]);
+    }
+
+    #[test]
+    fn empty_input_has_no_words_and_bad_arguments_are_named() {
+        let r = run_local(&WordCount, b"", &[]).unwrap();
+        assert_eq!(r.json["distinct"], 0);
+        let err = run_local(&WordCount, b"a", &["k=2"]).unwrap_err().to_string();
+        assert!(err.contains("\"k\""), "{err}");
+    }
+}

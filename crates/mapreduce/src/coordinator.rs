@@ -1,0 +1,154 @@
+//! The coordinator: publishes an app's jobs in a region, waits for workers (its own threads,
+//! other processes, or both) to run them, and merges each job's reduce outputs.
+//!
+//! ```text
+//! App::drive ─► Jobs::put_input (input copied into the region once)
+//!            └► Jobs::run(stage, input, params) ─► split input ─► job entry + tasks ─► Running
+//!                 wait: every reduce task published (or the job failed) ─► merge ─► Done
+//!                 ◄── records, sorted ── (a chained app computes the next job's params)
+//! ```
+
+use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
+use crate::error::MrError;
+use crate::job::{job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
+use crate::layout::{job, JOB_SLOTS};
+use crate::records::{decode, encode_sorted, payload, read_partition};
+use crate::region::{JobRegion, JobState};
+use crate::tasks::{pid_alive, result};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How a coordinator cuts jobs into tasks.
+#[derive(Clone, Copy, Debug)]
+pub struct JobOptions {
+    /// Bytes of input per map task (about: text splits end at a newline).
+    pub split_bytes: u64,
+    /// Reduce tasks (partitions of the keys) per job.
+    pub reduce_tasks: u64,
+}
+
+impl JobOptions {
+    /// Splits of about 1/64 of the input, between 64 KiB and 16 MiB; 16 reduce tasks.
+    pub fn for_input(input_bytes: u64) -> JobOptions {
+        JobOptions { split_bytes: (input_bytes / 64).clamp(64 << 10, 16 << 20), reduce_tasks: 16 }
+    }
+}
+
+/// How far the current job is, for a progress bar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The job's slot in the region.
+    pub job: u64,
+    /// Its app's stage.
+    pub stage: u32,
+    /// Tasks with a published result.
+    pub done: u64,
+    /// All its tasks (map and reduce).
+    pub tasks: u64,
+}
+
+/// Publishes jobs in a region and collects their results.
+pub struct Coordinator<'a> {
+    region: &'a JobRegion,
+    options: JobOptions,
+    progress: Box<dyn FnMut(Progress) + 'a>,
+}
+
+impl<'a> Coordinator<'a> {
+    /// A coordinator of jobs in `region`, reporting progress to `progress`.
+    pub fn new(
+        region: &'a JobRegion,
+        options: JobOptions,
+        progress: impl FnMut(Progress) + 'a,
+    ) -> Result<Self, MrError> {
+        if options.split_bytes == 0 || !(1..=MAX_REDUCE_TASKS).contains(&options.reduce_tasks) {
+            return Err(MrError::BadInput(format!(
+                "split bytes {} must be positive and reduce tasks {} between 1 and {MAX_REDUCE_TASKS}",
+                options.split_bytes, options.reduce_tasks
+            )));
+        }
+        Ok(Coordinator { region, options, progress: Box::new(progress) })
+    }
+
+    /// Runs `app` over `input` with `args`: every job it needs, then its rendering.
+    pub fn run_app(&mut self, app: &dyn App, input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+        app.drive(input, args, self)
+    }
+
+    /// Marks the region finished if every job in it is done, failed, or abandoned by a
+    /// coordinator that died; `true` if so. A coordinator calls this as it leaves, so workers
+    /// leave too.
+    pub fn finish(region: &JobRegion) -> Result<bool, MrError> {
+        for j in 0..JOB_SLOTS {
+            match region.job_state(j)? {
+                JobState::Free => break,
+                JobState::Done | JobState::Failed => {}
+                JobState::Preparing | JobState::Running => {
+                    if pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        region.set_finished();
+        Ok(true)
+    }
+
+    /// Waits for job `j` to finish; returns its reduce outputs' areas.
+    fn wait(&mut self, j: u64, stage: u32) -> Result<Vec<u64>, MrError> {
+        let view = JobView::running(self.region, j)?.ok_or_else(|| job_error(self.region, j))?;
+        let all = view.first_task..view.first_task + view.maps + view.reduces;
+        let mut last = u64::MAX;
+        loop {
+            if self.region.job_state(j)? == JobState::Failed {
+                return Err(job_error(self.region, j));
+            }
+            let done = all.clone().filter(|&t| result(self.region, t).is_some()).count() as u64;
+            if done != last {
+                (self.progress)(Progress { job: j, stage, done, tasks: all.end - all.start });
+                last = done;
+            }
+            if done == all.end - all.start {
+                return Ok(view.tasks(true).filter_map(|t| result(self.region, t)).collect());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Jobs for Coordinator<'_> {
+    fn put_input(&mut self, bytes: &[u8]) -> Result<InputRef, MrError> {
+        let area = self.region.put_area(bytes)?;
+        Ok(InputRef { offset: area + 8, len: bytes.len() as u64 })
+    }
+
+    fn run(&mut self, app: &dyn App, stage: u32, input: InputRef, params: &[u8]) -> Result<Records, MrError> {
+        let region = self.region;
+        let j = region.take_job_slot()?;
+        let prepared = (|| {
+            let params = self.put_input(params)?;
+            let splits = split_input(region, input, app.split_unit(stage), self.options.split_bytes)?;
+            let spec = JobSpec { app, stage, input, params, reduces: self.options.reduce_tasks, splits };
+            publish_job(region, j, &spec)
+        })();
+        if let Err(e) = prepared {
+            region.job(j, job::STATE).store(JobState::Failed as u64, Ordering::Release);
+            return Err(e);
+        }
+        let outputs = self.wait(j, stage)?;
+        let mut records = Records::new();
+        for area in outputs {
+            let bytes = read_partition(region, area, 0)?;
+            for record in decode(&bytes) {
+                let (k, v) = record.map_err(|e| region.corrupt(format!("job {j}'s output: {e}")))?;
+                records.push((k.to_vec(), v.to_vec()));
+            }
+        }
+        // Partitions hold disjoint keys, each sorted: one sort orders the whole result.
+        records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let merged = region.put_area(&payload(&[encode_sorted(records.clone())]))?;
+        region.job(j, job::RESULT).store(merged, Ordering::Relaxed);
+        region.job(j, job::STATE).store(JobState::Done as u64, Ordering::Release);
+        Ok(records)
+    }
+}

@@ -1,0 +1,237 @@
+//! Job entries: what a coordinator writes to publish a job, what a worker reads (and
+//! validates) before touching one of its tasks, and a job's failure.
+
+use crate::app::{App, InputRef, SplitUnit};
+use crate::apps;
+use crate::error::MrError;
+use crate::layout::{job, task, ERROR_REGION_FULL, JOB_SLOTS, KIND_MAP, KIND_REDUCE};
+use crate::region::{JobRegion, JobState};
+use crate::tasks::pid_alive;
+use std::sync::atomic::Ordering;
+
+/// Most reduce tasks a job may have.
+pub const MAX_REDUCE_TASKS: u64 = 4096;
+
+/// A running job as a worker sees it, validated.
+pub(crate) struct JobView {
+    pub index: u64,
+    pub app: &'static dyn App,
+    pub stage: u32,
+    pub input: InputRef,
+    pub params: InputRef,
+    pub first_task: u64,
+    pub maps: u64,
+    pub reduces: u64,
+}
+
+impl JobView {
+    /// Job `j` if it is running; an error if its entry makes no sense to this build (then no
+    /// worker writes anything for it).
+    pub fn running(region: &JobRegion, j: u64) -> Result<Option<JobView>, MrError> {
+        if region.job_state(j)? != JobState::Running {
+            return Ok(None);
+        }
+        let word = |field| region.job(j, field).load(Ordering::Acquire);
+        let name = region.job_app(j);
+        let app = apps::find(&name)
+            .map_err(|_| region.corrupt(format!("job {j} names app {name:?}, unknown here")))?;
+        let view = JobView {
+            index: j,
+            app,
+            stage: word(job::STAGE) as u32,
+            input: InputRef { offset: word(job::INPUT), len: word(job::INPUT_LEN) },
+            params: InputRef { offset: word(job::PARAMS), len: word(job::PARAMS_LEN) },
+            first_task: word(job::FIRST_TASK),
+            maps: word(job::MAP_TASKS),
+            reduces: word(job::REDUCE_TASKS),
+        };
+        let g = region.geometry();
+        let tasks_fit = view.maps.checked_add(view.reduces).and_then(|n| n.checked_add(view.first_task));
+        if tasks_fit.is_none_or(|end| end > g.task_slots)
+            || view.maps == 0
+            || !(1..=MAX_REDUCE_TASKS).contains(&view.reduces)
+            || !region.in_arena(view.input.offset, view.input.len)
+            || !region.in_arena(view.params.offset, view.params.len)
+        {
+            return Err(region.corrupt(format!(
+                "job {j} has tasks {}+{}+{}, input {:?} and params {:?} outside the region",
+                view.first_task, view.maps, view.reduces, view.input, view.params
+            )));
+        }
+        Ok(Some(view))
+    }
+
+    /// Task entries of this job's map (`reduce = false`) or reduce tasks.
+    pub fn tasks(&self, reduce: bool) -> std::ops::Range<u64> {
+        let start = self.first_task + if reduce { self.maps } else { 0 };
+        start..start + if reduce { self.reduces } else { self.maps }
+    }
+
+    /// Task `t`'s split of the input (for a map task) after checking that the entry belongs to
+    /// this job and has the kind its place says.
+    pub fn check_task(&self, region: &JobRegion, t: u64) -> Result<InputRef, MrError> {
+        let word = |field| region.task(t, field).load(Ordering::Acquire);
+        let reduce = t >= self.first_task + self.maps;
+        let kind =
+            if reduce { KIND_REDUCE << 32 | (t - self.first_task - self.maps) } else { KIND_MAP << 32 };
+        let split = InputRef { offset: word(task::INPUT), len: word(task::INPUT_LEN) };
+        let inside = split.offset >= self.input.offset
+            && split.offset.checked_add(split.len).is_some_and(|e| e <= self.input.offset + self.input.len);
+        if word(task::JOB) != self.index || word(task::KIND) != kind || (!reduce && !inside) {
+            return Err(
+                region.corrupt(format!("task {t} does not belong to job {} as its entry says", self.index))
+            );
+        }
+        Ok(split)
+    }
+}
+
+/// What a coordinator publishes as one job.
+pub(crate) struct JobSpec<'a> {
+    pub app: &'a dyn App,
+    pub stage: u32,
+    pub input: InputRef,
+    pub params: InputRef,
+    pub reduces: u64,
+    pub splits: Vec<InputRef>,
+}
+
+/// Writes job `j` (a slot this process took) and its tasks, then makes it claimable.
+pub(crate) fn publish_job(region: &JobRegion, j: u64, spec: &JobSpec) -> Result<(), MrError> {
+    let maps = spec.splits.len() as u64;
+    let first = region.take_tasks(maps + spec.reduces)?;
+    for (i, split) in spec.splits.iter().enumerate() {
+        let t = first + i as u64;
+        region.task(t, task::JOB).store(j, Ordering::Relaxed);
+        region.task(t, task::KIND).store(KIND_MAP << 32, Ordering::Relaxed);
+        region.task(t, task::INPUT).store(split.offset, Ordering::Relaxed);
+        region.task(t, task::INPUT_LEN).store(split.len, Ordering::Relaxed);
+    }
+    for r in 0..spec.reduces {
+        let t = first + maps + r;
+        region.task(t, task::JOB).store(j, Ordering::Relaxed);
+        region.task(t, task::KIND).store(KIND_REDUCE << 32 | r, Ordering::Relaxed);
+    }
+    region.set_job_app(j, spec.app.name());
+    for (field, value) in [
+        (job::STAGE, spec.stage as u64),
+        (job::INPUT, spec.input.offset),
+        (job::INPUT_LEN, spec.input.len),
+        (job::PARAMS, spec.params.offset),
+        (job::PARAMS_LEN, spec.params.len),
+        (job::FIRST_TASK, first),
+        (job::MAP_TASKS, maps),
+        (job::REDUCE_TASKS, spec.reduces),
+    ] {
+        region.job(j, field).store(value, Ordering::Relaxed);
+    }
+    region.job(j, job::STATE).store(JobState::Running as u64, Ordering::Release);
+    Ok(())
+}
+
+/// Cuts `input` into splits of about `split_bytes` that respect `unit`: text splits end
+/// after a newline (found by reading the region near each cut), binary splits hold whole
+/// records. An empty input is one empty split.
+pub(crate) fn split_input(
+    region: &JobRegion,
+    input: InputRef,
+    unit: SplitUnit,
+    split_bytes: u64,
+) -> Result<Vec<InputRef>, MrError> {
+    let end = input.offset + input.len;
+    let mut splits = Vec::new();
+    let mut at = input.offset;
+    while at < end || splits.is_empty() {
+        let cut = match unit {
+            SplitUnit::Fixed(record) => {
+                let record = record.max(1) as u64;
+                at + (split_bytes / record).max(1) * record
+            }
+            SplitUnit::Lines => next_line_start(region, at + split_bytes.max(1), end)?,
+        };
+        let cut = cut.min(end);
+        splits.push(InputRef { offset: at, len: cut - at });
+        at = cut;
+    }
+    Ok(splits)
+}
+
+/// The offset just after the first newline at or after `from`, or `end`.
+fn next_line_start(region: &JobRegion, from: u64, end: u64) -> Result<u64, MrError> {
+    const WINDOW: u64 = 4096;
+    let mut at = from.min(end);
+    while at < end {
+        let window = region.bytes(at, WINDOW.min(end - at))?;
+        if let Some(i) = window.iter().position(|&b| b == b'\n') {
+            return Ok(at + i as u64 + 1);
+        }
+        at += window.len() as u64;
+    }
+    Ok(end)
+}
+
+/// Marks job `j` failed because of `error` (the first failure is the one kept).
+pub(crate) fn fail_job(region: &JobRegion, j: u64, error: &MrError) {
+    let word = match error {
+        MrError::RegionFull { needed, .. } => {
+            region.job(j, job::ERROR_DETAIL).store(*needed, Ordering::Relaxed);
+            ERROR_REGION_FULL
+        }
+        other => match region.put_area(other.to_string().as_bytes()) {
+            Ok(area) => area,
+            Err(MrError::RegionFull { needed, .. }) => {
+                region.job(j, job::ERROR_DETAIL).store(needed, Ordering::Relaxed);
+                ERROR_REGION_FULL
+            }
+            Err(_) => ERROR_REGION_FULL,
+        },
+    };
+    let _ = region.job(j, job::ERROR).compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed);
+    let _ = region.job(j, job::STATE).compare_exchange(
+        JobState::Running as u64,
+        JobState::Failed as u64,
+        Ordering::AcqRel,
+        Ordering::Relaxed,
+    );
+}
+
+/// Why job `j` failed, as an error.
+pub(crate) fn job_error(region: &JobRegion, j: u64) -> MrError {
+    match region.job(j, job::ERROR).load(Ordering::Acquire) {
+        ERROR_REGION_FULL => MrError::RegionFull {
+            path: region.path().to_path_buf(),
+            size: region.geometry().max_bytes,
+            needed: region
+                .job(j, job::ERROR_DETAIL)
+                .load(Ordering::Relaxed)
+                .max(region.geometry().max_bytes * 2),
+        },
+        0 => MrError::JobFailed(format!("job {j} failed without saying why")),
+        area => match region.area(area) {
+            Ok(message) => MrError::JobFailed(String::from_utf8_lossy(&message).into_owned()),
+            Err(e) => e,
+        },
+    }
+}
+
+/// Whether a worker should stay: the region is not finished, and some job's coordinator (or,
+/// before the first job, the region's creator) is alive.
+pub(crate) fn worth_staying(region: &JobRegion) -> Result<bool, MrError> {
+    if region.finished() {
+        return Ok(false);
+    }
+    for j in 0..JOB_SLOTS {
+        if region.job_state(j)? == JobState::Free {
+            if j == 0 {
+                return Ok(pid_alive(
+                    region.word(crate::layout::header::CREATOR).load(Ordering::Relaxed) as u32
+                ));
+            }
+            break;
+        }
+        if pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

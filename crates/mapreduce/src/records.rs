@@ -1,0 +1,194 @@
+//! Intermediate data: how a task's key/value records are combined in the task's memory and
+//! laid out in its output area.
+//!
+//! A map attempt combines as it goes (one entry per distinct key and partition: word count
+//! stores each word once per task, not once per occurrence), then writes one area, sized
+//! exactly, holding every partition's records sorted by key:
+//!
+//! ```text
+//! area: [len u64] [partitions u64] [end_0 … end_{p-1} u64] [records of partition 0][…]
+//! record: [key_len u32][value_len u32][key][value]          (ends are relative to the data)
+//! ```
+//!
+//! The arena is a bump allocator: an area is allocated once, at its final size, when the
+//! attempt's output is complete, so keys seen once cost exactly their record and nothing is
+//! ever freed or moved. An abandoned attempt's area is simply never published.
+
+use crate::error::MrError;
+use crate::region::JobRegion;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Merges `value` into `acc`, the value already held for the same key (an app's combiner).
+pub type Combine<'a> = dyn Fn(&mut Vec<u8>, &[u8]) + 'a;
+
+/// Where a map function sends its records: combined per key at once, per reduce partition.
+pub struct Emit<'a> {
+    partitions: Vec<HashMap<Vec<u8>, Vec<u8>>>,
+    combine: &'a Combine<'a>,
+}
+
+impl<'a> Emit<'a> {
+    /// An empty emitter for `partitions` reduce partitions (at least one).
+    pub(crate) fn new(partitions: usize, combine: &'a Combine<'a>) -> Emit<'a> {
+        Emit { partitions: (0..partitions.max(1)).map(|_| HashMap::new()).collect(), combine }
+    }
+
+    /// Emits one record: combined with the record already held for `key`, if any.
+    pub fn emit(&mut self, key: &[u8], value: &[u8]) {
+        let part = partition_of(key, self.partitions.len());
+        let map = &mut self.partitions[part];
+        match map.get_mut(key) {
+            Some(acc) => (self.combine)(acc, value),
+            None => {
+                map.insert(key.to_vec(), value.to_vec());
+            }
+        }
+    }
+
+    /// The payload of the task's output area: every partition sorted by key.
+    pub(crate) fn into_payload(self) -> Vec<u8> {
+        let parts: Vec<Vec<u8>> =
+            self.partitions.into_iter().map(|m| encode_sorted(m.into_iter().collect())).collect();
+        payload(&parts)
+    }
+}
+
+/// The reduce partition of `key` among `partitions`.
+pub(crate) fn partition_of(key: &[u8], partitions: usize) -> usize {
+    (xxh3_64(key) % partitions as u64) as usize
+}
+
+/// Records sorted by key, encoded back to back.
+pub(crate) fn encode_sorted(mut records: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<u8> {
+    records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let size = records.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+    let mut out = Vec::with_capacity(size);
+    for (k, v) in &records {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+/// An area payload holding `parts` as partitions.
+pub(crate) fn payload(parts: &[Vec<u8>]) -> Vec<u8> {
+    let data: usize = parts.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(8 + 8 * parts.len() + data);
+    out.extend_from_slice(&(parts.len() as u64).to_le_bytes());
+    let mut end = 0u64;
+    for p in parts {
+        end += p.len() as u64;
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+/// The encoded records of partition `part` of the output area at `area`, bounds-checked.
+pub(crate) fn read_partition(region: &JobRegion, area: u64, part: u64) -> Result<Vec<u8>, MrError> {
+    let corrupt = |what: String| region.corrupt(format!("output area at {area}: {what}"));
+    if !region.in_arena(area, 16) || !area.is_multiple_of(8) {
+        return Err(corrupt("outside the arena".into()));
+    }
+    let len = region.word(area).load(Ordering::Relaxed);
+    let parts = region.word(area + 8).load(Ordering::Relaxed);
+    let head = parts.checked_add(1).and_then(|p| p.checked_mul(8));
+    if part >= parts || head.is_none_or(|h| h > len) || !region.in_arena(area + 8, len) {
+        return Err(corrupt(format!("{parts} partitions in {len} bytes, partition {part} asked for")));
+    }
+    let data = area + 8 + 8 + 8 * parts;
+    let start = if part == 0 { 0 } else { region.word(area + 16 + 8 * (part - 1)).load(Ordering::Relaxed) };
+    let end = region.word(area + 16 + 8 * part).load(Ordering::Relaxed);
+    let room = len - 8 - 8 * parts;
+    if start > end || end > room {
+        return Err(corrupt(format!("partition {part} spans {start}..{end} of {room} bytes")));
+    }
+    region.bytes(data + start, end - start)
+}
+
+/// The records of an encoded partition, in order; `Err` names the first malformed one.
+pub(crate) fn decode(bytes: &[u8]) -> impl Iterator<Item = Result<(&[u8], &[u8]), String>> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at == bytes.len() {
+            return None;
+        }
+        let head = bytes.get(at..at + 8);
+        let record = head.and_then(|h| {
+            let klen = u32::from_le_bytes(h[..4].try_into().ok()?) as usize;
+            let vlen = u32::from_le_bytes(h[4..].try_into().ok()?) as usize;
+            let key = bytes.get(at + 8..at.checked_add(8 + klen)?)?;
+            let value = bytes.get(at + 8 + klen..(at + 8 + klen).checked_add(vlen)?)?;
+            Some((key, value, 8 + klen + vlen))
+        });
+        match record {
+            Some((k, v, n)) => {
+                at += n;
+                Some(Ok((k, v)))
+            }
+            None => {
+                let err = format!("malformed record at byte {at} of {}", bytes.len());
+                at = bytes.len();
+                Some(Err(err))
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::tests::TempPath;
+
+    fn add(acc: &mut Vec<u8>, v: &[u8]) {
+        let sum = u64::from_le_bytes(acc[..].try_into().unwrap()) + u64::from_le_bytes(v.try_into().unwrap());
+        *acc = sum.to_le_bytes().to_vec();
+    }
+
+    #[test]
+    fn emitted_records_are_combined_partitioned_and_read_back_sorted() {
+        let p = TempPath::new("records");
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
+        let mut emit = Emit::new(3, &add);
+        for word in ["b", "a", "c", "a", "b", "a", "dd"] {
+            emit.emit(word.as_bytes(), &1u64.to_le_bytes());
+        }
+        let area = region.put_area(&emit.into_payload()).unwrap();
+        let mut all = Vec::new();
+        for part in 0..3 {
+            let bytes = read_partition(&region, area, part).unwrap();
+            let recs: Vec<_> = decode(&bytes).map(|r| r.unwrap()).collect();
+            assert!(recs.windows(2).all(|w| w[0].0 < w[1].0), "sorted within a partition");
+            for (k, v) in recs {
+                assert_eq!(partition_of(k, 3), part as usize);
+                all.push((String::from_utf8(k.to_vec()).unwrap(), u64::from_le_bytes(v.try_into().unwrap())));
+            }
+        }
+        all.sort();
+        assert_eq!(all, [("a".into(), 3), ("b".into(), 2), ("c".into(), 1), ("dd".into(), 1)]);
+        assert!(read_partition(&region, area, 3).is_err());
+    }
+
+    #[test]
+    fn malformed_records_and_areas_are_errors() {
+        let good = encode_sorted(vec![(b"k".to_vec(), b"v".to_vec())]);
+        for cut in 0..good.len() {
+            let results: Vec<_> = decode(&good[..cut]).collect();
+            assert!(cut == 0 || results.last().unwrap().is_err(), "cut at {cut}");
+        }
+        let p = TempPath::new("bad-area");
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
+        let area = region.put_area(&payload(&[good])).unwrap();
+        region.word(area + 16).store(1 << 40, Ordering::Relaxed);
+        assert!(read_partition(&region, area, 0).is_err());
+        region.word(area + 8).store(u64::MAX, Ordering::Relaxed);
+        assert!(read_partition(&region, area, 0).is_err());
+        assert!(read_partition(&region, 3, 0).is_err());
+    }
+}

@@ -1,0 +1,322 @@
+//! Workers: threads that claim tasks of any running job in a region, run them and publish
+//! their output. A worker process may start at any moment (it joins whatever phase the jobs
+//! are in) and stop at any moment, even by SIGKILL (its claims lapse, see [`crate::tasks`]).
+//!
+//! ```text
+//! thread: loop { next_task: jobs in table order → map tasks, or reduce tasks once every
+//!                map task of the job has a result → try_claim
+//!                run: map (combine into Emit) or reduce (read partition r of every map
+//!                     output, combine) → one new area → publish (CAS; first wins) }
+//! heartbeat: every lease/4, renew the leases of the claims this process holds
+//! ```
+
+use crate::error::MrError;
+use crate::job::{fail_job, worth_staying, JobView};
+use crate::layout::{job, JOB_SLOTS};
+use crate::records::{decode, encode_sorted, payload, read_partition, Emit};
+use crate::region::{JobRegion, JobState};
+use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Default lease: a claim not renewed for this long is taken over.
+pub const DEFAULT_LEASE_MS: u64 = 10_000;
+
+/// How a worker runs.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerOptions {
+    /// Threads claiming tasks.
+    pub threads: usize,
+    /// Lease length in milliseconds.
+    pub lease_ms: u64,
+    /// Leave after publishing this many task outputs (a worker that does a share and goes).
+    pub max_tasks: Option<u64>,
+    /// Hold each claimed task this long before running it: makes tests' and chaos runs' kills
+    /// land while a claim is held. 0 in production.
+    pub hold_ms: u64,
+}
+
+impl WorkerOptions {
+    /// `threads` threads, the default lease, no limit, no hold.
+    pub fn threads(threads: usize) -> WorkerOptions {
+        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0 }
+    }
+}
+
+/// What a worker did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Tasks whose output this worker published.
+    pub published: u64,
+    /// Tasks it ran to the end but another attempt published first.
+    pub lost: u64,
+}
+
+/// A running worker: its threads and its heartbeat.
+pub struct Worker {
+    threads: Vec<JoinHandle<Result<(), MrError>>>,
+    heartbeat: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    region: Arc<JobRegion>,
+    stop: AtomicBool,
+    held: Mutex<Vec<Claim>>,
+    published: AtomicU64,
+    lost: AtomicU64,
+    lease_ms: u64,
+    max_tasks: u64,
+    hold_ms: u64,
+}
+
+impl Worker {
+    /// Starts `options.threads` threads working on `region`.
+    pub fn start(region: Arc<JobRegion>, options: WorkerOptions) -> Worker {
+        let lease_ms = options.lease_ms.max(10);
+        let shared = Arc::new(Shared {
+            region,
+            stop: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
+            published: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            lease_ms,
+            max_tasks: options.max_tasks.unwrap_or(u64::MAX),
+            hold_ms: options.hold_ms,
+        });
+        let threads = (0..options.threads.max(1))
+            .map(|n| {
+                let shared = Arc::clone(&shared);
+                std::thread::spawn(move || {
+                    let outcome = work(&shared, n as u64);
+                    if outcome.is_err() {
+                        shared.stop.store(true, Ordering::Relaxed); // the others leave too
+                    }
+                    outcome
+                })
+            })
+            .collect();
+        let beat = Arc::clone(&shared);
+        let heartbeat = Some(std::thread::spawn(move || {
+            while !beat.stop.load(Ordering::Relaxed) {
+                for claim in beat.held.lock().expect("held claims").iter() {
+                    renew(&beat.region, *claim, beat.lease_ms);
+                }
+                // Woken early by `join`, so stopping never waits for a beat.
+                std::thread::park_timeout(Duration::from_millis((beat.lease_ms / 4).clamp(1, 1000)));
+            }
+        }));
+        Worker { threads, heartbeat, shared }
+    }
+
+    /// Waits until the threads leave by themselves (the region finished, or no coordinator is
+    /// left), then reports.
+    pub fn wait(mut self) -> Result<WorkerReport, MrError> {
+        self.join()
+    }
+
+    /// Asks the threads to leave after their current task, waits for them and reports.
+    pub fn stop(mut self) -> Result<WorkerReport, MrError> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<WorkerReport, MrError> {
+        let mut first_error = None;
+        for t in self.threads.drain(..) {
+            if let Err(e) = t.join().expect("a worker thread panicked") {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.heartbeat.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(WorkerReport {
+                published: self.shared.published.load(Ordering::Relaxed),
+                lost: self.shared.lost.load(Ordering::Relaxed),
+            }),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let _ = self.join();
+    }
+}
+
+/// Claims and runs at most one task of `region` in the calling thread: `None` if no task was
+/// claimable, else whether this run's output was the one published. For embedding a worker in
+/// another loop (and for fuzzing). A job's failure is recorded in the job; only a region this
+/// build cannot understand is an error.
+pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
+    let Some((view, claim)) = next_task(region, 0, lease_ms)? else { return Ok(None) };
+    run_or_fail(region, &view, claim.task).map(Some)
+}
+
+/// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
+/// reads as a lost run, a region this build cannot understand is the caller's error.
+fn run_or_fail(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
+    match run_task(region, view, t) {
+        Err(e @ MrError::Corrupt { .. }) => Err(e),
+        Err(e) => {
+            fail_job(region, view.index, &e);
+            Ok(false)
+        }
+        won => won,
+    }
+}
+
+/// One worker thread's loop.
+fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
+    let region = &*shared.region;
+    let rotation = std::process::id() as u64 * 7 + thread * 13;
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
+            break;
+        }
+        let Some((view, claim)) = next_task(region, rotation, shared.lease_ms)? else {
+            if !worth_staying(region)? {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1 << idle.min(4)));
+            idle += 1;
+            continue;
+        };
+        idle = 0;
+        shared.held.lock().expect("held claims").push(claim);
+        std::thread::sleep(Duration::from_millis(shared.hold_ms));
+        let won = run_or_fail(region, &view, claim.task);
+        shared.held.lock().expect("held claims").retain(|c| *c != claim);
+        if won? {
+            shared.published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            shared.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// Claims the first claimable task, in job order: map tasks, then (once all of a job's map
+/// tasks have results) its reduce tasks. Each thread starts its scan at its own place.
+fn next_task(region: &JobRegion, rotation: u64, lease_ms: u64) -> Result<Option<(JobView, Claim)>, MrError> {
+    for j in 0..JOB_SLOTS {
+        if region.job_state(j)? == JobState::Free {
+            break;
+        }
+        let Some(view) = JobView::running(region, j)? else { continue };
+        if !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+            continue; // its coordinator died: nobody would merge it
+        }
+        for reduce in [false, true] {
+            let tasks = view.tasks(reduce);
+            let n = tasks.end - tasks.start;
+            let mut pending = false;
+            for i in 0..n {
+                let t = tasks.start + (rotation + i) % n;
+                if result(region, t).is_some() {
+                    continue;
+                }
+                pending = true;
+                view.check_task(region, t)?;
+                if let Some(claim) = try_claim(region, t, lease_ms) {
+                    return Ok(Some((view, claim)));
+                }
+            }
+            if pending {
+                break; // reduce tasks wait for every map task's result
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Runs task `t` of `view` and publishes its output; `Ok(false)` if another attempt won.
+fn run_task(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
+    let split = view.check_task(region, t)?;
+    let params = region.bytes(view.params.offset, view.params.len)?;
+    let app = view.app;
+    let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine(view.stage, acc, value);
+    let body = if t < view.first_task + view.maps {
+        let input = region.bytes(split.offset, split.len)?;
+        let mut emit = Emit::new(view.reduces as usize, &combine);
+        app.map(view.stage, &params, &input, &mut emit).map_err(MrError::BadInput)?;
+        emit.into_payload()
+    } else {
+        let part = t - view.first_task - view.maps;
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for m in view.tasks(false) {
+            let area =
+                result(region, m).ok_or_else(|| region.corrupt(format!("map task {m} has no result")))?;
+            let bytes = read_partition(region, area, part)?;
+            for record in decode(&bytes) {
+                let (key, value) = record.map_err(|e| region.corrupt(format!("map task {m}: {e}")))?;
+                match merged.get_mut(key) {
+                    Some(acc) => combine(acc, value),
+                    None => {
+                        merged.insert(key.to_vec(), value.to_vec());
+                    }
+                }
+            }
+        }
+        payload(&[encode_sorted(merged.into_iter().collect())])
+    };
+    let area = region.put_area(&body)?;
+    Ok(publish(region, t, area))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::{InputRef, SplitUnit};
+    use crate::apps;
+    use crate::coordinator::Coordinator;
+    use crate::job::{publish_job, split_input, JobSpec};
+    use crate::region::tests::TempPath;
+
+    #[test]
+    fn jobs_of_a_dead_coordinator_are_left_alone() {
+        let p = TempPath::new("orphan");
+        let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
+        let j = region.take_job_slot().unwrap();
+        let off = region.put_area(b"one two\nthree\n").unwrap();
+        let input = InputRef { offset: off + 8, len: 14 };
+        let splits = split_input(&region, input, SplitUnit::Lines, 4).unwrap();
+        let app = apps::find("wordcount").unwrap();
+        let spec = JobSpec { app, stage: 0, input, params: input, reduces: 2, splits };
+        publish_job(&region, j, &spec).unwrap();
+        assert!(!Coordinator::finish(&region).unwrap(), "a live coordinator's job keeps the region open");
+        region.job(j, job::OWNER).store(i32::MAX as u64, Ordering::Relaxed);
+        assert_eq!(step(&region, 1000).unwrap(), None);
+        assert!(Coordinator::finish(&region).unwrap(), "an abandoned job does not");
+        region.job(j, job::OWNER).store(std::process::id() as u64, Ordering::Relaxed);
+        assert_eq!(step(&region, 1000).unwrap(), Some(true));
+    }
+
+    #[test]
+    fn a_job_of_an_app_this_build_does_not_know_is_refused_untouched() {
+        let p = TempPath::new("unknown-app");
+        let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
+        let j = region.take_job_slot().unwrap();
+        let off = region.put_area(b"one two\n").unwrap();
+        let input = InputRef { offset: off + 8, len: 8 };
+        let splits = split_input(&region, input, SplitUnit::Lines, 4).unwrap();
+        let app = apps::find("wordcount").unwrap();
+        publish_job(&region, j, &JobSpec { app, stage: 0, input, params: input, reduces: 1, splits })
+            .unwrap();
+        region.set_job_app(j, "fromthefuture");
+        let err = step(&region, 1000).unwrap_err().to_string();
+        assert!(err.contains("\"fromthefuture\", unknown here"), "{err}");
+        let status = &region.jobs().unwrap()[0];
+        assert!(status.claims.is_empty() && status.maps.1 == 0, "nothing written: {status:?}");
+    }
+}

@@ -1,0 +1,363 @@
+//! `shoal mr …`: MapReduce jobs over a shared-memory job region (`shoal-mapreduce`).
+//!
+//! `run` is the coordinator (and, unless `--workers 0`, a worker too, plus `--workers − 1`
+//! worker processes it starts); `worker` joins a region's jobs from any process, at any time.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+use shoal_mapreduce::{
+    apps, Coordinator, JobOptions, JobRegion, MrError, Worker, WorkerOptions, DEFAULT_LEASE_MS,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `shoal mr` and its subcommands.
+#[derive(Args)]
+pub struct MrArgs {
+    #[command(subcommand)]
+    command: MrCommand,
+}
+
+#[derive(Subcommand)]
+enum MrCommand {
+    /// Run an app over an input file: publish its jobs in a job region, work on them, merge and
+    /// print the result. Other workers may join at any time with `shoal mr worker <region>`.
+    Run(RunArgs),
+    /// Join the jobs of a region (in any phase) until they are all done; stop it at any time.
+    Worker(WorkerArgs),
+    /// Show the jobs of a region: state, tasks done, current claims.
+    Info(InfoArgs),
+    /// List the apps.
+    Apps {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The app (`shoal mr apps` lists them).
+    app: String,
+    /// The input file.
+    input: PathBuf,
+    /// Job region file: created if missing (and removed at the end), joined if it exists (its
+    /// jobs then queue after the ones already there). Default: /dev/shm/shoal-mr-<pid>.
+    #[arg(long)]
+    region: Option<PathBuf>,
+    /// Initial size of a new region (bytes; K, M, G, T suffixes): it grows as jobs need, up
+    /// to --region-max. Default: twice the input, at least 64M.
+    #[arg(long, value_parser = parse_size)]
+    region_size: Option<u64>,
+    /// The most a new region may grow to (address space each process maps; memory is used
+    /// only as jobs write). Default: 64G, or 16 times the input if that is more.
+    #[arg(long, value_parser = parse_size)]
+    region_max: Option<u64>,
+    /// Task entries of a new region.
+    #[arg(long, default_value_t = 1 << 16)]
+    task_slots: u64,
+    /// Workers: this process works too (with --threads threads) and starts N − 1 more worker
+    /// processes. 0: only workers started elsewhere (`shoal mr worker <region>`).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Threads per worker. Default: the CPUs available.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Input bytes per map task (K, M, G suffixes). Default: 1/64 of the input, 64K–16M.
+    #[arg(long, value_parser = parse_size)]
+    split_bytes: Option<u64>,
+    /// Reduce tasks per job.
+    #[arg(long, default_value_t = 16)]
+    reduce_tasks: u64,
+    /// An app argument `name=value` (repeatable; `shoal mr apps` says which each app takes).
+    #[arg(long = "arg", value_name = "NAME=VALUE")]
+    args: Vec<String>,
+    /// Lease of a claimed task in milliseconds: a worker that stops renewing it (hung, or on
+    /// another host's pid namespace) loses the task after this long; a dead one at once.
+    #[arg(long, default_value_t = DEFAULT_LEASE_MS)]
+    lease_ms: u64,
+    /// Write the result here instead of printing it.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Keep a region this run created (to inspect it, or to queue more jobs in it).
+    #[arg(long)]
+    keep_region: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    /// The job region to join.
+    region: PathBuf,
+    /// Threads claiming tasks. Default: the CPUs available.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Lease of a claimed task in milliseconds (see `shoal mr run --help`).
+    #[arg(long, default_value_t = DEFAULT_LEASE_MS)]
+    lease_ms: u64,
+    /// Leave after publishing this many task outputs.
+    #[arg(long)]
+    max_tasks: Option<u64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct InfoArgs {
+    /// The job region.
+    region: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs a `shoal mr` subcommand; `Err` is the message to print.
+pub fn run(args: MrArgs) -> Result<(), String> {
+    match args.command {
+        MrCommand::Run(a) => run_job(a).map_err(|e| e.to_string()),
+        MrCommand::Worker(a) => worker(a).map_err(|e| e.to_string()),
+        MrCommand::Info(a) => info(a).map_err(|e| e.to_string()),
+        MrCommand::Apps { json } => {
+            if json {
+                let list: Vec<_> =
+                    apps::ALL.iter().map(|a| json!({ "name": a.name(), "about": a.about() })).collect();
+                println!("{}", serde_json::Value::Array(list));
+            } else {
+                apps::ALL.iter().for_each(|a| println!("{:<10} {}", a.name(), a.about()));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A size in bytes with an optional binary suffix (K, M, G, T).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("{text:?}: the size suffix must be K, M, G or T")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{text:?} is not a size in bytes (e.g. 1048576, 512M, 8G)"))
+}
+
+fn threads(given: Option<usize>) -> usize {
+    given.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
+}
+
+fn run_job(a: RunArgs) -> Result<(), MrError> {
+    let app = apps::find(&a.app)?;
+    let app_args = shoal_mapreduce::Args::parse(&a.args)?;
+    let input = std::fs::read(&a.input).map_err(|source| MrError::Io {
+        path: a.input.clone(),
+        action: "read input",
+        source,
+    })?;
+    let path = a
+        .region
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/shoal-mr-{}", std::process::id())));
+    let input_bytes = input.len() as u64;
+    let size = a.region_size.unwrap_or((2 * input_bytes).max(64 << 20)).div_ceil(64) * 64;
+    let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
+    let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
+    let region = Arc::new(region);
+    if created && !a.keep_region {
+        remove_on_interrupt(&path)?;
+    }
+    eprintln!("shoal mr: job region {} (join with: shoal mr worker {})", path.display(), path.display());
+    let threads = threads(a.threads);
+    let lease_ms = a.lease_ms;
+    let worker = (a.workers > 0).then(|| {
+        Worker::start(Arc::clone(&region), WorkerOptions { threads, lease_ms, max_tasks: None, hold_ms: 0 })
+    });
+    let children = spawn_workers(&path, a.workers.saturating_sub(1), threads, lease_ms)?;
+    let mut options = JobOptions::for_input(input.len() as u64);
+    options.split_bytes = a.split_bytes.unwrap_or(options.split_bytes);
+    options.reduce_tasks = a.reduce_tasks;
+    let started = Instant::now();
+    let bar = shoal_bench::progress::progress_bar("mr", Some(1));
+    let outcome = Coordinator::new(&region, options, |p| {
+        bar.set_length(p.tasks);
+        bar.set_position(p.done);
+        bar.set_message(format!("job {} stage {}: {}/{} tasks", p.job, p.stage, p.done, p.tasks));
+    })
+    .and_then(|mut c| c.run_app(app, &input, &app_args));
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let report = worker.map(Worker::stop).transpose();
+    let finished = Coordinator::finish(&region);
+    for mut child in children {
+        let _ = child.wait();
+    }
+    if created && !a.keep_region && matches!(finished, Ok(true)) {
+        let _ = std::fs::remove_file(&path);
+    }
+    let rendered = outcome?;
+    report?;
+    let text = if a.json {
+        let region = if created && !a.keep_region { serde_json::Value::Null } else { json!(path) };
+        json!({ "app": app.name(), "region": region, "seconds": seconds, "result": rendered.json })
+            .to_string()
+            + "\n"
+    } else {
+        rendered.text
+    };
+    match &a.output {
+        Some(out) => std::fs::write(out, text).map_err(|source| MrError::Io {
+            path: out.clone(),
+            action: "write output",
+            source,
+        }),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// Removes the region file when the run is interrupted (SIGINT, SIGTERM, SIGHUP), so that an
+/// abandoned run leaves no memory behind in /dev/shm; its workers leave by themselves once
+/// they see that their coordinator is gone.
+fn remove_on_interrupt(path: &Path) -> Result<(), MrError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|source| MrError::Io { path: path.to_path_buf(), action: "watch signals for", source })?;
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            let _ = std::fs::remove_file(&path);
+            eprintln!("shoal mr: interrupted; removed job region {}", path.display());
+            std::process::exit(128 + signal);
+        }
+    });
+    Ok(())
+}
+
+/// Starts `n` `shoal mr worker` processes on the region at `path`.
+fn spawn_workers(path: &Path, n: usize, threads: usize, lease_ms: u64) -> Result<Vec<Child>, MrError> {
+    let exe = std::env::current_exe().map_err(|source| MrError::Io {
+        path: "shoal".into(),
+        action: "find",
+        source,
+    })?;
+    (0..n)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "mr",
+                    "worker",
+                    "--threads",
+                    &threads.to_string(),
+                    "--lease-ms",
+                    &lease_ms.to_string(),
+                ])
+                .arg(path)
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|source| MrError::Io { path: exe.clone(), action: "start a worker process", source })
+        })
+        .collect()
+}
+
+fn worker(a: WorkerArgs) -> Result<(), MrError> {
+    let region = Arc::new(JobRegion::attach(&a.region, false)?);
+    let started = Instant::now();
+    let report = Worker::start(
+        region,
+        WorkerOptions {
+            threads: threads(a.threads),
+            lease_ms: a.lease_ms,
+            max_tasks: a.max_tasks,
+            hold_ms: 0,
+        },
+    )
+    .wait()?;
+    let seconds = started.elapsed().as_secs_f64();
+    if a.json {
+        println!(
+            "{}",
+            json!({ "pid": std::process::id(), "published": report.published, "lost": report.lost, "seconds": seconds })
+        );
+    } else {
+        println!(
+            "worker {}: published {} task outputs ({} runs lost to faster attempts) in {seconds:.2} s",
+            std::process::id(),
+            report.published,
+            report.lost
+        );
+    }
+    Ok(())
+}
+
+fn info(a: InfoArgs) -> Result<(), MrError> {
+    let region = JobRegion::attach(&a.region, true)?;
+    let jobs = region.jobs()?;
+    if a.json {
+        let list: Vec<_> = jobs
+            .iter()
+            .map(|j| {
+                json!({
+                    "job": j.index, "state": format!("{:?}", j.state).to_lowercase(), "app": j.app, "stage": j.stage,
+                    "maps": j.maps.0, "maps_done": j.maps.1, "reduces": j.reduces.0, "reduces_done": j.reduces.1,
+                    "claims": j.claims.iter().map(|(t, pid, _)| json!({ "task": t, "pid": pid })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", json!({ "region": a.region, "finished": region.finished(), "jobs": list }));
+        return Ok(());
+    }
+    println!(
+        "{}: {} jobs{}",
+        a.region.display(),
+        jobs.len(),
+        if region.finished() { ", finished" } else { "" }
+    );
+    for j in &jobs {
+        println!(
+            "job {} {:?} {} stage {}: maps {}/{}, reduces {}/{}, {} claimed",
+            j.index,
+            j.state,
+            j.app,
+            j.stage,
+            j.maps.1,
+            j.maps.0,
+            j.reduces.1,
+            j.reduces.0,
+            j.claims.len()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes_and_name_bad_values() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("6g"), Ok(6 << 30));
+        assert!(parse_size("12Q").unwrap_err().contains("\"12Q\""));
+        assert!(parse_size("lots").unwrap_err().contains("\"lots\""));
+        assert!(parse_size("99999999999T").is_err());
+    }
+}
