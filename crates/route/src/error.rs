@@ -15,6 +15,11 @@ pub enum Error {
     UnknownHashing(String),
     /// More servers than the scheme supports.
     TooManyServers { hashing: &'static str, servers: usize, max: usize },
+    /// A weight the scheme cannot place as its tool would (say, a fraction where the tool
+    /// reads whole numbers).
+    UnsupportedWeight { hashing: &'static str, server: String, weight: f64, why: &'static str },
+    /// A server name (`host:port:weight name`) given to a scheme that does not use names.
+    NamedServer { hashing: &'static str, server: String },
     /// The same server named twice in a pool.
     DuplicateServer(String),
     /// A key the text protocol cannot carry.
@@ -43,6 +48,13 @@ impl fmt::Display for Error {
             Error::TooManyServers { hashing, servers, max } => {
                 write!(f, "{hashing} supports at most {max} servers, the pool has {servers}")
             }
+            Error::UnsupportedWeight { hashing, server, weight, why } => {
+                write!(f, "server {server:?} has weight {weight} that {hashing} cannot use: {why}")
+            }
+            Error::NamedServer { hashing, server } => write!(
+                f,
+                "server {server:?} has a name, which {hashing} does not use: only ketama_weighted (twemproxy's) names points by it"
+            ),
             Error::DuplicateServer(s) => write!(f, "server {s:?} is named twice in the pool"),
             Error::BadKey { key, why } => write!(f, "key {:?} {why}", String::from_utf8_lossy(key)),
         }

@@ -5,8 +5,11 @@
 //! exactly as that tool does.
 
 use crate::error::{Error, Result};
+use crate::furc::{Ch3Ring, WeightedCh3Ring, MAX_POOL};
 use crate::jump::jump;
+use crate::ketama::KetamaRing;
 use crate::prefix::hash_part;
+use crate::pymemcache::PymemcacheRing;
 use crate::server::Server;
 use std::fmt;
 use xxhash_rust::xxh3::xxh3_64;
@@ -16,7 +19,9 @@ use xxhash_rust::xxh3::xxh3_64;
 pub enum Hashing {
     /// libmemcached's `MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED` (pylibmc `ketama_weighted`): 160
     /// points per server scaled by weight, four per md5 digest; twemproxy's `hash: md5` +
-    /// `distribution: ketama` and last.fm's libketama place keys the same way.
+    /// `distribution: ketama` places keys the same way, and names points by a server's name
+    /// when it has one (`host:port:weight name`). last.fm's libketama always names points
+    /// `host:port-i`: write its servers as `host:port:weight host:port` to match it.
     KetamaWeighted,
     /// libmemcached's `MEMCACHED_BEHAVIOR_KETAMA` (pylibmc `ketama`): 100 points per server,
     /// one per digest of the configured key hash.
@@ -119,10 +124,37 @@ impl Placement {
                 return Err(Error::DuplicateServer(s.address.clone()));
             }
         }
+        if hashing != Hashing::KetamaWeighted {
+            if let Some(s) = servers.iter().find(|s| s.name.is_some()) {
+                return Err(Error::NamedServer { hashing: hashing.name(), server: s.address.clone() });
+            }
+        }
         let ring: Box<dyn Ring> = match hashing {
             Hashing::Jump | Hashing::MemcachedProxy => Box::new(JumpRing { servers: servers.len() as u32 }),
             Hashing::Rendezvous => Box::new(RendezvousRing::new(&servers)),
             Hashing::Modulo => Box::new(ModuloRing { servers: servers.len() as u64 }),
+            Hashing::KetamaWeighted => Box::new(KetamaRing::weighted(&servers)?),
+            Hashing::Ketama => Box::new(KetamaRing::unweighted(&servers)?),
+            Hashing::Pymemcache => Box::new(PymemcacheRing::new(&servers)),
+            Hashing::Ch3 | Hashing::WeightedCh3 if servers.len() > MAX_POOL => {
+                return Err(Error::TooManyServers {
+                    hashing: hashing.name(),
+                    servers: servers.len(),
+                    max: MAX_POOL,
+                });
+            }
+            Hashing::Ch3 => Box::new(Ch3Ring { servers: servers.len() as u32 }),
+            Hashing::WeightedCh3 => {
+                if let Some(s) = servers.iter().find(|s| s.weight > 1.0) {
+                    return Err(Error::UnsupportedWeight {
+                        hashing: "weighted_ch3",
+                        server: s.address.clone(),
+                        weight: s.weight,
+                        why: "mcrouter's WeightedCh3 weights are in (0, 1]",
+                    });
+                }
+                Box::new(WeightedCh3Ring { weights: servers.iter().map(|s| s.weight).collect() })
+            }
             other => return Err(Error::UnknownHashing(format!("{other} (not built yet)"))),
         };
         Ok(Placement { hashing, servers, ring })
@@ -154,7 +186,10 @@ impl Placement {
     }
 }
 
-/// Jump hash over XXH3-64 (seed 0): memcached's proxy default and Shoal's `jump`.
+/// Jump hash over XXH3-64 (seed 0): memcached's proxy default and Shoal's `jump`. memcached's
+/// proxy hashes a key with `XXH3_64bits_withSeed(key, len, 0)` when its pool has no `seed`
+/// (`proxy_xxhash.c`, `mcplib_pool` in `proxy_lua.c`) and picks a backend with the same jump
+/// loop (`proxy_jump_hash.c`, memcached 2d51e36).
 #[derive(Debug)]
 struct JumpRing {
     servers: u32,

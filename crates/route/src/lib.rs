@@ -19,10 +19,14 @@
 //! `tests/`), so a pool can move to Shoal without a cold cache.
 
 mod error;
+pub mod furc;
 pub mod hashing;
 pub mod jump;
+mod ketama;
 pub mod prefix;
+pub mod pymemcache;
 mod server;
+pub mod spooky;
 
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};

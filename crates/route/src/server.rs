@@ -19,12 +19,26 @@ pub struct Server {
     pub port: u16,
     /// Relative weight, above 0 (1 unless given).
     pub weight: f64,
+    /// twemproxy's server name (`host:port:weight name`), which names the server's ketama
+    /// points instead of its address; only `ketama_weighted` uses it.
+    pub name: Option<String>,
 }
 
 impl Server {
     /// Parses `host:port`, `host:port:weight`, `[v6]:port[:weight]`, or a unix socket path
     /// (anything containing `/`, optionally `path:weight`).
     pub fn parse(text: &str) -> Result<Server> {
+        if let Some((address, name)) = text.split_once(' ') {
+            let name = name.trim_start_matches(' ');
+            if name.is_empty() || name.contains(char::is_whitespace) || address.is_empty() {
+                return Err(Error::BadServer(text.to_string()));
+            }
+            let server = Server::parse(address).map_err(|e| match e {
+                Error::BadServer(_) => Error::BadServer(text.to_string()),
+                other => other,
+            })?;
+            return Ok(Server { name: Some(name.to_string()), ..server });
+        }
         let bad = || Error::BadServer(text.to_string());
         if text.contains('/') {
             let (path, weight) = match text.rsplit_once(':') {
@@ -49,17 +63,18 @@ impl Server {
         }
         let address =
             if text.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-        Server { address, host: host.to_string(), port, weight: 1.0 }.with_weight_text(weight, text)
+        Server { address, host: host.to_string(), port, weight: 1.0, name: None }
+            .with_weight_text(weight, text)
     }
 
     /// A TCP server with weight 1.
     pub fn tcp(host: &str, port: u16) -> Server {
-        Server { address: format!("{host}:{port}"), host: host.to_string(), port, weight: 1.0 }
+        Server { address: format!("{host}:{port}"), host: host.to_string(), port, weight: 1.0, name: None }
     }
 
     /// A unix-socket server with weight 1.
     pub fn unix(path: &str) -> Server {
-        Server { address: path.to_string(), host: path.to_string(), port: 0, weight: 1.0 }
+        Server { address: path.to_string(), host: path.to_string(), port: 0, weight: 1.0, name: None }
     }
 
     /// The same server with another weight; refuses a weight that is not above 0.
@@ -122,12 +137,28 @@ mod tests {
         assert_eq!((s.port, s.address.as_str()), (0, "/run/shoal.sock"));
         let s = Server::parse("/run/shoal.sock:2").unwrap();
         assert_eq!((s.address.as_str(), s.weight), ("/run/shoal.sock", 2.0));
+        let s = Server::parse("10.0.0.1:11211:2 cache-a").unwrap();
+        assert_eq!(
+            (s.address.as_str(), s.weight, s.name.as_deref()),
+            ("10.0.0.1:11211", 2.0, Some("cache-a"))
+        );
     }
 
     #[test]
     fn refuses_what_does_not_parse_naming_it() {
-        for bad in ["", "localhost", ":11211", "host:", "host:0", "host:99999", "host:port", "[::1", "a b:1"]
-        {
+        for bad in [
+            "",
+            "localhost",
+            ":11211",
+            "host:",
+            "host:0",
+            "host:99999",
+            "host:port",
+            "[::1",
+            "a b:1",
+            "h:1 ",
+            "h:1 a b",
+        ] {
             assert_eq!(Server::parse(bad), Err(Error::BadServer(bad.to_string())), "{bad}");
         }
         for (bad, w) in

@@ -11,6 +11,7 @@
 mod bench;
 mod mr_cmd;
 mod region_cmd;
+mod route_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ enum Command {
     Router(shoal_router::RouterArgs),
     /// MapReduce over a shared-memory job region; workers join and leave at any time.
     Mr(mr_cmd::MrArgs),
+    /// Ask the routing core which server of a pool owns a key (`shoal route owner`).
+    Route(route_cmd::RouteArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => shoal_bench::run(args),
         Command::Router(args) => shoal_router::run(args),
         Command::Mr(args) => mr_cmd::run(args),
+        Command::Route(args) => route_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
