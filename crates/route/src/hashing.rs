@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use crate::jump::jump;
 use crate::prefix::hash_part;
+use crate::proteus::ProteusRing;
 use crate::server::Server;
 use std::fmt;
 use xxhash_rust::xxh3::xxh3_64;
@@ -96,6 +97,11 @@ impl fmt::Display for Hashing {
 pub trait Ring: Send + Sync + fmt::Debug {
     /// The index of the server that owns a key whose hash part is `hash_key`.
     fn owner(&self, hash_key: &[u8]) -> usize;
+
+    /// The ring as a Proteus ring, if it is one.
+    fn as_proteus(&self) -> Option<&ProteusRing> {
+        None
+    }
 }
 
 /// A pool's servers and the ring that places keys on them.
@@ -123,6 +129,7 @@ impl Placement {
             Hashing::Jump | Hashing::MemcachedProxy => Box::new(JumpRing { servers: servers.len() as u32 }),
             Hashing::Rendezvous => Box::new(RendezvousRing::new(&servers)),
             Hashing::Modulo => Box::new(ModuloRing { servers: servers.len() as u64 }),
+            Hashing::Proteus => Box::new(ProteusRing::new(servers.len())?),
             other => return Err(Error::UnknownHashing(format!("{other} (not built yet)"))),
         };
         Ok(Placement { hashing, servers, ring })
@@ -151,6 +158,11 @@ impl Placement {
     /// The scheme.
     pub fn hashing(&self) -> Hashing {
         self.hashing
+    }
+
+    /// The Proteus ring of a `proteus` placement (owners with fewer servers active), else `None`.
+    pub fn proteus(&self) -> Option<&ProteusRing> {
+        self.ring.as_proteus()
     }
 }
 

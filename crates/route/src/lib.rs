@@ -22,9 +22,11 @@ mod error;
 pub mod hashing;
 pub mod jump;
 pub mod prefix;
+pub mod proteus;
 mod server;
 
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};
 pub use prefix::{hash_part, Routed};
+pub use proteus::{ProteusArc, ProteusRing};
 pub use server::{validate_key, Server, MAX_KEY_BYTES};
