@@ -18,6 +18,7 @@
 //! Every scheme named after a tool places keys exactly as that tool does (test vectors in
 //! `tests/`), so a pool can move to Shoal without a cold cache.
 
+pub mod digest;
 mod error;
 pub mod hashing;
 pub mod jump;
@@ -25,6 +26,7 @@ pub mod prefix;
 pub mod proteus;
 mod server;
 
+pub use digest::Digest;
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};
 pub use prefix::{hash_part, Routed};
