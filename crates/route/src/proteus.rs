@@ -236,6 +236,28 @@ mod tests {
         }
     }
 
+    /// With `active` on: maximal runs `(start, owner)` of one owner, starts scaled by `scale`.
+    fn runs(ring: &ProteusRing, active: usize, scale: u128) -> Vec<(u128, usize)> {
+        let mut runs: Vec<(u128, usize)> = Vec::new();
+        for arc in ring.arcs() {
+            let owner = arc.owner_with(active);
+            if runs.last().is_none_or(|&(_, last)| last != owner) {
+                runs.push((arc.start * scale, owner));
+            }
+        }
+        runs
+    }
+
+    #[test]
+    fn the_first_n_of_a_pool_own_what_a_pool_of_n_owns() {
+        let big = ProteusRing::new(MAX_SERVERS).unwrap();
+        for n in 1..=MAX_SERVERS {
+            let small = ProteusRing::new(n).unwrap();
+            let scale = big.units() / small.units();
+            assert_eq!(runs(&big, n, 1), runs(&small, n, scale), "{n} of {MAX_SERVERS} against {n}");
+        }
+    }
+
     #[test]
     fn keys_share_near_one_nth_and_agree_with_a_smaller_pool() {
         let big = ProteusRing::new(MAX_SERVERS).unwrap();
