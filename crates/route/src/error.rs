@@ -24,6 +24,10 @@ pub enum Error {
     DuplicateServer(String),
     /// A key the text protocol cannot carry.
     BadKey { key: Vec<u8>, why: &'static str },
+    /// A Proteus question about `active` servers outside `1..=servers`.
+    BadActive { active: usize, servers: usize },
+    /// A digest that cannot be built or a snapshot that cannot be read; says which value.
+    BadDigest(String),
 }
 
 /// The result of a routing call.
@@ -57,6 +61,10 @@ impl fmt::Display for Error {
             ),
             Error::DuplicateServer(s) => write!(f, "server {s:?} is named twice in the pool"),
             Error::BadKey { key, why } => write!(f, "key {:?} {why}", String::from_utf8_lossy(key)),
+            Error::BadActive { active, servers } => {
+                write!(f, "{active} active servers: Proteus takes 1 to the pool's {servers}")
+            }
+            Error::BadDigest(why) => write!(f, "digest: {why}"),
         }
     }
 }

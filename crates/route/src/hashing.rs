@@ -9,6 +9,7 @@ use crate::furc::{Ch3Ring, WeightedCh3Ring, MAX_POOL};
 use crate::jump::jump;
 use crate::ketama::KetamaRing;
 use crate::prefix::hash_part;
+use crate::proteus::ProteusRing;
 use crate::pymemcache::PymemcacheRing;
 use crate::server::Server;
 use std::fmt;
@@ -101,6 +102,11 @@ impl fmt::Display for Hashing {
 pub trait Ring: Send + Sync + fmt::Debug {
     /// The index of the server that owns a key whose hash part is `hash_key`.
     fn owner(&self, hash_key: &[u8]) -> usize;
+
+    /// The ring as a Proteus ring, if it is one.
+    fn as_proteus(&self) -> Option<&ProteusRing> {
+        None
+    }
 }
 
 /// A pool's servers and the ring that places keys on them.
@@ -155,7 +161,7 @@ impl Placement {
                 }
                 Box::new(WeightedCh3Ring { weights: servers.iter().map(|s| s.weight).collect() })
             }
-            other => return Err(Error::UnknownHashing(format!("{other} (not built yet)"))),
+            Hashing::Proteus => Box::new(ProteusRing::new(servers.len())?),
         };
         Ok(Placement { hashing, servers, ring })
     }
@@ -183,6 +189,11 @@ impl Placement {
     /// The scheme.
     pub fn hashing(&self) -> Hashing {
         self.hashing
+    }
+
+    /// The Proteus ring of a `proteus` placement (owners with fewer servers active), else `None`.
+    pub fn proteus(&self) -> Option<&ProteusRing> {
+        self.ring.as_proteus()
     }
 }
 

@@ -18,17 +18,21 @@
 //! Every scheme named after a tool places keys exactly as that tool does (test vectors in
 //! `tests/`), so a pool can move to Shoal without a cold cache.
 
+pub mod digest;
 mod error;
 pub mod furc;
 pub mod hashing;
 pub mod jump;
 mod ketama;
 pub mod prefix;
+pub mod proteus;
 pub mod pymemcache;
 mod server;
 pub mod spooky;
 
+pub use digest::Digest;
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};
 pub use prefix::{hash_part, Routed};
+pub use proteus::{ProteusArc, ProteusRing};
 pub use server::{validate_key, Server, MAX_KEY_BYTES};
