@@ -34,5 +34,5 @@ pub use client::{Client, Item, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
 pub use lease::{FillOptions, Lease, LeaseStored};
-pub use pool::{Pool, PoolCounters, PoolOptions, Stats, WindowOptions};
+pub use pool::{Active, Pool, PoolCounters, PoolOptions, Stats, WindowOptions};
 pub use shoal_route::{Hashing, Server};

@@ -338,3 +338,39 @@ fn lost_reordered_or_foreign_udp_answers_are_misses_never_wrong_values() {
     assert_eq!(c.udp_requests, 7);
     assert_eq!(c.udp_misses, 5, "every lost, reordered or garbled answer is counted ({c:?})");
 }
+
+#[test]
+fn a_proteus_transition_finds_moved_keys_on_their_old_owner_and_never_brings_old_values_back() {
+    let servers: Vec<Server> = (0..4).map(|i| Server::shoal(&format!("pool-proteus-{i}"), 0, &[])).collect();
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Proteus)).unwrap();
+    let keys = keys(400);
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), k.as_slice())).collect();
+    assert!(pool.set_many(&items, 0, 0).unwrap().is_empty());
+    let on_last: Vec<&[u8]> =
+        keys.iter().filter(|k| pool.server_for(k).unwrap() == addresses[3]).map(Vec::as_slice).collect();
+    assert!(on_last.len() > 60, "server 4 owns about a quarter: {}", on_last.len());
+
+    // Server 4 is turned off: its keys now belong to the first three.
+    pool.set_active(3).unwrap();
+    assert_eq!(pool.active(), Some(shoal_client::Active { now: 3, before: Some(4) }));
+    assert!(keys.iter().all(|k| pool.server_for(k).unwrap() != addresses[3]));
+    let (overwritten, deleted) = (on_last[0], on_last[1]);
+    pool.set(overwritten, b"new", 0, 0).unwrap();
+    pool.delete(deleted).unwrap();
+    let got = pool.get_many(&refs(&keys)).unwrap();
+    assert_eq!(got.len(), keys.len() - 1, "every key but the deleted one, moved ones from their old owner");
+    assert_eq!(pool.counters().migrated as usize, on_last.len() - 2, "each moved key copied once");
+    assert_eq!(pool.get(overwritten).unwrap().unwrap().value, b"new", "the write on the new owner wins");
+    assert_eq!(pool.get(deleted).unwrap(), None, "the old owner's copy does not come back");
+    pool.get_many(&refs(&keys)).unwrap();
+    assert_eq!(pool.counters().migrated as usize, on_last.len() - 2, "copies are read from the new owners");
+    pool.finish_transition();
+    assert_eq!(pool.get_many(&refs(&keys)).unwrap().len(), keys.len() - 1);
+
+    // Only proteus pools have active servers, and only 1..=N of them.
+    assert!(matches!(pool.set_active(0), Err(Error::Pool(shoal_route::Error::BadActive { .. }))));
+    assert!(matches!(pool.set_active(5), Err(Error::Pool(shoal_route::Error::BadActive { .. }))));
+    let mut jump = Pool::new(&addresses, options(Hashing::Jump)).unwrap();
+    assert!(matches!(jump.set_active(2), Err(Error::Pool(_))));
+}

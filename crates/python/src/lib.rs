@@ -228,6 +228,20 @@ impl Client {
         self.call(py, |c| c.server_for(&key).map(str::to_string))
     }
 
+    /// A `proteus` pool: turns on only the first `n` servers, starting a transition in which
+    /// reads that miss on a key's new owner ask its old one (and copy what they find).
+    fn set_active(&self, py: Python<'_>, n: usize) -> PyResult<()> {
+        self.call(py, |c| c.set_active(n))
+    }
+
+    /// Ends a `set_active` transition: only the new owners are asked from now on.
+    fn finish_transition(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, |c| {
+            c.finish_transition();
+            Ok(())
+        })
+    }
+
     /// The servers whose reads come from shared memory right now.
     fn local_servers(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         self.call(py, |c| Ok(c.local_servers()))

@@ -90,6 +90,18 @@ impl Pool {
                 None => return Err(failure.expect("a failed key has its error")),
             }
         }
+        if self.active.is_some_and(|a| a.before.is_some()) {
+            // Keys that moved in the transition under way and missed: ask their old owners.
+            let mut hit = vec![false; keys.len()];
+            found.iter().for_each(|(i, _)| hit[*i] = true);
+            for (i, key) in keys.iter().enumerate() {
+                if !hit[i] {
+                    if let Some(item) = self.read_moved(key) {
+                        found.push((i, item));
+                    }
+                }
+            }
+        }
         Ok(found)
     }
 
@@ -108,6 +120,7 @@ impl Pool {
         });
         let (mut not_stored, unreachable_keys) =
             self.per_key(requests, stored_answer, |s| *s == Stored::Stored);
+        keys.iter().for_each(|k| self.forget_moved(k));
         if !unreachable_keys.is_empty() {
             match &mut self.gutter {
                 Some(gutter) => {
@@ -138,6 +151,7 @@ impl Pool {
             bytes
         });
         let (mut failed, unreachable_keys) = self.per_key(requests, deleted_answer, |_| true);
+        keys.iter().for_each(|k| self.forget_moved(k));
         if !unreachable_keys.is_empty() {
             match &mut self.gutter {
                 Some(gutter) => {

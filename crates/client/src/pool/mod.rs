@@ -17,9 +17,11 @@
 
 mod batch;
 mod member;
+mod transition;
 mod udp;
 mod window;
 
+pub use transition::Active;
 pub use window::WindowOptions;
 
 use crate::client::{check_key, Client, Item, Options, Stored};
@@ -51,6 +53,9 @@ pub struct PoolOptions {
     /// caller goes to the database, Facebook's choice); `false` returns the error instead,
     /// as a client of a single server does.
     pub miss_when_down: bool,
+    /// The expiry, in seconds, of a value a Proteus transition copies from a key's old owner
+    /// to its new one (the client cannot see the original's).
+    pub migrate_ttl: i64,
     /// Send gets that are not local over UDP (to each server's TCP port number, on UDP):
     /// a lost or reordered answer is a miss, counted in [`PoolCounters::udp_misses`].
     pub udp_gets: bool,
@@ -66,6 +71,7 @@ impl Default for PoolOptions {
             gutter_ttl: 10,
             window: WindowOptions::default(),
             miss_when_down: true,
+            migrate_ttl: 300,
             udp_gets: false,
         }
     }
@@ -89,6 +95,8 @@ pub struct PoolCounters {
     pub udp_requests: u64,
     /// Keys that missed because their UDP answer was lost, out of order or garbled.
     pub udp_misses: u64,
+    /// Keys a Proteus transition found on their old owner and copied to the new one.
+    pub migrated: u64,
 }
 
 /// A client for a pool of servers: each key goes to the server the pool's hashing names,
@@ -103,6 +111,8 @@ pub struct Pool {
     window: Window,
     miss_when_down: bool,
     udp: Option<udp::UdpGets>,
+    active: Option<Active>,
+    migrate_ttl: i64,
     counters: PoolCounters,
 }
 
@@ -138,6 +148,8 @@ impl Pool {
             window: Window::new(options.window),
             miss_when_down: options.miss_when_down,
             udp,
+            active: None,
+            migrate_ttl: options.migrate_ttl,
             counters: PoolCounters::default(),
         })
     }
@@ -180,7 +192,7 @@ impl Pool {
 
     fn owner(&self, key: &[u8]) -> Result<usize> {
         check_key(key)?;
-        Ok(self.placement.owner(key))
+        Ok(self.owner_with(self.active.map(|a| a.now), key))
     }
 
     /// Runs `call` on the client of `key`'s server.
@@ -216,7 +228,22 @@ impl Pool {
 
     /// A write of one key with expiry `exptime`: to its server; if that server is
     /// unreachable, to the Gutter pool with the expiry clamped, or the error without one.
+    /// During a Proteus transition the key's old owner then forgets it.
     fn write<T>(
+        &mut self,
+        key: &[u8],
+        exptime: i64,
+        call: impl Fn(&mut Client, i64) -> Result<T>,
+    ) -> Result<T> {
+        let result = self.write_owner(key, exptime, &call);
+        if result.is_ok() {
+            self.forget_moved(key);
+        }
+        result
+    }
+
+    /// [`Pool::write`] to the key's owner, or to Gutter.
+    fn write_owner<T>(
         &mut self,
         key: &[u8],
         exptime: i64,
@@ -242,7 +269,10 @@ impl Pool {
         if self.udp.is_some() {
             return Ok(self.get_many_indexed(&[key])?.pop().map(|(_, item)| item));
         }
-        self.read(key, |c| c.get(key))
+        match self.read(key, |c| c.get(key))? {
+            None => Ok(self.read_moved(key)),
+            hit => Ok(hit),
+        }
     }
 
     /// Gets `key` and sets its expiry (`gat`).
