@@ -26,6 +26,8 @@ step "pool multiget across 8 servers (issue #13)"
 bench/pool.sh | bench/rewrite-doc.sh pool
 step "shoal router vs twemproxy (issue #14)"
 bench/router-vs-twemproxy.sh | bench/rewrite-doc.sh router
+step "Gutter through the router (issue #14)"
+bench/gutter.sh | bench/rewrite-doc.sh gutter
 step "YCSB over PostgreSQL: ATRL (issue #5)"
 bench/ycsb.sh "${full[@]}" | bench/rewrite-doc.sh ycsb
 step "done: git diff docs/ shows what moved"

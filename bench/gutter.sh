@@ -9,13 +9,44 @@
 #   KILL_SECS  how long it stays down (default 60)
 #   AFTER      seconds measured after it returns (default 20)
 #   RATE       operations per second per client, 3 clients (default 1000)
+# `bench/gutter.sh --report <run directory>` prints a run's table again (same settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kill_at=${KILL_AT:-30} kill_secs=${KILL_SECS:-60} after=${AFTER:-20} rate=${RATE:-1000}
 records=100000
-out=target/bench/gutter-$(date -u +%Y%m%dT%H%M%SZ)
 say() { printf '%s\n' "$*" >&2; }
+# report: the table of a run in $out (kill_at, kill_secs, rate as the run had them).
+report() {
+{
+  echo "Run of $(date -u -r "$out/with-gutter.ycsb.json" '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty): read-heavy YCSB over"
+  echo "PostgreSQL, $records records, 3 clients × $rate ops/s through \`shoal router -t 1\` to 4 \`shoal server\`s;"
+  echo "server 0 killed -9 at ${kill_at} s for ${kill_secs} s; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo
+  echo "| run | hit rate | DB reads/s before | DB reads/s during outage | rise | rise ÷ killed server's former hits/s |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  for run in with-gutter without-gutter; do
+    jq -r --argjson at "$kill_at" --argjson secs "$kill_secs" --argjson rate "$rate" '
+      .datastore_reads_per_second as $t
+      | ($t[(if $at > 22 then $at - 20 else 2 end):($at - 1)] | add / length) as $before
+      | ($t[($at + 5):($at + $secs - 2)] | add / length) as $during
+      | ($rate * 3 * 0.95 - $before) as $hits | ($hits / 4) as $killed
+      | "| \(.cache) | \(.hit_rate * 1000 | round / 1000) | \($before | round) | \($during | round) | \($during - $before | round) | \(($during - $before) / $killed * 100 | round) % |"' \
+      "$out/$run.ycsb.json"
+  done
+  echo
+  echo "The killed server's former hits/s are estimated as a quarter of all reads that hit before"
+  echo "the outage (reads are 95 % of operations). Reports and the plot's data: \`$out/\`"
+}
+}
+
+if [ "${1:-}" = --report ]; then
+  out=$2
+  report
+  exit
+fi
+out=target/bench/gutter-$(date -u +%Y%m%dT%H%M%SZ)
+
 mkdir -p "$out"
 command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
 python3 -c 'import matplotlib' 2>/dev/null ||
@@ -74,24 +105,5 @@ for run in with-gutter without-gutter; do
   kill "$router"
 done
 
-{
-  echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty): read-heavy YCSB over"
-  echo "PostgreSQL, $records records, 3 clients × $rate ops/s through \`shoal router -t 1\` to 4 \`shoal server\`s;"
-  echo "server 0 killed -9 at ${kill_at} s for ${kill_secs} s; load average $(cut -d' ' -f1-3 /proc/loadavg)."
-  echo
-  echo "| run | hit rate | DB reads/s before | DB reads/s during outage | rise | rise ÷ killed server's former hits/s |"
-  echo "|---|---:|---:|---:|---:|---:|"
-  for run in with-gutter without-gutter; do
-    jq -r --argjson at "$kill_at" --argjson secs "$kill_secs" --argjson rate "$rate" '
-      .datastore_reads_per_second as $t
-      | ($t[($at - 20):($at - 2)] | add / length) as $before
-      | ($t[($at + 5):($at + $secs - 2)] | add / length) as $during
-      | ($rate * 3 * 0.95 - $before) as $hits | ($hits / 4) as $killed
-      | "| \(.cache) | \(.hit_rate * 1000 | round / 1000) | \($before | round) | \($during | round) | \($during - $before | round) | \(($during - $before) / $killed * 100 | round) % |"' \
-      "$out/$run.ycsb.json"
-  done
-  echo
-  echo "The killed server's former hits/s are estimated as a quarter of all reads that hit before"
-  echo "the outage (reads are 95 % of operations). Reports and the plot's data: \`$out/\`"
-} | tee "$out/table.md"
+report | tee "$out/table.md"
 python3 bench/gutter-plot.py "$out" docs/gutter.png "$kill_at" "$kill_secs" >&2
