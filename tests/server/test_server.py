@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import SHOAL, Server, free_port  # noqa: E402
+from harness import MEMCACHED, SHOAL, Server, free_port  # noqa: E402
 
 
 def talk(sock, request: bytes, until: bytes) -> bytes:
@@ -38,12 +38,24 @@ def test_help_and_version_exit_zero_and_name_the_unix_socket():
     (["-B", "binery"], "should be one of auto, binary, or ascii"),
     (["-S", "-B", "ascii"], "You cannot allow the ASCII protocol while using SASL"),
     (["-o", "no_such_option"], 'Illegal suboption "no_such_option"'),
-    (["-I", "64m"], "between 512 bytes and 8m"),
+    (["-m", "64", "-I", "40m"], "Cannot set item size limit higher than 1/2 of memory max."),
+    (["-m", "64", "-I", "1000"], "Item max size cannot be less than 1024 bytes."),
+    (["-m", "1024", "-I", "64m"], "between 1k and 8m"),
 ])
 def test_bad_flags_fail_with_the_fix(argv, message):
     run = subprocess.run([SHOAL, "server", "-p", str(free_port()), *argv], capture_output=True, text=True,
                          timeout=10)
     assert run.returncode != 0 and message in run.stderr
+
+
+@pytest.mark.parametrize("argv", [["-m", "64", "-I", "40m"], ["-m", "64", "-I", "1000"]])
+def test_item_size_limits_are_refused_as_memcached_refuses_them(argv):
+    """The same flags, the same message from Debian's memcached and from shoal."""
+    runs = [subprocess.run([*command, "-p", str(free_port()), "-U", "0", *argv], capture_output=True, text=True,
+                           timeout=10)
+            for command in ([MEMCACHED, "-u", "root"], [SHOAL, "server"])]
+    assert all(r.returncode != 0 for r in runs)
+    assert runs[1].stderr.strip().endswith(runs[0].stderr.strip()), (runs[0].stderr, runs[1].stderr)
 
 
 def test_port_file_names_the_ephemeral_ports(tmp_path):

@@ -52,7 +52,8 @@ const IGNORED_SUBOPTIONS: &[&str] = &[
 ///
 /// Takes memcached's flags with the same meanings (`shoal server -h` lists them).
 #[derive(Args, Debug, Clone)]
-#[command(disable_help_flag = true, disable_version_flag = true)]
+// A flag given twice takes its last value, as memcached's getopt loop does.
+#[command(disable_help_flag = true, disable_version_flag = true, args_override_self = true)]
 pub struct ServerArgs {
     /// TCP port to listen on (default: 11211; 0 = off; -1 = any free port)
     #[arg(short = 'p', long = "port", default_value_t = i32::from(DEFAULT_PORT), allow_negative_numbers = true)]
@@ -297,9 +298,16 @@ impl ServerArgs {
         let max_item_bytes = parse_size(&self.max_item_size).ok_or_else(|| {
             format!("-I {}: expected a size such as 1m, 512k or 2097152", self.max_item_size)
         })?;
-        if !(512..=8 << 20).contains(&max_item_bytes) {
+        // memcached's limits and messages, then Shoal's own ceiling (a 23-bit value length).
+        if max_item_bytes < 1024 {
+            return Err("Item max size cannot be less than 1024 bytes.".into());
+        }
+        if max_item_bytes > self.memory_mb.saturating_mul(1 << 20) / 2 {
+            return Err("Cannot set item size limit higher than 1/2 of memory max.".into());
+        }
+        if max_item_bytes > 8 << 20 {
             return Err(format!(
-                "-I {}: the item size limit must be between 512 bytes and 8m",
+                "-I {}: the item size limit must be between 1k and 8m (Shoal's largest item)",
                 self.max_item_size
             ));
         }
@@ -458,7 +466,13 @@ mod tests {
         assert!(settings(&["-Y", "/f", "-B", "binary"]).unwrap_err().contains("BINARY protocol"));
         assert!(settings(&["--region-mode", "999"]).unwrap_err().contains("octal"));
         assert!(settings(&["--region-group", "no-such-group-here"]).unwrap_err().contains("no such group"));
-        assert!(settings(&["-I", "16m"]).unwrap_err().contains("between 512 bytes and 8m"));
+        assert!(settings(&["-m", "64", "-I", "16m"]).unwrap_err().contains("between 1k and 8m"));
+        assert_eq!(settings(&["-I", "1000"]).unwrap_err(), "Item max size cannot be less than 1024 bytes.");
+        assert_eq!(
+            settings(&["-m", "64", "-I", "40m"]).unwrap_err(),
+            "Cannot set item size limit higher than 1/2 of memory max."
+        );
+        assert_eq!(settings(&["-p", "1", "-p", "2"]).unwrap().tcp[0].1, 2, "the last -p wins");
         assert!(settings(&["-I", "lots"]).is_err());
         assert!(settings(&["-p", "70000"]).unwrap_err().contains("out of range"));
         assert!(settings(&["-a", "9z", "-s", "/tmp/s"]).unwrap_err().contains("octal"));
