@@ -136,6 +136,10 @@ pub struct ServerArgs {
     /// write the process id to this file
     #[arg(short = 'P', long = "pidfile", value_name = "FILE")]
     pub pidfile: Option<PathBuf>,
+    /// serve Prometheus metrics (every `stats` counter, local reads, the region's fill) at
+    /// http://ADDR:PORT/metrics
+    #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
     /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
@@ -203,6 +207,8 @@ pub struct Settings {
     pub avg_item_bytes: usize,
     pub verbose: u8,
     pub pidfile: Option<PathBuf>,
+    /// Where `/metrics` is served (`--metrics-listen`).
+    pub metrics_listen: Option<String>,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -341,6 +347,7 @@ impl ServerArgs {
             avg_item_bytes: self.avg_item_bytes,
             verbose: self.verbose,
             pidfile: self.pidfile.clone(),
+            metrics_listen: self.metrics_listen.clone(),
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,

@@ -18,6 +18,10 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct Hints {
     areas: Mutex<BTreeMap<u64, HintsReader>>,
+    /// Gets and hits that clients served from the region themselves (folded in so far):
+    /// they are in `cmd_get` and `get_hits` too; these say how many were local.
+    pub local_gets: std::sync::atomic::AtomicU64,
+    pub local_hits: std::sync::atomic::AtomicU64,
 }
 
 impl Hints {
@@ -31,7 +35,7 @@ impl Hints {
     /// Drains every area into `counters` and the index.
     pub fn fold(&self, writer: &Writer, counters: &Counters) {
         for area in self.areas.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
-            drain(area, writer, counters);
+            self.drain(area, writer, counters);
         }
     }
 
@@ -39,7 +43,7 @@ impl Hints {
     pub fn unregister(&self, conn: u64, writer: &Writer, counters: &Counters) {
         let removed = self.areas.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
         if let Some(mut area) = removed {
-            drain(&mut area, writer, counters);
+            self.drain(&mut area, writer, counters);
         }
     }
 
@@ -52,13 +56,16 @@ impl Hints {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
 
-fn drain(area: &mut HintsReader, writer: &Writer, counters: &Counters) {
-    let counted = area.drain(|location| writer.mark_read(location));
-    Counters::add(&counters.cmd_get, counted.gets);
-    Counters::add(&counters.get_hits, counted.hits);
-    Counters::add(&counters.get_misses, counted.misses);
-    Counters::add(&counters.get_expired, counted.expired);
-    Counters::add(&counters.get_flushed, counted.flushed);
+    /// Folds one area into the counters and the index.
+    fn drain(&self, area: &mut HintsReader, writer: &Writer, counters: &Counters) {
+        let counted = area.drain(|location| writer.mark_read(location));
+        Counters::add(&self.local_gets, counted.gets);
+        Counters::add(&self.local_hits, counted.hits);
+        Counters::add(&counters.cmd_get, counted.gets);
+        Counters::add(&counters.get_hits, counted.hits);
+        Counters::add(&counters.get_misses, counted.misses);
+        Counters::add(&counters.get_expired, counted.expired);
+        Counters::add(&counters.get_flushed, counted.flushed);
+    }
 }

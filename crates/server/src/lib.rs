@@ -14,13 +14,14 @@
 //!
 //! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals),
 //! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
-//! [`stats`] (counters and `stats` answers), [`udp`].
+//! [`stats`] (counters and `stats` answers), [`metrics`] (Prometheus at `--metrics-listen`), [`udp`].
 
 pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod exec;
 pub mod hints;
+pub mod metrics;
 pub mod net;
 pub mod server;
 pub mod stats;

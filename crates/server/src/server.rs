@@ -201,9 +201,16 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
     let ticker = spawn_clock_thread(shared.clone());
+    let metrics = match &shared.settings.metrics_listen {
+        Some(address) => Some(crate::metrics::spawn(address, &shared)?),
+        None => None,
+    };
     let result = net::serve(shared.clone(), listeners);
     shared.request_stop(stop::NOW);
     let _ = ticker.join();
+    if let Some(metrics) = metrics {
+        let _ = metrics.join(); // it holds the server only while a scrape renders
+    }
     let shared = Arc::try_unwrap(shared).map_err(|_| "a thread still holds the server".to_string())?;
     let region_path = shared.writer.path().to_path_buf();
     let pidfile = shared.settings.pidfile.clone();
