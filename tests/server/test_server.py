@@ -176,3 +176,34 @@ def test_shutdown_needs_dash_a():
         s.sendall(b"shutdown\r\n")
         assert s.recv(100) == b""
         assert server.proc.wait(timeout=10) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="-u switches users only when started as root: run the suite as root")
+def test_u_drops_to_the_user_after_binding_and_keeps_the_region_usable(tmp_path):
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    region = Path("/dev/shm") / f"shoal-test-u-{os.getpid()}.region"
+    try:
+        for attempt in range(2):  # the second start is a warm restart as nobody
+            with Server.shoal("-u", "nobody", "-e", str(region)) as server:
+                status = Path(f"/proc/{server.proc.pid}/status").read_text()
+                uids = next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:]
+                assert set(uids) == {str(nobody.pw_uid)}, status
+                assert os.stat(region).st_uid == nobody.pw_uid
+                with server.connect() as s:
+                    if attempt == 0:
+                        assert talk(s, b"set k 0 0 2\r\nhi\r\n", b"\r\n") == b"STORED\r\n"
+                    else:
+                        assert talk(s, b"get k\r\n", b"END\r\n") == b"VALUE k 0 2\r\nhi\r\nEND\r\n"
+                server.proc.send_signal(signal.SIGUSR1)  # a clean stop, ready for a warm restart
+                server.proc.wait(timeout=10)
+    finally:
+        region.unlink(missing_ok=True)
+
+
+def test_u_with_an_unknown_user_is_refused_as_memcached_refuses_it():
+    if os.geteuid() != 0:
+        pytest.skip("-u is only looked at when started as root")
+    run = subprocess.run([SHOAL, "server", "-p", str(free_port()), "-u", "no-such-user-here"],
+                         capture_output=True, text=True, timeout=10)
+    assert run.returncode != 0 and "can't find the user no-such-user-here to switch to" in run.stderr

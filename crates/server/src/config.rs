@@ -130,7 +130,8 @@ pub struct ServerArgs {
     /// verbose (print errors/warnings); -vv: also print client commands and responses
     #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
     pub verbose: u8,
-    /// assume the identity of <username> (accepted; Shoal does not switch users)
+    /// assume the identity of <username> (only when started as root: after binding the
+    /// listeners and opening the region, which is given to that user)
     #[arg(short = 'u', long = "user", value_name = "USER")]
     pub user: Option<String>,
     /// write the process id to this file
@@ -209,6 +210,8 @@ pub struct Settings {
     pub pidfile: Option<PathBuf>,
     /// Where `/metrics` is served (`--metrics-listen`).
     pub metrics_listen: Option<String>,
+    /// The user to become after binding, when started as root (`-u`).
+    pub user: Option<String>,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -348,6 +351,7 @@ impl ServerArgs {
             verbose: self.verbose,
             pidfile: self.pidfile.clone(),
             metrics_listen: self.metrics_listen.clone(),
+            user: self.user.clone(),
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,

@@ -164,6 +164,25 @@ fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
         .map_err(|e| format!("--region-mode: could not set the mode of {}: {e}", path.display()))
 }
 
+/// `-u <user>`: a server started as root becomes `user` once its listeners are bound and its
+/// region is open, as memcached does; the region file is given to that user first, so a warm
+/// restart as that user can open it. Without root the flag changes nothing (memcached's way).
+fn drop_privileges(name: &str, region: &Path) -> Result<(), String> {
+    use nix::unistd::{geteuid, setgid, setgroups, setuid, User};
+    if !geteuid().is_root() {
+        return Ok(());
+    }
+    let user = User::from_name(name)
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("can't find the user {name} to switch to"))?;
+    std::os::unix::fs::chown(region, Some(user.uid.as_raw()), None)
+        .map_err(|e| format!("-u {name}: could not give the region {} to {name}: {e}", region.display()))?;
+    setgroups(&[user.gid]).map_err(|e| format!("-u {name}: setgroups: {e}"))?;
+    setgid(user.gid).map_err(|e| format!("-u {name}: setgid: {e}"))?;
+    setuid(user.uid).map_err(|e| format!("-u {name}: setuid: {e}"))
+}
+
 /// Runs a server until it is stopped; returns once everything is closed.
 pub fn run(settings: Settings) -> Result<(), String> {
     let ascii_users = settings.auth_file.as_deref().map(|f| Users::load(f, false)).transpose()?;
@@ -179,6 +198,9 @@ pub fn run(settings: Settings) -> Result<(), String> {
     if let Some(pidfile) = &settings.pidfile {
         std::fs::write(pidfile, format!("{}\n", std::process::id()))
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
+    }
+    if let Some(user) = &settings.user {
+        drop_privileges(user, writer.path())?;
     }
     listeners.write_port_file()?;
     let clock = Clock::new();
