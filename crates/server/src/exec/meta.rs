@@ -390,9 +390,11 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         Some(b'R') => SetMode::Replace,
         _ => SetMode::Set,
     };
-    // memcached: a CAS of 0 is no CAS; with one, set and replace become cas.
+    // memcached 1.6.18: any `C`, even `C0`, makes set and replace a compare (a live item's
+    // CAS is never 0, so `C0` answers EX, or NF without an item).
     let cas = f.cas.unwrap_or(0);
-    let mode = if cas != 0 && matches!(mode, SetMode::Set | SetMode::Replace) { SetMode::Cas } else { mode };
+    let mode =
+        if f.cas.is_some() && matches!(mode, SetMode::Set | SetMode::Replace) { SetMode::Cas } else { mode };
     let fresh = NewItem {
         value: Value::Given,
         flags: f.client_flags.unwrap_or(0),
