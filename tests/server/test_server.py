@@ -207,3 +207,33 @@ def test_u_with_an_unknown_user_is_refused_as_memcached_refuses_it():
     run = subprocess.run([SHOAL, "server", "-p", str(free_port()), "-u", "no-such-user-here"],
                          capture_output=True, text=True, timeout=10)
     assert run.returncode != 0 and "can't find the user no-such-user-here to switch to" in run.stderr
+
+
+def test_d_daemonizes_and_p_names_the_daemon(tmp_path):
+    port, pidfile = free_port(), tmp_path / "shoal.pid"
+    run = subprocess.run([SHOAL, "server", "-d", "-P", str(pidfile), "-p", str(port), "-U", "0", "-l", "127.0.0.1"],
+                         capture_output=True, text=True, timeout=10)
+    assert run.returncode == 0, run.stderr
+    pid = int(pidfile.read_text())
+    try:
+        assert Path(f"/proc/{pid}").exists()
+        status = Path(f"/proc/{pid}/stat").read_text().split()
+        assert int(status[3]) != os.getpid(), "detached: its parent is not this test"
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            assert talk(s, b"version\r\n", b"\r\n").startswith(b"VERSION ")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert not pidfile.exists(), "the pid file goes when the daemon stops"
+
+
+def test_d_still_reports_a_port_in_use_on_the_terminal():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([SHOAL, "server", "-d", "-p", str(port), "-U", "0", "-l", "127.0.0.1"],
+                             capture_output=True, text=True, timeout=10)
+    assert run.returncode != 0 and run.stderr

@@ -137,6 +137,10 @@ pub struct ServerArgs {
     /// write the process id to this file
     #[arg(short = 'P', long = "pidfile", value_name = "FILE")]
     pub pidfile: Option<PathBuf>,
+    /// run as a daemon: detach from the terminal once listening (errors before that still
+    /// reach it)
+    #[arg(short = 'd', long = "daemon")]
+    pub daemonize: bool,
     /// serve Prometheus metrics (every `stats` counter, local reads, the region's fill) at
     /// http://ADDR:PORT/metrics
     #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
@@ -212,6 +216,8 @@ pub struct Settings {
     pub metrics_listen: Option<String>,
     /// The user to become after binding, when started as root (`-u`).
     pub user: Option<String>,
+    /// Detach from the terminal once listening (`-d`).
+    pub daemonize: bool,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -352,6 +358,7 @@ impl ServerArgs {
             pidfile: self.pidfile.clone(),
             metrics_listen: self.metrics_listen.clone(),
             user: self.user.clone(),
+            daemonize: self.daemonize,
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,

@@ -195,6 +195,13 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let listeners = Listeners::bind(&settings)?;
     let (writer, temporary) = open_region(&settings)?;
     set_region_access(writer.path(), &settings)?;
+    if settings.daemonize {
+        // Bound and with its region open, so a start that cannot work still says why on the
+        // terminal; no thread runs yet (a fork keeps only the calling thread). The working
+        // directory stays, so relative paths (-P, -e) keep meaning what they meant.
+        nix::unistd::daemon(true, settings.verbose > 0)
+            .map_err(|e| format!("-d: could not daemonize: {e}"))?;
+    }
     if let Some(pidfile) = &settings.pidfile {
         std::fs::write(pidfile, format!("{}\n", std::process::id()))
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
