@@ -237,3 +237,30 @@ def test_d_still_reports_a_port_in_use_on_the_terminal():
         run = subprocess.run([SHOAL, "server", "-d", "-p", str(port), "-U", "0", "-l", "127.0.0.1"],
                              capture_output=True, text=True, timeout=10)
     assert run.returncode != 0 and run.stderr
+
+
+def test_idle_timeout_closes_idle_connections_and_counts_them_as_memcached_does():
+    for server in (Server.memcached("-o", "idle_timeout=1"), Server.shoal("-o", "idle_timeout=1")):
+        with server:
+            idle, busy = server.connect(), server.connect()
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                assert talk(busy, b"version\r\n", b"\r\n").startswith(b"VERSION"), server.kind
+                time.sleep(0.3)
+            idle.settimeout(2)
+            assert idle.recv(100) == b"", f"{server.kind}: the idle connection was closed"
+            sock = busy
+            sock.sendall(b"stats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                data += sock.recv(65536)
+            kicks = int(next(l.split()[2] for l in data.decode().splitlines() if l.startswith("STAT idle_kicks")))
+            assert kicks >= 1, server.kind
+            idle.close()
+            busy.close()
+
+
+def test_idle_timeout_must_be_seconds():
+    run = subprocess.run([SHOAL, "server", "-p", str(free_port()), "-o", "idle_timeout=soon"],
+                         capture_output=True, text=True, timeout=10)
+    assert run.returncode != 0 and "idle_timeout=soon" in run.stderr

@@ -27,7 +27,6 @@ const IGNORED_SUBOPTIONS: &[&str] = &[
     "hot_max_factor",
     "warm_max_factor",
     "temporary_ttl",
-    "idle_timeout",
     "watcher_logbuf_size",
     "worker_logbuf_size",
     "track_sizes",
@@ -218,6 +217,8 @@ pub struct Settings {
     pub user: Option<String>,
     /// Detach from the terminal once listening (`-d`).
     pub daemonize: bool,
+    /// Close connections idle this many seconds (`-o idle_timeout=N`), counted as `idle_kicks`.
+    pub idle_timeout: Option<u32>,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -273,11 +274,19 @@ pub fn parse_size(text: &str) -> Option<usize> {
 impl ServerArgs {
     /// Checks the flags and turns them into settings; the error says what to fix.
     pub fn settings(&self) -> Result<Settings, String> {
+        let mut idle_timeout = None;
         for opts in &self.extended {
             for opt in opts.split(',').filter(|o| !o.is_empty()) {
-                let name = opt.split('=').next().unwrap_or_default();
-                if !IGNORED_SUBOPTIONS.contains(&name) {
-                    return Err(format!("Illegal suboption \"{opt}\""));
+                let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+                match name {
+                    "idle_timeout" => {
+                        let seconds: u32 = value.parse().map_err(|_| {
+                            format!("-o idle_timeout={value}: seconds, e.g. idle_timeout=600")
+                        })?;
+                        idle_timeout = (seconds > 0).then_some(seconds);
+                    }
+                    _ if IGNORED_SUBOPTIONS.contains(&name) => {}
+                    _ => return Err(format!("Illegal suboption \"{opt}\"")),
                 }
             }
         }
@@ -359,6 +368,7 @@ impl ServerArgs {
             metrics_listen: self.metrics_listen.clone(),
             user: self.user.clone(),
             daemonize: self.daemonize,
+            idle_timeout,
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,

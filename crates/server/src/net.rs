@@ -9,6 +9,7 @@
 use crate::conn::{Conn, Status, Stream};
 use crate::exec::Context;
 use crate::server::{stop, ConnInfo, Shared};
+use crate::stats::Counters;
 use crate::trace;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -286,8 +287,14 @@ impl<'a> Worker<'a> {
     fn run(mut self) {
         let mut events = Events::with_capacity(256);
         let mut tokens = Vec::new();
+        let idle = self.shared.settings.idle_timeout;
+        let mut idle_checked = std::time::Instant::now();
         while !self.shared.stopping() {
-            let timeout = (!self.ready.is_empty()).then_some(std::time::Duration::ZERO);
+            let timeout = if !self.ready.is_empty() {
+                Some(std::time::Duration::ZERO)
+            } else {
+                idle.map(|_| std::time::Duration::from_secs(1))
+            };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -307,6 +314,12 @@ impl<'a> Worker<'a> {
             for _ in 0..self.ready.len() {
                 if let Some(i) = self.ready.pop_front() {
                     self.drive(i);
+                }
+            }
+            if let Some(seconds) = idle {
+                if idle_checked.elapsed() >= std::time::Duration::from_secs(1) {
+                    idle_checked = std::time::Instant::now();
+                    self.kick_idle(seconds);
                 }
             }
         }
@@ -357,6 +370,19 @@ impl<'a> Worker<'a> {
                     stop::NOW
                 });
                 let _ = self.acceptor.wake();
+            }
+        }
+    }
+
+    /// Closes connections whose last command is `seconds` or more ago (memcached's
+    /// `idle_timeout`), counting each in `idle_kicks`.
+    fn kick_idle(&mut self, seconds: u32) {
+        let now = u64::from(self.shared.clock.now());
+        for i in 0..self.conns.len() {
+            let Some(conn) = &self.conns[i] else { continue };
+            if now.saturating_sub(conn.info.last_cmd.load(Ordering::Relaxed)) > u64::from(seconds) {
+                Counters::bump(&self.cx.counters.idle_kicks);
+                self.close(i);
             }
         }
     }

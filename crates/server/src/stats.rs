@@ -34,6 +34,8 @@ counters! {
     store_too_large, store_no_memory,
     /// SASL and ascii authentication attempts, and those that failed.
     auth_cmds, auth_errors,
+    /// Connections closed for idling past `-o idle_timeout`.
+    idle_kicks,
     bytes_read, bytes_written,
     /// Times a connection gave way to others after `-R` requests.
     conn_yields,
