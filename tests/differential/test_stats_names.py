@@ -38,3 +38,16 @@ def test_stats_names_the_counters_memcached_users_read():
         sock.sendall(b"stats reset\r\n")
         assert sock.recv(4096) == b"RESET\r\n"
         assert int(stats(sock)["get_hits"]) == 0
+
+
+SHOAL_OWN = ["index_evictions", "segments", "segments_free", "segment_bytes", "index_bytes",
+             "segments_evicted", "segments_reclaimed"]
+
+
+def test_stats_lists_every_field_of_memcached_in_its_order_then_shoals_own():
+    for extra in ([], ["-o", "idle_timeout=600"]):
+        with Server.memcached(*extra) as memcached, memcached.connect() as m, \
+                Server.shoal(*extra) as shoal, shoal.connect() as s:
+            expected, got = list(stats(m)), list(stats(s))
+            assert got == expected + SHOAL_OWN, (extra, [n for n in expected if n not in got])
+            assert ("idle_kicks" in got) == bool(extra)

@@ -36,6 +36,19 @@ const GAUGES: &[&str] = &[
     "segments_free",
     "segment_bytes",
     "index_bytes",
+    "response_obj_count",
+    "response_obj_bytes",
+    "read_buf_count",
+    "read_buf_bytes",
+    "read_buf_bytes_free",
+    "reserved_fds",
+    "hash_power_level",
+    "hash_bytes",
+    "hash_is_expanding",
+    "slab_reassign_running",
+    "lru_crawler_running",
+    "log_watchers",
+    "slab_global_page_pool",
 ];
 
 /// Starts serving `/metrics` on `address`; the thread ends once the server stops.

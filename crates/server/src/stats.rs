@@ -102,24 +102,79 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "total_connections", shared.total_connections.load(Ordering::Relaxed));
     line(out, "rejected_connections", shared.rejected_connections.load(Ordering::Relaxed));
     line(out, "connection_structures", shared.curr_connections.load(Ordering::Relaxed));
+    // memcached's response objects and read-buffer pool have no counterpart: each connection
+    // owns its buffers (docs/PROTOCOL.md lists every constant).
+    zeros(out, &["response_obj_oom", "response_obj_count", "response_obj_bytes"]);
+    line(out, "read_buf_count", shared.curr_connections.load(Ordering::Relaxed));
+    zeros(out, &["read_buf_bytes", "read_buf_bytes_free", "read_buf_oom", "reserved_fds"]);
     let names: Vec<&str> = shared.counters[0].each().map(|(n, _)| n).collect();
     for name in names {
         if name == "conn_yields" {
             continue; // memcached prints it after `threads`
         }
+        if name == "idle_kicks" && shared.settings.idle_timeout.is_none() {
+            continue; // memcached prints it only with `-o idle_timeout`
+        }
         line(out, name, total(shared, name));
     }
     line(out, "limit_maxbytes", store.region_bytes);
     line(out, "accepting_conns", 1);
+    zeros(out, &["listen_disabled_num", "time_in_listen_disabled_us"]);
     line(out, "threads", shared.settings.threads);
     line(out, "conn_yields", total(shared, "conn_yields"));
+    // The index: two-choice buckets of 64 bytes, sized at creation, never expanding.
+    let buckets = (store.index_bytes / 64).max(1);
+    line(out, "hash_power_level", buckets.ilog2());
+    line(out, "hash_bytes", store.index_bytes);
+    line(out, "hash_is_expanding", 0);
+    // No slabs, no LRU crawler or maintainer, no logger threads: their counters stay 0.
+    zeros(
+        out,
+        &[
+            "slab_reassign_rescues",
+            "slab_reassign_chunk_rescues",
+            "slab_reassign_evictions_nomem",
+            "slab_reassign_inline_reclaim",
+            "slab_reassign_busy_items",
+            "slab_reassign_busy_deletes",
+            "slab_reassign_running",
+            "slabs_moved",
+            "lru_crawler_running",
+            "lru_crawler_starts",
+            "lru_maintainer_juggles",
+            "malloc_fails",
+            "log_worker_dropped",
+            "log_worker_written",
+            "log_watcher_skipped",
+            "log_watcher_sent",
+            "log_watchers",
+            "unexpected_napi_ids",
+            "round_robin_fallback",
+        ],
+    );
     line(out, "bytes", store.bytes);
     line(out, "curr_items", store.items);
     line(out, "total_items", store.total_items);
+    // memcached's free page pool: Shoal's free segments.
+    line(out, "slab_global_page_pool", store.segments_free);
     line(out, "expired_unfetched", store.expired_unfetched);
     line(out, "evicted_unfetched", store.evicted_unfetched);
+    zeros(out, &["evicted_active"]);
     line(out, "evictions", store.evictions);
     line(out, "reclaimed", store.reclaimed);
+    zeros(
+        out,
+        &[
+            "crawler_reclaimed",
+            "crawler_items_checked",
+            "lrutail_reflocked",
+            "moves_to_cold",
+            "moves_to_warm",
+            "moves_within_lru",
+            "direct_reclaims",
+            "lru_bumps_dropped",
+        ],
+    );
     // Shoal's own: the store's shape (docs/PROTOCOL.md).
     line(out, "index_evictions", store.index_evictions);
     line(out, "segments", store.segments);
@@ -129,6 +184,13 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "segments_evicted", store.segments_evicted);
     line(out, "segments_reclaimed", store.segments_reclaimed);
     out.extend_from_slice(b"END\r\n");
+}
+
+/// `STAT <name> 0` for each name: memcached counters of machinery Shoal does not have.
+fn zeros(out: &mut Vec<u8>, names: &[&str]) {
+    for name in names {
+        line(out, name, 0);
+    }
 }
 
 /// `stats settings`.
