@@ -51,3 +51,26 @@ def test_stats_lists_every_field_of_memcached_in_its_order_then_shoals_own():
             expected, got = list(stats(m)), list(stats(s))
             assert got == expected + SHOAL_OWN, (extra, [n for n in expected if n not in got])
             assert ("idle_kicks" in got) == bool(extra)
+
+
+def conns(sock):
+    """`stats conns` with descriptors, ports and client ports taken out: (field, value) pairs."""
+    import re
+    sock.sendall(b"stats conns\r\n")
+    data = b""
+    while not data.endswith(b"END\r\n"):
+        data += sock.recv(65536)
+    pairs = []
+    for line in data.decode().splitlines()[:-1]:
+        _, key, value = line.split(" ", 2)
+        pairs.append((key.split(":", 1)[1], re.sub(r":\d+$", ":PORT", value)))
+    return pairs
+
+
+def test_stats_conns_lists_listeners_then_connections_as_memcached_does():
+    from harness import free_port
+    port = free_port()
+    with Server.memcached("-t", "1", "-U", str(port), port=port) as memcached, memcached.connect() as m:
+        expected = conns(m)
+    with Server.shoal("-t", "1", "-U", str(port), port=port) as shoal, shoal.connect() as s:
+        assert conns(s) == expected

@@ -110,6 +110,26 @@ impl Listeners {
 
     /// memcached's `MEMCACHED_PORT_FILENAME`: if set, the bound ports are written there
     /// (`TCP INET: 11211` …), through a `.lck` file renamed into place.
+    /// Each listening socket's descriptor and address as `stats conns` names them
+    /// (`tcp:127.0.0.1:11211`, `udp:…`, `unix:<path>`).
+    pub fn describe(&self) -> Vec<(u64, String)> {
+        let mut all = Vec::new();
+        for l in &self.tcp {
+            if let Ok(a) = l.local_addr() {
+                all.push((l.as_raw_fd() as u64, format!("tcp:{a}")));
+            }
+        }
+        if let Some((l, path)) = &self.unix {
+            all.push((l.as_raw_fd() as u64, format!("unix:{}", path.display())));
+        }
+        if let Some(u) = &self.udp {
+            if let Ok(a) = u.local_addr() {
+                all.push((u.as_raw_fd() as u64, format!("udp:{a}")));
+            }
+        }
+        all
+    }
+
     pub fn write_port_file(&self) -> Result<(), String> {
         let Some(name) = std::env::var_os("MEMCACHED_PORT_FILENAME") else { return Ok(()) };
         let mut text = String::new();
@@ -344,11 +364,22 @@ impl<'a> Worker<'a> {
                 Stream::Tcp(s) => s.as_raw_fd(),
                 Stream::Unix(s) => s.as_raw_fd(),
             } as u64;
+            let listen_addr = match &stream {
+                Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+                Stream::Unix(_) => {
+                    let path =
+                        self.shared.settings.unix_socket.as_ref().map(|(p, _)| p.display().to_string());
+                    format!("unix:{}", path.unwrap_or_default())
+                }
+            };
             if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{id} new auto-negotiating client connection");
             }
-            let info =
-                Arc::new(ConnInfo { addr, last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())) });
+            let info = Arc::new(ConnInfo {
+                addr,
+                listen_addr,
+                last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())),
+            });
             self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
             self.conns[i] = Some(Conn::new(stream, id, info, &self.shared.settings));
             // Data may have arrived before registration: look now.

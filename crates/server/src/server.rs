@@ -67,6 +67,8 @@ pub mod stop {
 /// One open connection, as `stats conns` shows it.
 pub struct ConnInfo {
     pub addr: String,
+    /// The listening address it came in on (`tcp:…`, `unix:…`).
+    pub listen_addr: String,
     /// Server time of its last command.
     pub last_cmd: AtomicU64,
 }
@@ -81,6 +83,8 @@ pub struct Shared {
     pub counters: Vec<Counters>,
     /// Clients' hints areas: what they read through shared memory.
     pub hints: Hints,
+    /// The listening sockets, for `stats conns`: descriptor and address.
+    pub listening: Vec<(u64, String)>,
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
@@ -216,6 +220,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         writer,
         counters: (0..settings.threads + 2).map(|_| Counters::default()).collect(),
         hints: Hints::default(),
+        listening: listeners.describe(),
         verbosity: AtomicU32::new(u32::from(settings.verbose)),
         settings,
         clock,

@@ -265,8 +265,23 @@ pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
 /// `stats conns`: one block per open connection.
 pub fn conns(shared: &Shared, out: &mut Vec<u8>) {
     let now = shared.clock.now();
+    // memcached lists its listening sockets first (UDP ones with a `UDP` line and
+    // `conn_read`: they are read like connections).
+    for (fd, addr) in &shared.listening {
+        if addr.starts_with("udp:") {
+            line(out, format_args!("{fd}:UDP"), "UDP");
+        }
+        line(out, format_args!("{fd}:addr"), addr);
+        line(
+            out,
+            format_args!("{fd}:state"),
+            if addr.starts_with("udp:") { "conn_read" } else { "conn_listening" },
+        );
+        line(out, format_args!("{fd}:secs_since_last_cmd"), 0);
+    }
     for (id, conn) in shared.conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         line(out, format_args!("{id}:addr"), &conn.addr);
+        line(out, format_args!("{id}:listen_addr"), &conn.listen_addr);
         line(out, format_args!("{id}:state"), "conn_parse_cmd");
         let last = conn.last_cmd.load(Ordering::Relaxed) as u32;
         line(out, format_args!("{id}:secs_since_last_cmd"), now.saturating_sub(last));
