@@ -60,18 +60,8 @@ impl Router {
     }
 
     fn raw(&self, request: &[u8], until: &[u8]) -> String {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(request).unwrap();
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !answer.ends_with(until) {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
-            answer.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&answer).into_owned()
+        String::from_utf8_lossy(&common::raw(&format!("127.0.0.1:{}", self.port), request, until))
+            .into_owned()
     }
 
     fn stat(&self, name: &str) -> String {

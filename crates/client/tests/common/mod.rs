@@ -88,19 +88,24 @@ impl Server {
 
     /// One raw request and the answer up to `until`, over a fresh connection.
     pub fn raw(&self, request: &[u8], until: &[u8]) -> Vec<u8> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(self.address()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(request).unwrap();
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !answer.ends_with(until) {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
-            answer.extend_from_slice(&buf[..n]);
-        }
-        answer
+        raw(&self.address(), request, until)
     }
+}
+
+/// Sends `request` to `address` over a fresh connection and reads the answer up to `until`.
+pub fn raw(address: &str, request: &[u8], until: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.ends_with(until) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+    answer
 }
 
 impl Drop for Server {
