@@ -275,28 +275,32 @@ fn watch(path: &Path, settle: Duration, router: &Router) {
     let mut modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     loop {
         let _ = woken.recv_timeout(Duration::from_secs(1));
-        let now = fingerprint(path);
-        let stamp = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        if now == loaded && stamp == modified {
-            continue;
-        }
-        // Let the writer finish: the file must stay the same for `settle`.
-        std::thread::sleep(settle);
-        while woken.try_recv().is_ok() {}
-        if fingerprint(path) != now {
-            continue;
-        }
-        (loaded, modified) = (now, stamp);
-        match load(path) {
-            Ok(config) => {
-                *router.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
-                router.reloads.fetch_add(1, Ordering::Relaxed);
-                eprintln!("shoal router: loaded {} ({:?})", path.display(), SystemTime::now());
+        // Load once the file has stayed the same for `settle`; a file still changing is
+        // looked at again at once (its events were drained meanwhile, so nothing else would).
+        loop {
+            let now = fingerprint(path);
+            let stamp = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+            if now == loaded && stamp == modified {
+                break;
             }
-            Err(e) => {
-                router.reload_failures.fetch_add(1, Ordering::Relaxed);
-                eprintln!("shoal router: {e}; still serving the last good configuration");
+            std::thread::sleep(settle);
+            while woken.try_recv().is_ok() {}
+            if fingerprint(path) != now {
+                continue;
             }
+            (loaded, modified) = (now, stamp);
+            match load(path) {
+                Ok(config) => {
+                    *router.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+                    router.reloads.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("shoal router: loaded {} ({:?})", path.display(), SystemTime::now());
+                }
+                Err(e) => {
+                    router.reload_failures.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("shoal router: {e}; still serving the last good configuration");
+                }
+            }
+            break;
         }
     }
 }
