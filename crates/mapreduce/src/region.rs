@@ -11,7 +11,9 @@
 //! no mapping ever moves.
 
 use crate::error::MrError;
-use crate::layout::{align_up, header, job, Geometry, APP_NAME_BYTES, JOB_SLOTS, LAYOUT_VERSION, MAGIC};
+use crate::layout::{
+    align_up, header, job, Geometry, APP_NAME_BYTES, AREA_ALIGN, JOB_SLOTS, LAYOUT_VERSION, MAGIC,
+};
 use shoal_region::Mapping;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -252,9 +254,19 @@ impl JobRegion {
         let max = self.geometry.max_bytes;
         let mut at = next.load(Ordering::Relaxed);
         loop {
+            // Every writer bumps by an aligned size from the arena's start, so anything else
+            // means the header was overwritten; refuse rather than write at a torn offset.
+            if at < self.geometry.arena_offset || at > max || !at.is_multiple_of(AREA_ALIGN) {
+                return Err(
+                    self.corrupt(format!("arena pointer {at} is not an aligned offset inside the arena"))
+                );
+            }
             let Some(end) = at.checked_add(size).filter(|&end| end <= max) else {
                 let used = at.saturating_sub(self.geometry.arena_offset);
-                let needed = align_up((self.geometry.arena_offset + 2 * (used + size)).max(max * 2));
+                let twice_used = used.saturating_add(size).saturating_mul(2);
+                let needed = align_up(
+                    self.geometry.arena_offset.saturating_add(twice_used).max(max.saturating_mul(2)),
+                );
                 return Err(MrError::RegionFull { path: self.path.clone(), size: max, needed });
             };
             match next.compare_exchange_weak(at, end, Ordering::Relaxed, Ordering::Relaxed) {
