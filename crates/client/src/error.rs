@@ -24,6 +24,9 @@ pub enum Error {
     /// The key's server failed recently and is skipped until its retry time (a pool without
     /// a Gutter pool answers its writes with this; its reads miss).
     Down(String),
+    /// An invalidation message could not be written: no keys, or the database refused it
+    /// (see [`crate::invalidation`]).
+    Invalidation(String),
 }
 
 /// The result of a client call.
@@ -58,6 +61,7 @@ impl fmt::Display for Error {
             Error::Down(server) => {
                 write!(f, "server {server} is marked down after a failure; it is tried again after the retry interval")
             }
+            Error::Invalidation(why) => write!(f, "cannot write the invalidation message: {why}"),
         }
     }
 }

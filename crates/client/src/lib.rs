@@ -25,10 +25,12 @@
 mod client;
 mod conn;
 mod error;
+pub mod invalidation;
 mod lease;
 pub mod local;
 pub mod pool;
 pub mod response;
+pub mod spool;
 
 pub use client::{Client, Item, MetaReply, Options, Stored};
 pub use conn::Address;

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::reply::read_reply;
 use crate::request::{ErrorKind, Reply, Request, Shape};
 use crate::route::Child;
-use crate::spool::Spools;
+use shoal_client::spool::Spools;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;

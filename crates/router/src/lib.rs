@@ -22,13 +22,12 @@ mod proxy;
 mod reply;
 mod request;
 mod route;
-mod spool;
 
 pub use config::{Config, ConfigError};
 
 use clap::Args;
 use dest::{Shared, Worker};
-use spool::Spools;
+use shoal_client::spool::Spools;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,7 +150,7 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         .spool_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("/var/tmp/shoal-router-{}", args.port)));
-    let spools = Spools::open(&spool_dir, args.spool_max_mb << 20)
+    let spools = Spools::open(&spool_dir, args.spool_max_mb << 20, "shoal router")
         .map_err(|e| format!("spool directory {}: {e}", spool_dir.display()))?;
     let router = Arc::new(Router {
         config: RwLock::new(Arc::new(config)),

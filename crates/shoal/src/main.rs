@@ -35,6 +35,9 @@ enum Command {
     Bench(shoal_bench::BenchArgs),
     /// Route memcached requests to pools of servers, as mcrouter does (its JSON config).
     Router(shoal_router::RouterArgs),
+    /// Follow a database's commit log (PostgreSQL, SQLite) and delete the keys each committed
+    /// transaction names in every cluster.
+    Invalidator(shoal_invalidator::InvalidatorArgs),
     /// MapReduce over a shared-memory job region; workers join and leave at any time.
     Mr(mr_cmd::MrArgs),
     /// Ask the routing core which server of a pool owns a key (`shoal route owner`).
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Region(args) => region_cmd::run(args),
         Command::Bench(args) => shoal_bench::run(args),
         Command::Router(args) => shoal_router::run(args),
+        Command::Invalidator(args) => shoal_invalidator::run(args),
         Command::Mr(args) => mr_cmd::run(args),
         Command::Route(args) => route_cmd::run(args),
     };

@@ -1,0 +1,170 @@
+//! Handing deletes on: every destination (a router per cluster, or a server) has its own
+//! ordered spool on disk (`shoal_client::spool`), delivered by its own thread as pipelined
+//! batches of `delete` requests, and waiting out the destination's absence. What reaches a
+//! spool is the invalidator's promise: the commit-log position moves past a transaction only
+//! once its deletes are in every destination's spool.
+
+use crate::source::Commit;
+use hdrhistogram::Histogram;
+use shoal_client::spool::{Delivered, Spools};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Microseconds since the epoch, now.
+pub fn now_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// One destination's delivery numbers.
+#[derive(Debug, Default)]
+pub struct DestinationStats {
+    /// Deletes acknowledged.
+    pub delivered: AtomicU64,
+    /// Whether its spool is full right now (the log's position is held until it drains).
+    pub full: AtomicBool,
+    /// Commit → acknowledgement, in microseconds, per record (a record's stamp is its earliest
+    /// commit, so this is the lag of its slowest delete).
+    pub lag: Mutex<Option<Histogram<u64>>>,
+}
+
+/// Where deletes go and how they are doing.
+pub struct Delivery {
+    spools: Arc<Spools>,
+    destinations: Vec<String>,
+    /// Routing prefix put before every key (e.g. `/*/*/` for every cluster behind one router).
+    prefix: String,
+    batch_keys: usize,
+    /// Numbers by destination address.
+    pub stats: Arc<HashMap<String, DestinationStats>>,
+}
+
+impl Delivery {
+    /// Spools for `destinations` in `dir`, each at most `max_bytes`; `durable` flushes every
+    /// append to the disk.
+    pub fn open(
+        dir: &Path,
+        destinations: &[String],
+        prefix: &str,
+        batch_keys: usize,
+        max_bytes: u64,
+        durable: bool,
+    ) -> Result<Delivery, String> {
+        let stats: Arc<HashMap<String, DestinationStats>> =
+            Arc::new(destinations.iter().map(|d| (d.clone(), DestinationStats::default())).collect());
+        let observed = stats.clone();
+        let observer = Arc::new(move |address: &str, delivered: Delivered| {
+            let Some(stats) = observed.get(address) else { return };
+            stats.delivered.fetch_add(u64::from(delivered.answers), Ordering::Relaxed);
+            if delivered.stamp > 0 {
+                let lag = now_micros().saturating_sub(delivered.stamp).max(1);
+                let mut histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
+                let histogram = histogram.get_or_insert_with(|| {
+                    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+                });
+                let _ = histogram.record(lag.min(3_600_000_000));
+            }
+        });
+        let spools = Spools::open_with(dir, max_bytes, "shoal invalidator", durable, Some(observer))
+            .map_err(|e| format!("spool directory {}: {e}", dir.display()))?;
+        Ok(Delivery {
+            spools,
+            destinations: destinations.to_vec(),
+            prefix: prefix.to_string(),
+            batch_keys: batch_keys.max(1),
+            stats,
+        })
+    }
+
+    /// Puts the deletes of `commits` into every destination's spool, in order; waits (telling
+    /// the operator) while a spool is full. Returns the deletes spooled per destination, or
+    /// `Err` once `stop` is set while waiting.
+    pub fn spool(&self, commits: &[Commit], stop: &AtomicBool) -> Result<usize, ()> {
+        let records = self.records(commits);
+        let deletes = records.iter().map(|r| r.1 as usize).sum();
+        for destination in &self.destinations {
+            let stats = &self.stats[destination];
+            for (requests, answers, stamp) in &records {
+                let mut warned = false;
+                while let Err(e) = self.spools.append_batch(destination, requests, *answers, *stamp) {
+                    if !warned {
+                        eprintln!(
+                            "shoal invalidator: {e}; the commit log is held (nothing is lost) until it \
+                             drains; raise --backlog-max-mb or bring {destination} back"
+                        );
+                        warned = true;
+                    }
+                    stats.full.store(true, Ordering::Relaxed);
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                stats.full.store(false, Ordering::Relaxed);
+            }
+        }
+        Ok(deletes)
+    }
+
+    /// The records for `commits`: `(requests, answers, stamp)`, at most `batch_keys` deletes each.
+    fn records(&self, commits: &[Commit]) -> Vec<(Vec<u8>, u32, u64)> {
+        let mut records = Vec::new();
+        let mut requests = Vec::new();
+        let (mut answers, mut stamp) = (0u32, u64::MAX);
+        for commit in commits {
+            for key in &commit.keys {
+                requests.extend_from_slice(format!("delete {}{key}\r\n", self.prefix).as_bytes());
+                answers += 1;
+                stamp = stamp.min(commit.micros.unwrap_or(u64::MAX));
+                if answers as usize >= self.batch_keys {
+                    let stamp = std::mem::replace(&mut stamp, u64::MAX);
+                    records.push((std::mem::take(&mut requests), std::mem::take(&mut answers), stamp));
+                }
+            }
+        }
+        if answers > 0 {
+            records.push((requests, answers, stamp));
+        }
+        // No known commit time: stamp 0 (lag not measured).
+        records.iter_mut().filter(|r| r.2 == u64::MAX).for_each(|r| r.2 = 0);
+        records
+    }
+
+    /// Deletes waiting per destination.
+    pub fn backlog(&self) -> Vec<(String, u64)> {
+        let depths = self.spools.depths();
+        self.destinations
+            .iter()
+            .map(|d| (d.clone(), depths.iter().find(|(a, _)| a == d).map_or(0, |(_, n)| *n)))
+            .collect()
+    }
+
+    /// The destinations, in the order given.
+    pub fn destinations(&self) -> &[String] {
+        &self.destinations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_become_records_of_at_most_batch_keys_deletes() {
+        let dir = std::env::temp_dir().join(format!("shoal-delivery-test-{}", std::process::id()));
+        let delivery = Delivery::open(&dir, &["127.0.0.1:1".into()], "/*/*/", 3, 1 << 20, false).unwrap();
+        let commits = [
+            Commit { keys: vec!["a".into(), "b".into()], micros: Some(50) },
+            Commit { keys: vec!["c".into(), "d".into()], micros: Some(40) },
+            Commit { keys: vec!["e".into()], micros: None },
+        ];
+        let records = delivery.records(&commits);
+        let shape: Vec<_> = records.iter().map(|r| (r.1, r.2)).collect();
+        assert_eq!(shape, [(3, 40), (2, 40)]);
+        assert_eq!(records[0].0, b"delete /*/*/a\r\ndelete /*/*/b\r\ndelete /*/*/c\r\n");
+        assert_eq!(delivery.records(&commits[2..]).iter().map(|r| r.2).collect::<Vec<_>>(), [0]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,269 @@
+//! # shoal-invalidator: deletes from the database's commit log (mcsqueal, DESIGN §7)
+//!
+//! Owns `shoal invalidator`: a daemon that follows a database's commit log, takes the keys
+//! each committed transaction names (written into that transaction with
+//! `shoal_client::invalidation`), and deletes them in every cluster through the clusters'
+//! routers, batched, never losing one.
+//!
+//! ```text
+//!   PostgreSQL slot (test_decoding) ─┐ read (peek)        ┌─► spool dest A ──► router A ──► cluster A
+//!   SQLite outbox table ─────────────┴─► Source ─► keys ──┼─► spool dest B ──► router B ──► cluster B
+//!          ▲                                              │   (a file each, delivery thread each,
+//!          └──── confirm position ◄── every spool has ◄───┘    pipelined `delete` batches)
+//!                                     the deletes
+//! ```
+//!
+//! **The rule**: the log's position moves past a transaction only after its deletes are in
+//! every destination's spool on disk; a spool record is dropped only after the destination
+//! acknowledged every delete in it (`DELETED` or `NOT_FOUND`). A `kill -9` at any moment
+//! therefore re-sends (deletes are idempotent) and never loses. A destination that is down
+//! keeps its spool (bounded by `--backlog-max-mb`); a full spool holds the log's position —
+//! the database keeps the rest — and says so, in the log and in `/metrics`.
+
+mod decoding;
+mod delivery;
+mod metrics;
+mod postgres;
+mod rules;
+mod source;
+mod sqlite;
+
+pub use decoding::{parse as parse_decoding_row, Row};
+pub use rules::Rule;
+
+use clap::Parser;
+use delivery::Delivery;
+use source::{Fault, Problem, Source};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `shoal invalidator`.
+#[derive(Debug, Parser)]
+#[command(
+    about = "Follow a database's commit log and delete the keys of every committed transaction in every cluster",
+    after_help = "Writers name the keys in the same transaction as their data:\n  \
+        PostgreSQL: SELECT pg_logical_emit_message(true, 'shoal', 'user:7 feed:7')\n  \
+        SQLite:     INSERT INTO shoal_outbox (keys) VALUES ('user:7 feed:7')\n\
+        (the Rust and Python clients have helpers). Examples:\n  \
+        shoal invalidator --postgres 'host=db user=app dbname=app' --destination router-a:5000 --destination router-b:5000\n  \
+        shoal invalidator --sqlite app.db --destination 127.0.0.1:11211"
+)]
+pub struct InvalidatorArgs {
+    /// PostgreSQL to follow (a libpq connection string); needs wal_level=logical.
+    #[arg(long, value_name = "CONNINFO", conflicts_with = "sqlite", required_unless_present = "sqlite")]
+    pub postgres: Option<String>,
+    /// SQLite database whose `shoal_outbox` table to follow (created if missing).
+    #[arg(long, value_name = "FILE")]
+    pub sqlite: Option<PathBuf>,
+    /// The replication slot to create and read (PostgreSQL).
+    #[arg(long, default_value = "shoal_invalidator")]
+    pub slot: String,
+    /// After the slot was dropped and the caches flushed: create it again.
+    #[arg(long)]
+    pub recreate_slot: bool,
+    /// Also delete keys for row changes: TABLE=TEMPLATE, e.g. users=user:{id} (repeatable).
+    #[arg(long = "rule", value_name = "TABLE=TEMPLATE")]
+    pub rules: Vec<String>,
+    /// Where deletes go: a router (or server) per cluster, host:port or a unix socket path
+    /// (repeatable; each gets its own ordered spool).
+    #[arg(long = "destination", short = 'd', value_name = "ADDRESS", required = true)]
+    pub destinations: Vec<String>,
+    /// Put this routing prefix before every key (e.g. `/*/*/` for every cluster behind one router).
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Spools and the slot's record live here.
+    #[arg(long, value_name = "DIR", default_value = "shoal-invalidator")]
+    pub state_dir: PathBuf,
+    /// The most each destination's spool may hold, in megabytes.
+    #[arg(long, default_value_t = 256)]
+    pub backlog_max_mb: u64,
+    /// Deletes per batch sent to a destination in one write.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_keys: usize,
+    /// Changes read from the log at a time.
+    #[arg(long, default_value_t = 10_000)]
+    pub read_changes: usize,
+    /// How often an idle log is polled, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    pub poll_ms: u64,
+    /// Spool appends are not flushed to the disk (a `kill -9` still loses nothing; a machine
+    /// crash may).
+    #[arg(long)]
+    pub no_fsync: bool,
+    /// `off` moves the log's position as soon as it is read and keeps deletes in memory only:
+    /// a kill loses them. For the consistency benchmark's control run; never in production.
+    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    pub ack_rule: String,
+    /// Serve Prometheus metrics at /metrics and a JSON summary at /status on this address.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
+}
+
+/// What the invalidator has done, for `/metrics` and `/status`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Committed transactions with keys.
+    pub transactions: AtomicU64,
+    /// Deletes spooled (per destination).
+    pub deletes: AtomicU64,
+    /// Failed reads of the log.
+    pub source_errors: AtomicU64,
+    problems: Mutex<HashMap<&'static str, u64>>,
+    /// The last confirmed position.
+    pub position: Mutex<String>,
+}
+
+impl Counters {
+    fn problem(&self, problem: &Problem) {
+        *self.problems.lock().unwrap_or_else(|p| p.into_inner()).entry(problem.kind()).or_default() += 1;
+    }
+
+    /// Problems by kind.
+    pub fn problems(&self) -> Vec<(&'static str, u64)> {
+        let mut all: Vec<_> =
+            self.problems.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, n)| (*k, *n)).collect();
+        all.sort();
+        all
+    }
+}
+
+/// Runs `shoal invalidator` until it is killed, or a fault needs an operator.
+pub fn run(args: InvalidatorArgs) -> Result<(), String> {
+    let rules = args
+        .rules
+        .iter()
+        .map(|r| Rule::parse(r).map_err(|e| format!("--rule {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.sqlite.is_some() && !rules.is_empty() {
+        return Err("--rule needs --postgres: SQLite has no commit log to read row changes from".into());
+    }
+    for destination in &args.destinations {
+        shoal_route::Server::parse(destination).map_err(|e| format!("--destination {destination}: {e}"))?;
+    }
+    let followed = match (&args.postgres, &args.sqlite) {
+        (Some(_), _) => format!("PostgreSQL slot {}", args.slot),
+        (None, Some(path)) => format!("the outbox of {}", path.display()),
+        (None, None) => return Err("give --postgres or --sqlite".into()),
+    };
+    std::fs::create_dir_all(&args.state_dir)
+        .map_err(|e| format!("--state-dir {}: {e}", args.state_dir.display()))?;
+    let ack_rule = args.ack_rule == "on";
+    let spool_dir = if ack_rule {
+        args.state_dir.join("spools")
+    } else {
+        // Without the rule nothing outlives the process: a fresh directory every start.
+        let volatile = args.state_dir.join("volatile-spools");
+        let _ = std::fs::remove_dir_all(&volatile);
+        eprintln!(
+            "shoal invalidator: --ack-rule off: deletes not yet delivered are lost if this process dies"
+        );
+        volatile
+    };
+    let delivery = Arc::new(Delivery::open(
+        &spool_dir,
+        &args.destinations,
+        &args.prefix,
+        args.batch_keys,
+        args.backlog_max_mb << 20,
+        ack_rule && !args.no_fsync,
+    )?);
+    let counters = Arc::new(Counters::default());
+    if let Some(address) = &args.metrics_listen {
+        metrics::spawn(address, delivery.clone(), counters.clone())?;
+    }
+    let mut source = open_source(&args, rules)?;
+    eprintln!("shoal invalidator: following {followed} into {}", delivery.destinations().join(", "));
+    let stop = AtomicBool::new(false);
+    follow(source.as_mut(), &delivery, &counters, &args, ack_rule, &stop)
+}
+
+/// Opens the source, waiting out a database that is not up yet.
+fn open_source(args: &InvalidatorArgs, rules: Vec<Rule>) -> Result<Box<dyn Source>, String> {
+    let mut announced = false;
+    loop {
+        let opened: Result<Box<dyn Source>, Fault> = match (&args.postgres, &args.sqlite) {
+            (Some(conninfo), _) => postgres::Postgres::open(
+                conninfo,
+                &args.slot,
+                rules.clone(),
+                &args.state_dir,
+                args.recreate_slot,
+            )
+            .map(|s| Box::new(s) as Box<dyn Source>),
+            (None, Some(path)) => sqlite::Sqlite::open(path).map(|s| Box::new(s) as Box<dyn Source>),
+            (None, None) => return Err("give --postgres or --sqlite".into()),
+        };
+        match opened {
+            Ok(source) => return Ok(source),
+            Err(Fault::Fatal(why)) => return Err(why),
+            Err(Fault::Transient(why)) => {
+                if !announced {
+                    eprintln!("shoal invalidator: {why}; retrying every second");
+                    announced = true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// The main loop: read, spool, confirm.
+fn follow(
+    source: &mut dyn Source,
+    delivery: &Delivery,
+    counters: &Counters,
+    args: &InvalidatorArgs,
+    ack_rule: bool,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let idle = Duration::from_millis(args.poll_ms);
+    let mut failing: Option<String> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let step = (|| -> Result<bool, Fault> {
+            let batch = source.read(args.read_changes)?;
+            for problem in &batch.problems {
+                counters.problem(problem);
+                eprintln!("shoal invalidator: {problem}");
+            }
+            let Some(upto) = batch.upto else { return Ok(false) };
+            if !ack_rule {
+                source.confirm(&upto)?;
+            }
+            let Ok(deletes) = delivery.spool(&batch.commits, stop) else { return Ok(false) };
+            if ack_rule {
+                source.confirm(&upto)?;
+            }
+            counters.transactions.fetch_add(batch.commits.len() as u64, Ordering::Relaxed);
+            counters.deletes.fetch_add(deletes as u64, Ordering::Relaxed);
+            *counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
+            Ok(true)
+        })();
+        match step {
+            Ok(busy) => {
+                if let Some(why) = failing.take() {
+                    eprintln!("shoal invalidator: reading again (after: {why})");
+                }
+                if !busy {
+                    std::thread::sleep(idle);
+                }
+            }
+            Err(Fault::Fatal(why)) => return Err(why),
+            Err(Fault::Transient(why)) => {
+                counters.source_errors.fetch_add(1, Ordering::Relaxed);
+                if failing.as_deref() != Some(&why) {
+                    eprintln!("shoal invalidator: {why}; nothing after the last confirmed position is lost; retrying");
+                    failing = Some(why);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                match source.reconnect() {
+                    Err(Fault::Fatal(why)) => return Err(why),
+                    Err(Fault::Transient(_)) | Ok(()) => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! `--metrics-listen`: Prometheus metrics at `/metrics` and a JSON summary at `/status`
+//! (lag percentiles per destination, backlog, position), served by a thread of its own.
+
+use crate::delivery::Delivery;
+use crate::Counters;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+type Labels = Vec<(String, String)>;
+
+/// Starts serving on `address`.
+pub fn spawn(address: &str, delivery: Arc<Delivery>, counters: Arc<Counters>) -> Result<(), String> {
+    let http = tiny_http::Server::http(address)
+        .map_err(|e| format!("--metrics-listen {address}: cannot listen there ({e})"))?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for request in http.incoming_requests() {
+                let (body, kind) = match request.url() {
+                    "/metrics" => (
+                        render(&delivery, &counters),
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                    "/status" => (status(&delivery, &counters).to_string(), "application/json"),
+                    _ => {
+                        let missing = "not found: see /metrics and /status\n";
+                        let _ =
+                            request.respond(tiny_http::Response::from_string(missing).with_status_code(404));
+                        continue;
+                    }
+                };
+                let header =
+                    format!("Content-Type: {kind}").parse::<tiny_http::Header>().expect("a valid header");
+                let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
+            }
+        })
+        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+    Ok(())
+}
+
+fn destination(address: &str) -> Labels {
+    vec![("destination".into(), address.into())]
+}
+
+/// The metrics text of one scrape.
+pub fn render(delivery: &Delivery, counters: &Counters) -> String {
+    let mut registry = Registry::with_prefix("shoal_invalidator");
+    let counter = |value: u64| {
+        let c = Counter::<u64, AtomicU64>::default();
+        c.inc_by(value);
+        c
+    };
+    registry.register(
+        "transactions",
+        "committed transactions with keys read from the log",
+        counter(counters.transactions.load(Ordering::Relaxed)),
+    );
+    registry.register(
+        "deletes_spooled",
+        "deletes put into every destination's spool",
+        counter(counters.deletes.load(Ordering::Relaxed)),
+    );
+    registry.register(
+        "source_errors",
+        "failed reads of the commit log (reconnected)",
+        counter(counters.source_errors.load(Ordering::Relaxed)),
+    );
+    let problems = Family::<Labels, Counter>::default();
+    for (kind, n) in counters.problems() {
+        problems.get_or_create(&vec![("kind".into(), kind.into())]).inc_by(n);
+    }
+    registry.register("problems", "log entries that gave no delete (logged with what to do)", problems);
+    let delivered = Family::<Labels, Counter>::default();
+    let backlog = Family::<Labels, Gauge>::default();
+    let full = Family::<Labels, Gauge>::default();
+    let lag = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    for (address, waiting) in delivery.backlog() {
+        let stats = &delivery.stats[&address];
+        delivered.get_or_create(&destination(&address)).inc_by(stats.delivered.load(Ordering::Relaxed));
+        backlog.get_or_create(&destination(&address)).set(waiting as i64);
+        full.get_or_create(&destination(&address)).set(i64::from(stats.full.load(Ordering::Relaxed)));
+        let histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
+        for quantile in ["0.5", "0.99", "0.999"] {
+            let value =
+                histogram.as_ref().map_or(0, |h| h.value_at_quantile(quantile.parse().unwrap_or(0.5)));
+            let mut labels = destination(&address);
+            labels.push(("quantile".into(), quantile.into()));
+            lag.get_or_create(&labels).set(value as f64 / 1e6);
+        }
+    }
+    registry.register("delivered", "deletes the destination acknowledged", delivered);
+    registry.register("backlog_deletes", "deletes waiting in the destination's spool", backlog);
+    registry.register("backlog_full", "1 while the destination's spool is full and the log is held", full);
+    registry.register("lag_seconds", "commit to acknowledged delete, since start", lag);
+    let mut text = String::new();
+    encode(&mut text, &registry).expect("writing to a String cannot fail");
+    text
+}
+
+/// The `/status` JSON.
+pub fn status(delivery: &Delivery, counters: &Counters) -> serde_json::Value {
+    let destinations: Vec<_> = delivery
+        .backlog()
+        .into_iter()
+        .map(|(address, waiting)| {
+            let stats = &delivery.stats[&address];
+            let histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
+            let ms = |q: f64| histogram.as_ref().map(|h| h.value_at_quantile(q) as f64 / 1e3);
+            serde_json::json!({
+                "address": address,
+                "backlog": waiting,
+                "full": stats.full.load(Ordering::Relaxed),
+                "delivered": stats.delivered.load(Ordering::Relaxed),
+                "lag_records": histogram.as_ref().map_or(0, |h| h.len()),
+                "lag_ms_p50": ms(0.5),
+                "lag_ms_p99": ms(0.99),
+                "lag_ms_p999": ms(0.999),
+                "lag_ms_max": histogram.as_ref().map(|h| h.max() as f64 / 1e3),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "position": counters.position.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        "transactions": counters.transactions.load(Ordering::Relaxed),
+        "deletes_spooled": counters.deletes.load(Ordering::Relaxed),
+        "source_errors": counters.source_errors.load(Ordering::Relaxed),
+        "problems": counters.problems().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "destinations": destinations,
+    })
+}

@@ -1,0 +1,224 @@
+//! PostgreSQL: logical decoding from a replication slot the invalidator creates (plugin
+//! `test_decoding`, which ships with PostgreSQL), read with `pg_logical_slot_peek_changes`
+//! and confirmed with `pg_replication_slot_advance` only after the caller has handed the
+//! deletes on. Nothing is consumed by reading, so a kill at any moment re-reads rather than
+//! loses.
+//!
+//! A slot that disappears is never recreated silently: the commits made while it was gone
+//! were not seen, so the caches may hold stale values. A marker file in the state directory
+//! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
+
+use crate::decoding::{self, Row};
+use crate::rules::Rule;
+use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
+use postgres::{Client, NoTls};
+use shoal_client::invalidation::POSTGRES_PREFIX;
+use std::path::PathBuf;
+
+/// A replication slot's commit log.
+pub struct Postgres {
+    conninfo: String,
+    slot: String,
+    rules: Vec<Rule>,
+    client: Option<Client>,
+    /// The state directory's record that this slot was created.
+    marker: PathBuf,
+    recreate: bool,
+}
+
+fn transient(what: &str) -> impl Fn(postgres::Error) -> Fault + '_ {
+    move |e| {
+        let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
+        Fault::Transient(format!("PostgreSQL: {what}: {detail}"))
+    }
+}
+
+impl Postgres {
+    /// Connects, and creates the slot on first use (see the module's note on dropped slots).
+    pub fn open(
+        conninfo: &str,
+        slot: &str,
+        rules: Vec<Rule>,
+        state_dir: &std::path::Path,
+        recreate: bool,
+    ) -> Result<Postgres, Fault> {
+        if slot.is_empty() || !slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(Fault::Fatal(format!(
+                "--slot {slot:?}: a replication slot name is lower-case letters, digits and `_`"
+            )));
+        }
+        let mut source = Postgres {
+            conninfo: conninfo.to_string(),
+            slot: slot.to_string(),
+            rules,
+            client: None,
+            marker: state_dir.join(format!("slot-{slot}.created")),
+            recreate,
+        };
+        source.reconnect()?;
+        Ok(source)
+    }
+
+    fn client(&mut self) -> Result<&mut Client, Fault> {
+        self.client.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))
+    }
+
+    /// Makes sure the slot exists and is ours to read.
+    fn ensure_slot(&mut self) -> Result<(), Fault> {
+        let slot = self.slot.clone();
+        let (marker, recreate) = (self.marker.clone(), self.recreate);
+        let client = self.client()?;
+        let row = client
+            .query_opt("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+            .map_err(transient("look up the replication slot"))?;
+        match row {
+            Some(row) => {
+                let (plugin, kind): (Option<String>, String) = (row.get(0), row.get(1));
+                if kind != "logical" || plugin.as_deref() != Some("test_decoding") {
+                    return Err(Fault::Fatal(format!(
+                        "replication slot {slot} exists but is a {kind} slot with plugin {plugin:?}; \
+                         give the invalidator a slot of its own with --slot"
+                    )));
+                }
+            }
+            None if marker.exists() && !recreate => {
+                return Err(Fault::Fatal(format!(
+                    "replication slot {slot} was dropped after this invalidator created it ({}): the \
+                     commits made since were not seen, so caches may hold stale values. Flush every \
+                     cluster (`flush_all` through each router), then start again with --recreate-slot",
+                    marker.display()
+                )));
+            }
+            None => {
+                let level: String =
+                    client.query_one("SHOW wal_level", &[]).map_err(transient("read wal_level"))?.get(0);
+                if level != "logical" {
+                    return Err(Fault::Fatal(format!(
+                        "PostgreSQL runs with wal_level={level}; logical decoding needs wal_level=logical \
+                         (set it in postgresql.conf and restart PostgreSQL)"
+                    )));
+                }
+                client
+                    .execute("SELECT pg_create_logical_replication_slot($1, 'test_decoding')", &[&slot])
+                    .map_err(transient("create the replication slot"))?;
+                std::fs::write(&marker, format!("{slot}\n")).map_err(|e| {
+                    Fault::Fatal(format!("cannot record the slot in {}: {e}", marker.display()))
+                })?;
+                eprintln!("shoal invalidator: created logical replication slot {slot}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Keys of one decoded row, into the open transaction's list.
+    fn keys_of_row(&self, row: Row<'_>, keys: &mut Vec<String>, problems: &mut Vec<Problem>) {
+        match row {
+            Row::Message { prefix, content, .. } if prefix == POSTGRES_PREFIX => {
+                keys_of_message(content, keys, problems)
+            }
+            Row::Change { table, operation, columns } => {
+                for rule in self.rules.iter().filter(|r| r.table == table) {
+                    if operation == "TRUNCATE" {
+                        problems.push(Problem::Row(format!(
+                            "{table} was truncated, so every key of rule {} is stale; flush the caches",
+                            rule.table
+                        )));
+                        continue;
+                    }
+                    match rule.keys(&columns) {
+                        Ok(found) => keys.extend(found),
+                        Err(why) => problems.push(Problem::Row(why)),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Source for Postgres {
+    fn read(&mut self, max: usize) -> Result<Batch, Fault> {
+        let slot = self.slot.clone();
+        let limit = i32::try_from(max).unwrap_or(i32::MAX);
+        let rows = self
+            .client()?
+            .query(
+                "SELECT lsn::text, data FROM pg_logical_slot_peek_changes($1, NULL, $2, \
+                 'include-xids', '0', 'include-timestamp', '1')",
+                &[&slot, &limit],
+            )
+            .map_err(|e| {
+                if e.as_db_error().is_some_and(|d| d.message().contains("does not exist")) {
+                    Fault::Transient(format!("PostgreSQL: replication slot {slot} is gone"))
+                } else {
+                    transient("read the replication slot")(e)
+                }
+            })?;
+        let mut batch = Batch::default();
+        let mut open: Option<Vec<String>> = None;
+        for row in &rows {
+            let (lsn, data): (String, Vec<u8>) = (row.get(0), row.get::<_, String>(1).into_bytes());
+            let decoded = match decoding::parse(&data) {
+                Ok(decoded) => decoded,
+                Err(why) => {
+                    batch.problems.push(Problem::Message(why));
+                    continue;
+                }
+            };
+            match decoded {
+                Row::Begin => open = Some(Vec::new()),
+                Row::Commit(micros) => {
+                    let keys = open.take().unwrap_or_default();
+                    if !keys.is_empty() {
+                        batch.commits.push(Commit { keys, micros });
+                    }
+                    batch.upto = Some(Position::Lsn(lsn, false));
+                }
+                row @ Row::Message { transactional: false, prefix, .. } if prefix == POSTGRES_PREFIX => {
+                    batch.problems.push(Problem::Message(
+                        "a non-transactional message (it is delivered even when its transaction rolls \
+                         back); its keys are deleted anyway; emit with transactional = true"
+                            .into(),
+                    ));
+                    let mut keys = Vec::new();
+                    self.keys_of_row(row, &mut keys, &mut batch.problems);
+                    if !keys.is_empty() {
+                        batch.commits.push(Commit { keys, micros: None });
+                    }
+                    if open.is_none() {
+                        batch.upto = Some(Position::Lsn(lsn, true));
+                    }
+                }
+                row => {
+                    if let Some(keys) = open.as_mut() {
+                        self.keys_of_row(row, keys, &mut batch.problems);
+                    }
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    fn confirm(&mut self, upto: &Position) -> Result<(), Fault> {
+        let Position::Lsn(lsn, past) = upto else {
+            return Err(Fault::Fatal(format!("a PostgreSQL slot cannot confirm {upto}")));
+        };
+        let slot = self.slot.clone();
+        let step = i32::from(*past);
+        self.client()?
+            .execute(
+                "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn + $3::int4)",
+                &[&slot, lsn, &step],
+            )
+            .map_err(transient("advance the replication slot"))?;
+        Ok(())
+    }
+
+    fn reconnect(&mut self) -> Result<(), Fault> {
+        self.client = None;
+        let client = Client::connect(&self.conninfo, NoTls).map_err(transient("connect"))?;
+        self.client = Some(client);
+        self.ensure_slot()
+    }
+}
