@@ -145,7 +145,7 @@ fn commit_time(rest: &[u8]) -> Option<u64> {
     let zone_at = time.rfind(['+', '-'])?;
     let (clock, zone) = time.split_at(zone_at);
     let sign = if zone.starts_with('-') { -1 } else { 1 };
-    let mut zone_parts = zone[1..].split(':').map(|p| p.parse::<i64>().ok());
+    let mut zone_parts = zone[1..].split(':').map(|p| p.parse::<i64>().ok().filter(|n| (0..=99).contains(n)));
     let zone_minutes = zone_parts.next()?? * 60 + zone_parts.next().flatten().unwrap_or(0);
     let mut hms = clock.split(':');
     let (hours, minutes) = (hms.next()?.parse::<i64>().ok()?, hms.next()?.parse::<i64>().ok()?);
@@ -153,8 +153,18 @@ fn commit_time(rest: &[u8]) -> Option<u64> {
     let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
     let micros_text = format!("{fraction:0<6}");
     let micros = micros_text.get(..6)?.parse::<i64>().ok()?;
+    let in_range = (1..=9999).contains(&year)
+        && (1..=12).contains(&month)
+        && (1..=31).contains(&day)
+        && (0..=24).contains(&hours)
+        && (0..60).contains(&minutes)
+        && (0..=24 * 60).contains(&zone_minutes);
+    if !in_range {
+        return None;
+    }
     let days = days_from_civil(year, month, day);
-    let local = ((days * 24 + hours) * 60 + minutes) * 60 + whole.parse::<i64>().ok()?;
+    let local = ((days * 24 + hours) * 60 + minutes) * 60
+        + whole.parse::<i64>().ok().filter(|s| (0..=60).contains(s))?;
     let utc = local - sign * zone_minutes * 60;
     u64::try_from(utc * 1_000_000 + micros).ok()
 }

@@ -1,8 +1,8 @@
 //! PostgreSQL: logical decoding from a replication slot the invalidator creates (plugin
-//! `test_decoding`, which ships with PostgreSQL), read with `pg_logical_slot_peek_changes`
-//! and confirmed with `pg_replication_slot_advance` only after the caller has handed the
-//! deletes on. Nothing is consumed by reading, so a kill at any moment re-reads rather than
-//! loses.
+//! `test_decoding`, which ships with PostgreSQL), read with
+//! `pg_logical_slot_peek_binary_changes` (bytes, since a message need not be UTF-8) and
+//! confirmed with `pg_replication_slot_advance` only after the caller has handed the deletes
+//! on. Nothing is consumed by reading, so a kill at any moment re-reads rather than loses.
 //!
 //! A slot that disappears is never recreated silently: the commits made while it was gone
 //! were not seen, so the caches may hold stale values. A marker file in the state directory
@@ -144,7 +144,7 @@ impl Source for Postgres {
         let rows = self
             .client()?
             .query(
-                "SELECT lsn::text, data FROM pg_logical_slot_peek_changes($1, NULL, $2, \
+                "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2, \
                  'include-xids', '0', 'include-timestamp', '1')",
                 &[&slot, &limit],
             )
@@ -158,7 +158,7 @@ impl Source for Postgres {
         let mut batch = Batch::default();
         let mut open: Option<Vec<String>> = None;
         for row in &rows {
-            let (lsn, data): (String, Vec<u8>) = (row.get(0), row.get::<_, String>(1).into_bytes());
+            let (lsn, data): (String, Vec<u8>) = (row.get(0), row.get(1));
             let decoded = match decoding::parse(&data) {
                 Ok(decoded) => decoded,
                 Err(why) => {

@@ -3,7 +3,7 @@
 //! after the caller has handed the deletes on. SQLite runs one writer at a time, so ids are
 //! committed in order and a row never appears behind one already read.
 
-use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Source};
+use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
 use rusqlite::Connection;
 use shoal_client::invalidation::SQLITE_OUTBOX_SCHEMA;
 use std::path::{Path, PathBuf};
@@ -48,16 +48,21 @@ impl Source for Sqlite {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let rows = statement
             .query_map([limit], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?, row.get::<_, f64>(2)?))
+                // Text or bytes; anything else (a number someone wrote) is reported, not retried.
+                let keys = row.get_ref(1)?.as_bytes().ok().map(<[u8]>::to_vec);
+                Ok((row.get::<_, i64>(0)?, keys, row.get::<_, Option<f64>>(2).ok().flatten()))
             })
             .map_err(transient("read the outbox"))?;
         let mut batch = Batch::default();
         for row in rows {
             let (id, payload, created) = row.map_err(transient("read an outbox row"))?;
             let mut keys = Vec::new();
-            keys_of_message(&payload, &mut keys, &mut batch.problems);
+            match payload {
+                Some(payload) => keys_of_message(&payload, &mut keys, &mut batch.problems),
+                None => batch.problems.push(Problem::Message(format!("outbox row {id}: keys is not text"))),
+            }
             if !keys.is_empty() {
-                let micros = (created > 0.0).then_some((created * 1e6) as u64);
+                let micros = created.filter(|&c| c > 0.0).map(|c| (c * 1e6) as u64);
                 batch.commits.push(Commit { keys, micros });
             }
             batch.upto = Some(Position::Row(id));

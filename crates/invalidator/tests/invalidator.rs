@@ -1,0 +1,356 @@
+//! `shoal invalidator` end to end: Debian's PostgreSQL (wal_level=logical) or an SQLite file,
+//! real `shoal server`s as destinations, the invalidator as a process killed with -9.
+
+#[path = "../../client/tests/common/mod.rs"]
+mod common;
+
+use common::{eventually, free_port, shoal_bin, Server};
+use shoal_client::{invalidation, Client, Options};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A private PostgreSQL on loopback, stopped on drop.
+struct Postgres {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl Postgres {
+    fn start(test: &str) -> Postgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|versions| versions.filter_map(|v| v.ok()).map(|v| v.path().join("bin")).max())
+            .expect("PostgreSQL is missing: scripts/test.sh installs Debian's postgresql");
+        let dir = std::env::temp_dir().join(format!("shoal-invalidator-pg-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pg = Postgres { dir, bin, port: free_port() };
+        if is_root() {
+            assert!(Command::new("chown").arg("postgres").arg(&pg.dir).status().unwrap().success());
+        }
+        let data = pg.dir.join("data");
+        assert!(pg.run("initdb", &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres"]), "initdb");
+        pg.ctl("start");
+        pg
+    }
+
+    /// Runs a PostgreSQL program, as the postgres user when we are root (PostgreSQL refuses root).
+    fn run(&self, program: &str, args: &[&str]) -> bool {
+        let path = self.bin.join(program);
+        let mut command = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        };
+        command.args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success()
+    }
+
+    fn ctl(&self, action: &str) {
+        let options = format!(
+            "-c wal_level=logical -c fsync=off -c max_replication_slots=8 -h 127.0.0.1 -p {} -k {}",
+            self.port,
+            self.dir.display()
+        );
+        let data = self.dir.join("data");
+        let log = self.dir.join("log");
+        let ok = self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-l",
+                log.to_str().unwrap(),
+                "-o",
+                &options,
+                "-m",
+                "fast",
+                "-w",
+                action,
+            ],
+        );
+        assert!(ok, "pg_ctl {action}: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    }
+
+    fn conninfo(&self) -> String {
+        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.port)
+    }
+
+    fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.conninfo(), postgres::NoTls).unwrap()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        self.run("pg_ctl", &["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// A `shoal invalidator` process, killed with -9 on drop.
+struct Invalidator {
+    child: Child,
+    metrics: u16,
+    log: PathBuf,
+}
+
+impl Invalidator {
+    fn start(state: &Path, source: &[&str], destinations: &[String], more: &[&str]) -> Invalidator {
+        let metrics = free_port();
+        let log = state.with_extension(format!("log.{}", free_port()));
+        let mut command = Command::new(shoal_bin());
+        command.arg("invalidator").args(source).arg("--state-dir").arg(state);
+        for d in destinations {
+            command.args(["--destination", d]);
+        }
+        command
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .args(more)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let invalidator = Invalidator { child: command.spawn().unwrap(), metrics, log };
+        assert!(eventually(10, || invalidator.try_status().is_some()), "the invalidator serves /status");
+        invalidator
+    }
+
+    fn try_status(&self) -> Option<serde_json::Value> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).ok()?;
+        s.write_all(b"GET /status HTTP/1.0\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        serde_json::from_str(text.split("\r\n\r\n").nth(1)?).ok()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        self.try_status().expect("the invalidator answers /status")
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Invalidator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn state_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("shoal-invalidator-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn client(server: &Server) -> Client {
+    Client::connect(&server.address(), Options { local: false, ..Options::default() }).unwrap()
+}
+
+fn fill(server: &Server, keys: impl IntoIterator<Item = String>) {
+    let mut c = client(server);
+    for key in keys {
+        c.set(key.as_bytes(), b"cached", 0, 0).unwrap();
+    }
+}
+
+fn present(server: &Server, key: &str) -> bool {
+    client(server).get(key.as_bytes()).unwrap().is_some()
+}
+
+#[test]
+fn postgres_commits_delete_their_keys_and_rollbacks_delete_nothing() {
+    let pg = Postgres::start("commits");
+    let mut db = pg.client();
+    db.batch_execute("CREATE TABLE users (id int PRIMARY KEY, name text)").unwrap();
+    let a = Server::shoal("inv-commits-a", 0, &[]);
+    let b = Server::shoal("inv-commits-b", 0, &[]);
+    let keys = ["user:1", "feed:1", "user:2", "kept", "long:ok", "rule:7"];
+    for server in [&a, &b] {
+        fill(server, keys.iter().map(|k| k.to_string()));
+    }
+    let state = state_dir("commits");
+    let inv = Invalidator::start(
+        &state,
+        &["--postgres", &pg.conninfo()],
+        &[a.address(), b.address()],
+        &["--rule", "users=rule:{id}"],
+    );
+
+    let mut tx = db.transaction().unwrap();
+    tx.execute("INSERT INTO users VALUES (1, 'ann')", &[]).unwrap();
+    invalidation::emit_postgres(&mut tx, &["user:1", "feed:1"]).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.transaction().unwrap();
+    invalidation::emit_postgres(&mut tx, &["kept"]).unwrap();
+    tx.rollback().unwrap();
+    // A row change under a rule; a message with a key over 250 bytes next to a good one; a
+    // message that is not text at all.
+    db.execute("INSERT INTO users VALUES (7, 'bob')", &[]).unwrap();
+    let long = "x".repeat(251);
+    db.execute(invalidation::POSTGRES_EMIT, &[&format!("{long} long:ok")]).unwrap();
+    db.execute("SELECT pg_logical_emit_message(true, 'shoal', '\\xfffe'::bytea)", &[]).unwrap();
+    db.execute("SELECT pg_logical_emit_message(true, 'other-app', 'user:2')", &[]).unwrap();
+
+    for server in [&a, &b] {
+        assert!(
+            eventually(10, || ["user:1", "feed:1", "rule:7", "long:ok"].iter().all(|k| !present(server, k))),
+            "committed keys are deleted on {}: {}",
+            server.address(),
+            inv.stderr()
+        );
+        assert!(present(server, "kept"), "a rolled-back transaction deletes nothing");
+        assert!(present(server, "user:2"), "another prefix's message is not ours");
+    }
+    let status = inv.status();
+    assert_eq!(status["problems"]["bad_key"], 1, "{status}");
+    assert_eq!(status["problems"]["bad_message"], 1, "{status}");
+    assert!(inv.stderr().contains("not UTF-8"), "{}", inv.stderr());
+    for destination in status["destinations"].as_array().unwrap() {
+        assert_eq!(destination["backlog"], 0, "{status}");
+        assert!(destination["lag_ms_p99"].as_f64().unwrap() > 0.0, "{status}");
+    }
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[test]
+fn sqlite_outbox_rows_are_delivered_then_removed() {
+    let state = state_dir("sqlite");
+    std::fs::create_dir_all(&state).unwrap();
+    let path = state.join("app.db");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute(invalidation::SQLITE_OUTBOX_SCHEMA, []).unwrap();
+    let server = Server::shoal("inv-sqlite", 0, &[]);
+    fill(&server, ["a", "b", "c"].map(String::from));
+    let inv = Invalidator::start(
+        &state.join("inv"),
+        &["--sqlite", path.to_str().unwrap()],
+        &[server.address()],
+        &[],
+    );
+    // Bytes that are not a key list are reported and passed over, not retried for ever.
+    db.execute("INSERT INTO shoal_outbox (keys) VALUES (X'FF00')", []).unwrap();
+    db.execute_batch("BEGIN").unwrap();
+    invalidation::emit_sqlite(&db, &["a", "b"]).unwrap();
+    db.execute_batch("COMMIT").unwrap();
+    db.execute_batch("BEGIN").unwrap();
+    invalidation::emit_sqlite(&db, &["c"]).unwrap();
+    db.execute_batch("ROLLBACK").unwrap();
+    assert!(eventually(10, || !present(&server, "a") && !present(&server, "b")), "{}", inv.stderr());
+    assert!(present(&server, "c"));
+    let left: i64 = db.query_row("SELECT count(*) FROM shoal_outbox", [], |r| r.get(0)).unwrap();
+    assert_eq!(left, 0, "delivered rows leave the outbox");
+    assert_eq!(inv.status()["problems"]["bad_message"], 1);
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[test]
+fn kill_9_and_a_destination_that_is_down_lose_no_delete() {
+    let pg = Postgres::start("kills");
+    let mut db = pg.client();
+    let state = state_dir("kills");
+    std::fs::create_dir_all(&state).unwrap();
+    let region = state.join("b.region");
+    let region_arg = region.to_str().unwrap().to_string();
+    let a = Server::shoal("inv-kills-a", 0, &[]);
+    let b = Server::shoal("inv-kills-b", 0, &["-e", &region_arg]);
+    let b_port = b.port;
+    let keys: Vec<String> = (0..600).map(|i| format!("k:{i}")).collect();
+    fill(&a, keys.clone());
+    fill(&b, keys.clone());
+    // B goes away with its items kept in its region file; it comes back later.
+    b.stop_with("KILL");
+    let destinations = [a.address(), format!("127.0.0.1:{b_port}")];
+    let source = ["--postgres".to_string(), pg.conninfo()];
+    let source: Vec<&str> = source.iter().map(String::as_str).collect();
+    let mut inv = Invalidator::start(&state.join("inv"), &source, &destinations, &[]);
+    for (i, chunk) in keys.chunks(3).enumerate() {
+        let mut tx = db.transaction().unwrap();
+        invalidation::emit_postgres(&mut tx, chunk).unwrap();
+        tx.commit().unwrap();
+        if i % 50 == 25 {
+            inv.kill();
+            inv = Invalidator::start(&state.join("inv"), &source, &destinations, &[]);
+        }
+    }
+    assert!(
+        eventually(20, || keys.iter().all(|k| !present(&a, k))),
+        "every delete reaches A: {}",
+        inv.stderr()
+    );
+    let waiting = inv.status()["destinations"][1]["backlog"].as_u64().unwrap();
+    assert!(waiting > 0, "B's deletes wait in its spool while it is down");
+    inv.kill();
+    // B returns with every key still cached; a fresh invalidator delivers the spool to it.
+    let b = Server::shoal("inv-kills-b", b_port, &["-e", &region_arg]);
+    assert!(keys.iter().any(|k| present(&b, k)), "B kept its items across the restart");
+    let inv = Invalidator::start(&state.join("inv"), &source, &destinations, &[]);
+    assert!(
+        eventually(30, || keys.iter().all(|k| !present(&b, k))),
+        "every delete reaches B after it returns: {}",
+        inv.stderr()
+    );
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[test]
+fn a_postgres_restart_is_waited_out_and_a_dropped_slot_stops_the_invalidator() {
+    let pg = Postgres::start("restart");
+    let server = Server::shoal("inv-restart", 0, &[]);
+    fill(&server, ["before", "after"].map(String::from));
+    let state = state_dir("restart");
+    let source = ["--postgres".to_string(), pg.conninfo()];
+    let source: Vec<&str> = source.iter().map(String::as_str).collect();
+    let inv = Invalidator::start(&state, &source, &[server.address()], &["--slot", "restart_test"]);
+    pg.client().execute(invalidation::POSTGRES_EMIT, &[&"before"]).unwrap();
+    assert!(eventually(10, || !present(&server, "before")), "{}", inv.stderr());
+    pg.ctl("restart");
+    pg.client().execute(invalidation::POSTGRES_EMIT, &[&"after"]).unwrap();
+    assert!(
+        eventually(20, || !present(&server, "after")),
+        "deletes resume after a restart: {}",
+        inv.stderr()
+    );
+    assert!(inv.status()["source_errors"].as_u64().unwrap() > 0, "the restart was noticed");
+    inv.kill();
+
+    // The slot is dropped behind the invalidator's back: it refuses to start rather than
+    // silently skip what was committed meanwhile, and says what to do.
+    pg.client().execute("SELECT pg_drop_replication_slot('restart_test')", &[]).unwrap();
+    let output = Command::new(shoal_bin())
+        .args([
+            "invalidator",
+            "--postgres",
+            &pg.conninfo(),
+            "--slot",
+            "restart_test",
+            "--destination",
+            &server.address(),
+        ])
+        .arg("--state-dir")
+        .arg(&state)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("was dropped") && stderr.contains("--recreate-slot"), "{stderr}");
+    let _ = std::fs::remove_dir_all(state);
+}
