@@ -89,3 +89,53 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class Postgres:
+    """Debian's PostgreSQL in a scratch directory on a free loopback port (wal_level=logical,
+    fsync off), run as the `postgres` user when we are root, stopped and removed on exit.
+
+        with Postgres() as pg:
+            psycopg.connect(pg.conninfo)
+    """
+
+    def __init__(self, *settings):
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not versions:
+            raise RuntimeError("PostgreSQL is missing: scripts/test.sh installs Debian's postgresql")
+        self.bin = versions[-1]
+        self.settings = ["wal_level=logical", "fsync=off", "max_replication_slots=8", *settings]
+        self.port = free_port()
+        self.dir = None
+
+    @property
+    def conninfo(self):
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    def _run(self, program, *args):
+        argv = [str(self.bin / program), *args]
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ctl(self, action):
+        options = " ".join(f"-c {s}" for s in self.settings)
+        options += f" -h 127.0.0.1 -p {self.port} -k {self.dir}"
+        self._run("pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/log", "-o", options,
+                  "-m", "fast", "-w", action)
+
+    def __enter__(self):
+        import tempfile
+        self.dir = tempfile.mkdtemp(prefix="shoal-pg-")
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "postgres", self.dir], check=True)
+        self._run("initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres")
+        self.ctl("start")
+        return self
+
+    def __exit__(self, *exc):
+        import shutil
+        try:
+            self._run("pg_ctl", "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)

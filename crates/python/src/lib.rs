@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+mod invalidation;
+
 create_exception!(shoal, Error, PyException, "Base class of every error shoal.Client raises.");
 create_exception!(shoal, IllegalInput, Error, "A key or argument the protocol cannot carry.");
 create_exception!(shoal, ServerError, Error, "The server refused the request (its answer is the message).");
@@ -33,7 +35,7 @@ create_exception!(
 );
 create_exception!(shoal, ProtocolError, Error, "The server answered something unexpected.");
 
-fn raise(e: ClientError) -> PyErr {
+pub(crate) fn raise(e: ClientError) -> PyErr {
     let message = e.to_string();
     match e {
         ClientError::InvalidKey(_) | ClientError::Address(_) | ClientError::Pool(_) => {
@@ -42,11 +44,12 @@ fn raise(e: ClientError) -> PyErr {
         ClientError::Server(_) => ServerError::new_err(message),
         ClientError::Io(_) | ClientError::Down(_) => ConnectionFailed::new_err(message),
         ClientError::Protocol(_) => ProtocolError::new_err(message),
+        ClientError::Invalidation(_) => IllegalInput::new_err(message),
     }
 }
 
 /// Key bytes from a `str` (UTF-8) or `bytes`.
-fn key_bytes(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+pub(crate) fn key_bytes(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     text_or_bytes(key, "keys")
 }
 
@@ -659,6 +662,8 @@ impl Client {
 #[pymodule]
 fn shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_function(wrap_pyfunction!(invalidation::invalidation_message, m)?)?;
+    m.add_function(wrap_pyfunction!(invalidation::invalidate, m)?)?;
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
     m.add("IllegalInput", py.get_type::<IllegalInput>())?;
