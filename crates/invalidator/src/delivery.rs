@@ -18,6 +18,33 @@ pub fn now_micros() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
+/// Sends `requests` once over the destination's connection (made if missing) and reads its
+/// `answers` lines without looking at them.
+fn send_once(
+    connections: &mut HashMap<String, std::net::TcpStream>,
+    destination: &str,
+    requests: &[u8],
+    answers: u32,
+) -> std::io::Result<()> {
+    use std::io::{BufRead, Write};
+    if !connections.contains_key(destination) {
+        let stream = std::net::TcpStream::connect(destination)?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        connections.insert(destination.to_string(), stream);
+    }
+    let stream = &connections[destination];
+    (&*stream).write_all(requests)?;
+    let mut reader = std::io::BufReader::new(stream);
+    let mut line = Vec::new();
+    for _ in 0..answers {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
 /// One destination's delivery numbers.
 #[derive(Debug, Default)]
 pub struct DestinationStats {
@@ -37,13 +64,15 @@ pub struct Delivery {
     /// Routing prefix put before every key (e.g. `/*/*/` for every cluster behind one router).
     prefix: String,
     batch_keys: usize,
+    /// `--ack-rule off`: send once and forget, no spool (one connection per destination).
+    fire_and_forget: Option<Mutex<HashMap<String, std::net::TcpStream>>>,
     /// Numbers by destination address.
     pub stats: Arc<HashMap<String, DestinationStats>>,
 }
 
 impl Delivery {
     /// Spools for `destinations` in `dir`, each at most `max_bytes`; `durable` flushes every
-    /// append to the disk.
+    /// append to the disk; `fire_and_forget` bypasses the spools (the benchmark's control).
     pub fn open(
         dir: &Path,
         destinations: &[String],
@@ -51,6 +80,7 @@ impl Delivery {
         batch_keys: usize,
         max_bytes: u64,
         durable: bool,
+        fire_and_forget: bool,
     ) -> Result<Delivery, String> {
         let stats: Arc<HashMap<String, DestinationStats>> =
             Arc::new(destinations.iter().map(|d| (d.clone(), DestinationStats::default())).collect());
@@ -74,6 +104,7 @@ impl Delivery {
             destinations: destinations.to_vec(),
             prefix: prefix.to_string(),
             batch_keys: batch_keys.max(1),
+            fire_and_forget: fire_and_forget.then(|| Mutex::new(HashMap::new())),
             stats,
         })
     }
@@ -84,6 +115,17 @@ impl Delivery {
     pub fn spool(&self, commits: &[Commit], stop: &AtomicBool) -> Result<usize, ()> {
         let records = self.records(commits);
         let deletes = records.iter().map(|r| r.1 as usize).sum();
+        if let Some(connections) = &self.fire_and_forget {
+            let mut connections = connections.lock().unwrap_or_else(|p| p.into_inner());
+            for destination in &self.destinations {
+                for (requests, answers, _) in &records {
+                    if send_once(&mut connections, destination, requests, *answers).is_err() {
+                        connections.remove(destination);
+                    }
+                }
+            }
+            return Ok(deletes);
+        }
         for destination in &self.destinations {
             let stats = &self.stats[destination];
             for (requests, answers, stamp) in &records {
@@ -154,7 +196,7 @@ mod tests {
     #[test]
     fn commits_become_records_of_at_most_batch_keys_deletes() {
         let dir = std::env::temp_dir().join(format!("shoal-delivery-test-{}", std::process::id()));
-        let delivery = Delivery::open(&dir, &["127.0.0.1:1".into()], "/*/*/", 3, 1 << 20, false).unwrap();
+        let delivery = Delivery::open(&dir, &["127.0.0.1:1".into()], "/*/*/", 3, 1 << 20, false, false).unwrap();
         let commits = [
             Commit { keys: vec!["a".into(), "b".into()], micros: Some(50) },
             Commit { keys: vec!["c".into(), "d".into()], micros: Some(40) },

@@ -93,8 +93,9 @@ pub struct InvalidatorArgs {
     /// crash may).
     #[arg(long)]
     pub no_fsync: bool,
-    /// `off` moves the log's position as soon as it is read and keeps deletes in memory only:
-    /// a kill loses them. For the consistency benchmark's control run; never in production.
+    /// `off` moves the log's position as soon as it is read and sends each batch once, without
+    /// waiting for acknowledgement or retrying: a destination that is down, or a kill, loses
+    /// deletes. For the consistency benchmark's control run; never in production.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     pub ack_rule: String,
     /// Serve Prometheus metrics at /metrics and a JSON summary at /status on this address.
@@ -151,24 +152,20 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.state_dir)
         .map_err(|e| format!("--state-dir {}: {e}", args.state_dir.display()))?;
     let ack_rule = args.ack_rule == "on";
-    let spool_dir = if ack_rule {
-        args.state_dir.join("spools")
-    } else {
-        // Without the rule nothing outlives the process: a fresh directory every start.
-        let volatile = args.state_dir.join("volatile-spools");
-        let _ = std::fs::remove_dir_all(&volatile);
+    if !ack_rule {
         eprintln!(
-            "shoal invalidator: --ack-rule off: deletes not yet delivered are lost if this process dies"
+            "shoal invalidator: --ack-rule off: deletes are sent once, unacknowledged, and the log moves on; \
+             a destination that is down loses them"
         );
-        volatile
-    };
+    }
     let delivery = Arc::new(Delivery::open(
-        &spool_dir,
+        &args.state_dir.join("spools"),
         &args.destinations,
         &args.prefix,
         args.batch_keys,
         args.backlog_max_mb << 20,
-        ack_rule && !args.no_fsync,
+        !args.no_fsync,
+        !ack_rule,
     )?);
     let counters = Arc::new(Counters::default());
     if let Some(address) = &args.metrics_listen {
