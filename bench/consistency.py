@@ -121,6 +121,7 @@ def main():
 
         done = threading.Event()
         counts = {"reads": 0, "fills": 0, "kills": 0, "errors": 0}
+        killed = {}
 
         def reader(router_port):
             cache = shoal.Client(f"127.0.0.1:{router_port}")
@@ -143,6 +144,8 @@ def main():
                 victim = random.choice(procs)
                 victim.kill()
                 counts["kills"] += 1
+                kind = victim.name.split()[0]
+                killed[kind] = killed.get(kind, 0) + 1
                 time.sleep(0.2)
                 victim.start()
 
@@ -182,7 +185,7 @@ def main():
                     cached += 1
                     stale += int(got) != v
         result = {"ack_rule": args.ack_rule, "writes": args.writes, "keys": args.keys,
-                  "write_seconds": round(write_secs, 1), "kills": counts["kills"], "reads": counts["reads"],
+                  "write_seconds": round(write_secs, 1), "kills": counts["kills"], "killed": killed, "reads": counts["reads"],
                   "fills": counts["fills"], "read_errors": counts["errors"], "cached_keys_checked": cached,
                   "stale": stale, "invalidator": status(metrics)}
         for p in procs:
