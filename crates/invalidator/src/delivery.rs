@@ -196,7 +196,8 @@ mod tests {
     #[test]
     fn commits_become_records_of_at_most_batch_keys_deletes() {
         let dir = std::env::temp_dir().join(format!("shoal-delivery-test-{}", std::process::id()));
-        let delivery = Delivery::open(&dir, &["127.0.0.1:1".into()], "/*/*/", 3, 1 << 20, false, false).unwrap();
+        let delivery =
+            Delivery::open(&dir, &["127.0.0.1:1".into()], "/*/*/", 3, 1 << 20, false, false).unwrap();
         let commits = [
             Commit { keys: vec!["a".into(), "b".into()], micros: Some(50) },
             Commit { keys: vec!["c".into(), "d".into()], micros: Some(40) },

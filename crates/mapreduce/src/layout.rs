@@ -196,7 +196,7 @@ impl Geometry {
 /// `n` rounded up to a multiple of [`AREA_ALIGN`] (the largest such multiple when that would
 /// overflow, so sizes read from a damaged region fail their bounds checks instead of panicking).
 pub(crate) fn align_up(n: u64) -> u64 {
-    n.div_ceil(AREA_ALIGN).checked_mul(AREA_ALIGN).unwrap_or(u64::MAX & !(AREA_ALIGN - 1))
+    n.div_ceil(AREA_ALIGN).checked_mul(AREA_ALIGN).unwrap_or(!(AREA_ALIGN - 1))
 }
 
 #[cfg(test)]
