@@ -178,8 +178,19 @@ impl Spools {
             wake: Condvar::new(),
             pending: AtomicU64::new(0),
         });
-        let offset = read_offset(&spool.path);
-        spool.pending.store(count_answers(&spool.path, offset), Ordering::Relaxed);
+        let length = spool.file.lock().unwrap_or_else(|p| p.into_inner()).metadata()?.len();
+        // An offset past the end was left by an older build that truncated before resetting it.
+        let offset = Some(read_offset(&spool.path)).filter(|&o| o <= length).unwrap_or(0);
+        if offset != read_offset(&spool.path) {
+            write_offset(&spool.path, offset)?;
+        }
+        let (answers, end) = complete_records(&spool.path, offset);
+        // A record cut short by a kill mid-append would swallow the next one: drop its bytes
+        // (nobody was told it was taken) before anything is appended after them.
+        if length > end {
+            spool.file.lock().unwrap_or_else(|p| p.into_inner()).set_len(end)?;
+        }
+        spool.pending.store(answers, Ordering::Relaxed);
         map.insert(address.to_string(), spool.clone());
         let spools = self.clone();
         let delivering = spool.clone();
@@ -206,16 +217,22 @@ fn write_offset(path: &Path, offset: u64) -> std::io::Result<()> {
     std::fs::rename(temporary, offset_path(path))
 }
 
-/// Deletes in the complete records from `offset` on.
-fn count_answers(path: &Path, offset: u64) -> u64 {
-    let Ok(mut file) = File::open(path) else { return 0 };
+/// Deletes in the complete records from `offset` on, and where the last of them ends
+/// (`u64::MAX` when a damaged record follows: that is for an operator, not for truncation).
+fn complete_records(path: &Path, offset: u64) -> (u64, u64) {
+    let Ok(mut file) = File::open(path) else { return (0, offset) };
     let mut n = 0;
     let mut at = offset;
-    while let Ok(Some(record)) = record_at(&mut file, at) {
-        n += u64::from(record.answers);
-        at = record.next;
+    loop {
+        match record_at(&mut file, at) {
+            Ok(Some(record)) => {
+                n += u64::from(record.answers);
+                at = record.next;
+            }
+            Ok(None) => return (n, at),
+            Err(_) => return (n, u64::MAX),
+        }
     }
-    n
 }
 
 /// One record read back from a spool.
@@ -324,8 +341,10 @@ fn deliver(spools: &Spools, spool: &Spool) {
             let file = spool.file.lock().unwrap_or_else(|p| p.into_inner());
             let length = file.metadata().map(|m| m.len()).unwrap_or(0);
             if length == offset && offset > 0 {
-                // Drained: start the file over, under the lock appends take.
-                if file.set_len(0).is_ok() && write_offset(&spool.path, 0).is_ok() {
+                // Drained: start the file over, under the lock appends take. The offset goes to 0
+                // first: a kill between the two steps then re-sends delivered deletes (harmless)
+                // instead of leaving an offset past the end of a file that new records refill.
+                if write_offset(&spool.path, 0).is_ok() && file.set_len(0).is_ok() {
                     offset = 0;
                 }
             }

@@ -168,10 +168,12 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
         !ack_rule,
     )?);
     let counters = Arc::new(Counters::default());
+    let mut source = open_source(&args, rules)?;
+    // Served once the source is open (the slot exists), so a script that waits for /status
+    // knows commits from then on are followed.
     if let Some(address) = &args.metrics_listen {
         metrics::spawn(address, delivery.clone(), counters.clone())?;
     }
-    let mut source = open_source(&args, rules)?;
     eprintln!("shoal invalidator: following {followed} into {}", delivery.destinations().join(", "));
     let stop = AtomicBool::new(false);
     follow(source.as_mut(), &delivery, &counters, &args, ack_rule, &stop)

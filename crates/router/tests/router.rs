@@ -439,3 +439,15 @@ fn reload_under_load_loses_no_request() {
     assert!(done > 100, "the load ran throughout ({done} rounds)");
     assert_eq!(router.stat("errors_total"), "0");
 }
+
+#[test]
+fn the_regional_pool_example_sends_rare_keys_to_the_regional_pool() {
+    // docs/examples/router-regional-pool.json as shipped: the lookup needs no live servers.
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/examples/router-regional-pool.json");
+    let router = Router::start("regional", &std::fs::read_to_string(example).unwrap());
+    let rare = router.raw(b"get __mcrouter__.route(get,rare:report:7)\r\n", b"END\r\n");
+    assert!(rare.contains("10.0.9.") && !rare.contains("10.0.1."), "{rare}");
+    let common = router.raw(b"get __mcrouter__.route(get,user:7)\r\n", b"END\r\n");
+    assert!(common.contains("10.0.1.") && !common.contains("10.0.9."), "{common}");
+}
