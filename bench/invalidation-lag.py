@@ -41,7 +41,7 @@ def main():
     script = work / "emit.sql"
     script.write_text("\\set k random(1, 100000)\nSELECT pg_logical_emit_message(true, 'shoal', 'k:' || :k);\n")
     rows = []
-    with Postgres("synchronous_commit=off") as pg:
+    with Postgres() as pg:
         for rate in [int(r) for r in args.rates.split(",")]:
             procs, routers = [], []
             for cluster in range(2):

@@ -14,8 +14,9 @@
 //!        file drained ──► truncated to 0 (under the same lock as appends)
 //! ```
 //!
-//! A record is one write to the destination (a batch of pipelined deletes) and is acknowledged
-//! whole: any other answer, a timeout or a broken connection sends the whole record again.
+//! A record is a batch of pipelined deletes acknowledged whole: any other answer, a timeout or
+//! a broken connection sends it again. Records queued behind each other (a destination that
+//! is behind) go out together, up to 64 in one write.
 //! Records written by earlier builds (`<len>\n<bytes>`) read as one answer, stamp 0.
 
 use std::collections::HashMap;
@@ -27,6 +28,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+
+/// The most records sent in one write.
+const GATHER_RECORDS: usize = 64;
 
 /// How long delivery waits for a destination before trying again.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
@@ -294,11 +298,11 @@ impl Line {
         }
     }
 
-    /// Sends a record and reads its answers: whether every one acknowledged a delete.
-    fn exchange(&mut self, record: &Record) -> std::io::Result<bool> {
+    /// Sends requests and reads their `answers`: whether every one acknowledged a delete.
+    fn exchange(&mut self, requests: &[u8], answers: u64) -> std::io::Result<bool> {
         match self {
-            Line::Tcp(r) => r.get_mut().write_all(&record.requests)?,
-            Line::Unix(r) => r.get_mut().write_all(&record.requests)?,
+            Line::Tcp(r) => r.get_mut().write_all(requests)?,
+            Line::Unix(r) => r.get_mut().write_all(requests)?,
         }
         let reader: &mut dyn BufRead = match self {
             Line::Tcp(r) => r,
@@ -306,7 +310,7 @@ impl Line {
         };
         let mut all_acknowledged = true;
         let mut answer = String::new();
-        for _ in 0..record.answers {
+        for _ in 0..answers {
             answer.clear();
             if reader.read_line(&mut answer)? == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -353,19 +357,37 @@ fn deliver(spools: &Spools, spool: &Spool) {
             }
             continue;
         };
+        // Records that queued up behind this one go in the same write: one offset update and
+        // one round trip for all of them when the destination is behind.
+        let mut records = vec![record];
+        while records.len() < GATHER_RECORDS {
+            let last = records.last().expect("one record at least");
+            match record_at(&mut reader, last.next) {
+                Ok(Some(more)) => records.push(more),
+                _ => break,
+            }
+        }
+        let answers: u64 = records.iter().map(|r| u64::from(r.answers)).sum();
+        let requests = records.iter().flat_map(|r| r.requests.iter().copied()).collect::<Vec<u8>>();
+        let next = records.last().expect("one record at least").next;
         let answered = connection
             .take()
             .map_or_else(|| Line::open(&spool.address), Ok)
-            .and_then(|mut c| c.exchange(&record).map(|acknowledged| (c, acknowledged)));
+            .and_then(|mut c| c.exchange(&requests, answers).map(|acknowledged| (c, acknowledged)));
         match answered {
             Ok((c, true)) => {
                 connection = Some(c);
-                if write_offset(&spool.path, record.next).is_ok() {
-                    offset = record.next;
-                    spool.pending.fetch_sub(u64::from(record.answers), Ordering::Relaxed);
-                    spools.delivered.fetch_add(u64::from(record.answers), Ordering::Relaxed);
+                if write_offset(&spool.path, next).is_ok() {
+                    offset = next;
+                    spool.pending.fetch_sub(answers, Ordering::Relaxed);
+                    spools.delivered.fetch_add(answers, Ordering::Relaxed);
                     if let Some(observer) = &spools.observer {
-                        observer(&spool.address, Delivered { answers: record.answers, stamp: record.stamp });
+                        for record in &records {
+                            observer(
+                                &spool.address,
+                                Delivered { answers: record.answers, stamp: record.stamp },
+                            );
+                        }
                     }
                 }
             }

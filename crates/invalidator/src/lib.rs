@@ -24,6 +24,7 @@ mod decoding;
 mod delivery;
 mod metrics;
 mod postgres;
+mod replication;
 mod rules;
 mod source;
 mod sqlite;
@@ -86,7 +87,7 @@ pub struct InvalidatorArgs {
     /// Changes read from the log at a time.
     #[arg(long, default_value_t = 10_000)]
     pub read_changes: usize,
-    /// How often an idle log is polled, in milliseconds.
+    /// How long a read waits for new changes, in milliseconds (SQLite's polling interval).
     #[arg(long, default_value_t = 5)]
     pub poll_ms: u64,
     /// Spool appends are not flushed to the disk (a `kill -9` still loses nothing; a machine
@@ -221,32 +222,30 @@ fn follow(
     let idle = Duration::from_millis(args.poll_ms);
     let mut failing: Option<String> = None;
     while !stop.load(Ordering::Relaxed) {
-        let step = (|| -> Result<bool, Fault> {
-            let batch = source.read(args.read_changes)?;
+        // The source waits for changes itself (up to `idle`), so the loop never sleeps.
+        let step = (|| -> Result<(), Fault> {
+            let batch = source.read(args.read_changes, idle)?;
             for problem in &batch.problems {
                 counters.problem(problem);
                 eprintln!("shoal invalidator: {problem}");
             }
-            let Some(upto) = batch.upto else { return Ok(false) };
+            let Some(upto) = batch.upto else { return Ok(()) };
             if !ack_rule {
                 source.confirm(&upto)?;
             }
-            let Ok(deletes) = delivery.spool(&batch.commits, stop) else { return Ok(false) };
+            let Ok(deletes) = delivery.spool(&batch.commits, stop) else { return Ok(()) };
             if ack_rule {
                 source.confirm(&upto)?;
             }
             counters.transactions.fetch_add(batch.commits.len() as u64, Ordering::Relaxed);
             counters.deletes.fetch_add(deletes as u64, Ordering::Relaxed);
             *counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
-            Ok(true)
+            Ok(())
         })();
         match step {
-            Ok(busy) => {
+            Ok(()) => {
                 if let Some(why) = failing.take() {
                     eprintln!("shoal invalidator: reading again (after: {why})");
-                }
-                if !busy {
-                    std::thread::sleep(idle);
                 }
             }
             Err(Fault::Fatal(why)) => return Err(why),

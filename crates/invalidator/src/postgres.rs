@@ -1,14 +1,15 @@
 //! PostgreSQL: logical decoding from a replication slot the invalidator creates (plugin
-//! `test_decoding`, which ships with PostgreSQL), read with
-//! `pg_logical_slot_peek_binary_changes` (bytes, since a message need not be UTF-8) and
-//! confirmed with `pg_replication_slot_advance` only after the caller has handed the deletes
-//! on. Nothing is consumed by reading, so a kill at any moment re-reads rather than loses.
+//! `test_decoding`, which ships with PostgreSQL), streamed over a replication connection
+//! (`replication.rs`) and confirmed only after the caller has handed the deletes on. A
+//! restarted stream begins at the confirmed position, so a kill at any moment re-reads rather
+//! than loses.
 //!
 //! A slot that disappears is never recreated silently: the commits made while it was gone
 //! were not seen, so the caches may hold stale values. A marker file in the state directory
 //! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
 
 use crate::decoding::{self, Row};
+use crate::replication::Stream;
 use crate::rules::Rule;
 use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
 use postgres::{Client, NoTls};
@@ -21,6 +22,9 @@ pub struct Postgres {
     slot: String,
     rules: Vec<Rule>,
     client: Option<Client>,
+    stream: Option<Stream>,
+    /// The keys of a transaction whose COMMIT has not arrived yet.
+    open: Option<Vec<String>>,
     /// The state directory's record that this slot was created.
     marker: PathBuf,
     recreate: bool,
@@ -53,6 +57,8 @@ impl Postgres {
             slot: slot.to_string(),
             rules,
             client: None,
+            stream: None,
+            open: None,
             marker: state_dir.join(format!("slot-{slot}.created")),
             recreate,
         };
@@ -138,28 +144,13 @@ impl Postgres {
 }
 
 impl Source for Postgres {
-    fn read(&mut self, max: usize) -> Result<Batch, Fault> {
-        let slot = self.slot.clone();
-        let limit = i32::try_from(max).unwrap_or(i32::MAX);
-        let rows = self
-            .client()?
-            .query(
-                "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2, \
-                 'include-xids', '0', 'include-timestamp', '1')",
-                &[&slot, &limit],
-            )
-            .map_err(|e| {
-                if e.as_db_error().is_some_and(|d| d.message().contains("does not exist")) {
-                    Fault::Transient(format!("PostgreSQL: replication slot {slot} is gone"))
-                } else {
-                    transient("read the replication slot")(e)
-                }
-            })?;
+    fn read(&mut self, max: usize, wait: std::time::Duration) -> Result<Batch, Fault> {
+        let stream =
+            self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
+        let rows = stream.rows(wait, max).map_err(Fault::Transient)?;
         let mut batch = Batch::default();
-        let mut open: Option<Vec<String>> = None;
-        for row in &rows {
-            let (lsn, data): (String, Vec<u8>) = (row.get(0), row.get(1));
-            let decoded = match decoding::parse(&data) {
+        for row in rows {
+            let decoded = match decoding::parse(&row.data) {
                 Ok(decoded) => decoded,
                 Err(why) => {
                     batch.problems.push(Problem::Message(why));
@@ -167,33 +158,35 @@ impl Source for Postgres {
                 }
             };
             match decoded {
-                Row::Begin => open = Some(Vec::new()),
+                Row::Begin => self.open = Some(Vec::new()),
                 Row::Commit(micros) => {
-                    let keys = open.take().unwrap_or_default();
+                    let keys = self.open.take().unwrap_or_default();
                     if !keys.is_empty() {
                         batch.commits.push(Commit { keys, micros });
                     }
-                    batch.upto = Some(Position::Lsn(lsn, false));
+                    batch.upto = Some(Position::Lsn(row.lsn, false));
                 }
-                row @ Row::Message { transactional: false, prefix, .. } if prefix == POSTGRES_PREFIX => {
+                row_data @ Row::Message { transactional: false, prefix, .. } if prefix == POSTGRES_PREFIX => {
                     batch.problems.push(Problem::Message(
                         "a non-transactional message (it is delivered even when its transaction rolls \
                          back); its keys are deleted anyway; emit with transactional = true"
                             .into(),
                     ));
                     let mut keys = Vec::new();
-                    self.keys_of_row(row, &mut keys, &mut batch.problems);
+                    self.keys_of_row(row_data, &mut keys, &mut batch.problems);
                     if !keys.is_empty() {
                         batch.commits.push(Commit { keys, micros: None });
                     }
-                    if open.is_none() {
-                        batch.upto = Some(Position::Lsn(lsn, true));
+                    if self.open.is_none() {
+                        batch.upto = Some(Position::Lsn(row.lsn, true));
                     }
                 }
-                row => {
-                    if let Some(keys) = open.as_mut() {
-                        self.keys_of_row(row, keys, &mut batch.problems);
+                row_data => {
+                    let mut keys = self.open.take();
+                    if let Some(keys) = keys.as_mut() {
+                        self.keys_of_row(row_data, keys, &mut batch.problems);
                     }
+                    self.open = keys;
                 }
             }
         }
@@ -204,21 +197,19 @@ impl Source for Postgres {
         let Position::Lsn(lsn, past) = upto else {
             return Err(Fault::Fatal(format!("a PostgreSQL slot cannot confirm {upto}")));
         };
-        let slot = self.slot.clone();
-        let step = i32::from(*past);
-        self.client()?
-            .execute(
-                "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn + $3::int4)",
-                &[&slot, lsn, &step],
-            )
-            .map_err(transient("advance the replication slot"))?;
-        Ok(())
+        let stream =
+            self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
+        stream.confirm(lsn + u64::from(*past)).map_err(Fault::Transient)
     }
 
     fn reconnect(&mut self) -> Result<(), Fault> {
-        self.client = None;
+        (self.client, self.stream, self.open) = (None, None, None);
         let client = Client::connect(&self.conninfo, NoTls).map_err(transient("connect"))?;
         self.client = Some(client);
-        self.ensure_slot()
+        self.ensure_slot()?;
+        // The SQL connection only manages the slot; changes come over the stream.
+        self.client = None;
+        self.stream = Some(Stream::start(&self.conninfo, &self.slot).map_err(Fault::Transient)?);
+        Ok(())
     }
 }

@@ -64,9 +64,9 @@ pub struct Batch {
 /// A position in a commit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Position {
-    /// A PostgreSQL LSN (`0/1525E90`), and 1 byte past it (a non-transactional message, which
-    /// the slot skips only once its position is passed).
-    Lsn(String, bool),
+    /// A PostgreSQL LSN, and whether to confirm 1 byte past it (a non-transactional message,
+    /// which the slot skips only once its position is passed).
+    Lsn(u64, bool),
     /// The last SQLite outbox row taken.
     Row(i64),
 }
@@ -74,7 +74,9 @@ pub enum Position {
 impl std::fmt::Display for Position {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Position::Lsn(lsn, past) => write!(f, "{lsn}{}", if *past { "+1" } else { "" }),
+            Position::Lsn(lsn, past) => {
+                write!(f, "{}{}", crate::replication::lsn_text(*lsn), if *past { "+1" } else { "" })
+            }
             Position::Row(id) => write!(f, "outbox row {id}"),
         }
     }
@@ -99,8 +101,9 @@ impl std::fmt::Display for Fault {
 
 /// A commit log.
 pub trait Source: Send {
-    /// Up to about `max` changes after the confirmed position (whole transactions).
-    fn read(&mut self, max: usize) -> Result<Batch, Fault>;
+    /// Up to about `max` changes after what was read before (whole transactions), waiting up
+    /// to `wait` for the first.
+    fn read(&mut self, max: usize, wait: std::time::Duration) -> Result<Batch, Fault>;
     /// Moves the confirmed position to `upto`: what lies before it is never read again.
     fn confirm(&mut self, upto: &Position) -> Result<(), Fault>;
     /// Reconnects after a transient fault.

@@ -40,7 +40,7 @@ impl Sqlite {
 }
 
 impl Source for Sqlite {
-    fn read(&mut self, max: usize) -> Result<Batch, Fault> {
+    fn read(&mut self, max: usize, wait: Duration) -> Result<Batch, Fault> {
         let connection = self.connection()?;
         let mut statement = connection
             .prepare_cached("SELECT id, keys, created FROM shoal_outbox ORDER BY id LIMIT ?1")
@@ -66,6 +66,10 @@ impl Source for Sqlite {
                 batch.commits.push(Commit { keys, micros });
             }
             batch.upto = Some(Position::Row(id));
+        }
+        if batch.upto.is_none() {
+            // Nothing new: SQLite cannot tell us when there is, so poll.
+            std::thread::sleep(wait);
         }
         Ok(batch)
     }

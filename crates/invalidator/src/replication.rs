@@ -1,0 +1,322 @@
+//! PostgreSQL's streaming replication protocol, logical flavour: one long decoding session
+//! (`START_REPLICATION SLOT … LOGICAL`), so new commits arrive as they happen instead of
+//! being re-decoded from the slot's restart point on every poll. Positions are confirmed with
+//! standby status updates carrying the flush position the caller chose — never more.
+//!
+//! ```text
+//!   startup (replication=database) ─► authentication (trust, password, md5, SCRAM-SHA-256)
+//!   START_REPLICATION ─► 'W' CopyBothResponse ─► CopyData:  'w' XLogData (start, end, time, row)
+//!                                                           'k' keepalive (end, time, reply?)
+//!   ◄─ CopyData 'r' standby status (written, flushed, applied, time, 0)
+//! ```
+//!
+//! Message framing and authentication exchanges come from `postgres-protocol` (the codecs the
+//! `postgres` crate uses); the copy-both stream, which that crate does not parse, is read here.
+
+use bytes::BytesMut;
+use postgres::config::Host;
+use postgres_protocol::authentication::md5_hash;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::message::frontend;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
+const POSTGRES_EPOCH_MICROS: u64 = 946_684_800_000_000;
+/// How often the flush position is reported even when nothing is asked.
+const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// A socket to PostgreSQL.
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Socket {
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Socket::Tcp(s) => s,
+            Socket::Unix(s) => s,
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_read_timeout(timeout),
+            Socket::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// One decoded row from the stream.
+pub struct StreamRow {
+    /// Its position (for a COMMIT, the position past the transaction).
+    pub lsn: u64,
+    /// test_decoding's text.
+    pub data: Vec<u8>,
+}
+
+/// A replication connection streaming a logical slot.
+pub struct Stream {
+    socket: Socket,
+    buffer: Vec<u8>,
+    flushed: u64,
+    last_status: Instant,
+}
+
+/// Why the stream failed: a message for the operator.
+pub type Failure = String;
+
+fn io_failure(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| format!("PostgreSQL replication connection: {what}: {e}")
+}
+
+impl Stream {
+    /// Connects with `conninfo` as a replication connection and starts streaming `slot` from
+    /// its confirmed position.
+    pub fn start(conninfo: &str, slot: &str) -> Result<Stream, Failure> {
+        let config: postgres::Config =
+            conninfo.parse().map_err(|e| format!("--postgres {conninfo:?}: {e}"))?;
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let socket = match config.get_hosts().first() {
+            Some(Host::Tcp(host)) => {
+                Socket::Tcp(TcpStream::connect((host.as_str(), port)).map_err(io_failure("connect"))?)
+            }
+            Some(Host::Unix(dir)) => Socket::Unix(
+                UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).map_err(io_failure("connect"))?,
+            ),
+            None => Socket::Unix(
+                UnixStream::connect(format!("/var/run/postgresql/.s.PGSQL.{port}"))
+                    .map_err(io_failure("connect"))?,
+            ),
+        };
+        if let Socket::Tcp(s) = &socket {
+            s.set_nodelay(true).map_err(io_failure("set TCP_NODELAY"))?;
+        }
+        let mut stream = Stream { socket, buffer: Vec::new(), flushed: 0, last_status: Instant::now() };
+        stream.socket.set_read_timeout(Some(Duration::from_secs(10))).map_err(io_failure("set a timeout"))?;
+        let user = config
+            .get_user()
+            .map(str::to_string)
+            .unwrap_or_else(|| std::env::var("USER").unwrap_or_default());
+        let dbname = config.get_dbname().unwrap_or(&user).to_string();
+        let mut out = BytesMut::new();
+        let parameters =
+            [("user", user.as_str()), ("database", dbname.as_str()), ("replication", "database")];
+        frontend::startup_message(parameters.iter().copied(), &mut out).map_err(io_failure("startup"))?;
+        stream.send(&out)?;
+        stream.authenticate(user.as_bytes(), config.get_password().unwrap_or_default())?;
+        // Ready: ParameterStatus, BackendKeyData … ReadyForQuery.
+        loop {
+            let (tag, _) = stream.message()?;
+            if tag == b'Z' {
+                break;
+            }
+        }
+        let mut out = BytesMut::new();
+        let command = format!(
+            "START_REPLICATION SLOT \"{slot}\" LOGICAL 0/0 (\"include-xids\" '0', \"include-timestamp\" '1')"
+        );
+        frontend::query(&command, &mut out).map_err(io_failure("start replication"))?;
+        stream.send(&out)?;
+        loop {
+            let (tag, _) = stream.message()?;
+            if tag == b'W' {
+                break;
+            }
+        }
+        Ok(stream)
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.socket.io().write_all(bytes).map_err(io_failure("send"))
+    }
+
+    /// The next whole message, waiting for it: its tag and body.
+    fn message(&mut self) -> Result<(u8, Vec<u8>), Failure> {
+        loop {
+            if let Some(message) = self.buffered_message()? {
+                return Ok(message);
+            }
+            if !self.read_more(Some(Duration::from_secs(10)))? {
+                return Err("PostgreSQL did not answer within 10 s".into());
+            }
+        }
+    }
+
+    /// A whole message already in the buffer, if there is one. An `ErrorResponse` becomes
+    /// the failure.
+    fn buffered_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, Failure> {
+        if self.buffer.len() < 5 {
+            return Ok(None);
+        }
+        let length = u32::from_be_bytes(self.buffer[1..5].try_into().expect("4 bytes")) as usize;
+        if !(4..=1 << 30).contains(&length) {
+            return Err(format!("PostgreSQL sent a message of length {length}"));
+        }
+        if self.buffer.len() <= length {
+            return Ok(None);
+        }
+        let tag = self.buffer[0];
+        let body = self.buffer[5..1 + length].to_vec();
+        self.buffer.drain(..1 + length);
+        if tag == b'E' {
+            return Err(format!("PostgreSQL: {}", error_text(&body)));
+        }
+        Ok(Some((tag, body)))
+    }
+
+    /// Reads what arrives within `wait` (`None`: only what is already there); whether
+    /// anything came.
+    fn read_more(&mut self, wait: Option<Duration>) -> Result<bool, Failure> {
+        let nonblocking = wait.is_none();
+        let set = |s: &Socket| match s {
+            Socket::Tcp(s) => s.set_nonblocking(nonblocking),
+            Socket::Unix(s) => s.set_nonblocking(nonblocking),
+        };
+        set(&self.socket).map_err(io_failure("set blocking"))?;
+        if let Some(wait) = wait {
+            self.socket
+                .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+                .map_err(io_failure("set a timeout"))?;
+        }
+        let mut chunk = [0u8; 64 << 10];
+        match self.socket.io().read(&mut chunk) {
+            Ok(0) => Err("PostgreSQL closed the replication connection".into()),
+            Ok(n) => {
+                self.buffer.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                Ok(false)
+            }
+            Err(e) => Err(io_failure("read")(e)),
+        }
+    }
+
+    fn authenticate(&mut self, user: &[u8], password: &[u8]) -> Result<(), Failure> {
+        let mut scram: Option<ScramSha256> = None;
+        loop {
+            let (tag, body) = self.message()?;
+            if tag != b'R' || body.len() < 4 {
+                return Err(format!("PostgreSQL: expected authentication, got message {:?}", tag as char));
+            }
+            let code = i32::from_be_bytes(body[..4].try_into().expect("4 bytes"));
+            let data = &body[4..];
+            let mut out = BytesMut::new();
+            match code {
+                0 => return Ok(()),
+                3 => frontend::password_message(password, &mut out).map_err(io_failure("password"))?,
+                5 if data.len() >= 4 => {
+                    let hash = md5_hash(user, password, data[..4].try_into().expect("4 bytes"));
+                    frontend::password_message(hash.as_bytes(), &mut out).map_err(io_failure("password"))?;
+                }
+                10 => {
+                    let mechanisms: Vec<&[u8]> = data.split(|&b| b == 0).collect();
+                    if !mechanisms.contains(&SCRAM_SHA_256.as_bytes()) {
+                        return Err(
+                            "PostgreSQL offers no SASL mechanism this client speaks (SCRAM-SHA-256)".into()
+                        );
+                    }
+                    let client = ScramSha256::new(password, ChannelBinding::unsupported());
+                    frontend::sasl_initial_response(SCRAM_SHA_256, client.message(), &mut out)
+                        .map_err(io_failure("SASL"))?;
+                    scram = Some(client);
+                }
+                11 => {
+                    let client = scram.as_mut().ok_or("PostgreSQL: SASL continue without a start")?;
+                    client.update(data).map_err(io_failure("SCRAM"))?;
+                    frontend::sasl_response(client.message(), &mut out).map_err(io_failure("SASL"))?;
+                }
+                12 => {
+                    let client = scram.as_mut().ok_or("PostgreSQL: SASL final without a start")?;
+                    client.finish(data).map_err(io_failure("SCRAM"))?;
+                    continue;
+                }
+                other => {
+                    return Err(format!(
+                        "PostgreSQL asks for authentication method {other}, which this client does not speak"
+                    ))
+                }
+            }
+            self.send(&out)?;
+        }
+    }
+
+    /// Rows that arrive within `wait`: once one has come, only those already here follow it.
+    pub fn rows(&mut self, wait: Duration, max: usize) -> Result<Vec<StreamRow>, Failure> {
+        let mut rows = Vec::new();
+        let deadline = Instant::now() + wait;
+        loop {
+            while rows.len() < max {
+                let Some((tag, body)) = self.buffered_message()? else { break };
+                if tag != b'd' || body.is_empty() {
+                    continue;
+                }
+                match body[0] {
+                    b'w' if body.len() >= 25 => {
+                        let lsn = u64::from_be_bytes(body[1..9].try_into().expect("8 bytes"));
+                        rows.push(StreamRow { lsn, data: body[25..].to_vec() });
+                    }
+                    // A keepalive that asks for an answer gets the flush position.
+                    b'k' if body.len() >= 18 && body[17] == 1 => self.status()?,
+                    _ => {}
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = (rows.is_empty() && !left.is_zero()).then_some(left);
+            if rows.len() >= max || !self.read_more(wait)? {
+                break;
+            }
+        }
+        if self.last_status.elapsed() >= STATUS_EVERY {
+            self.status()?;
+        }
+        Ok(rows)
+    }
+
+    /// Confirms everything before `lsn`: PostgreSQL may forget it and never sends it again.
+    pub fn confirm(&mut self, lsn: u64) -> Result<(), Failure> {
+        self.flushed = self.flushed.max(lsn);
+        self.status()
+    }
+
+    fn status(&mut self) -> Result<(), Failure> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let mut body = vec![b'r'];
+        for position in [self.flushed, self.flushed, self.flushed, now.saturating_sub(POSTGRES_EPOCH_MICROS)]
+        {
+            body.extend_from_slice(&position.to_be_bytes());
+        }
+        body.push(0);
+        let mut frame = vec![b'd'];
+        frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        frame.extend_from_slice(&body);
+        self.last_status = Instant::now();
+        self.send(&frame)
+    }
+}
+
+/// The `M` (message) field of an ErrorResponse, with its SQLSTATE.
+fn error_text(body: &[u8]) -> String {
+    let (mut message, mut code) = (String::new(), String::new());
+    for field in body.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        let text = String::from_utf8_lossy(&field[1..]).into_owned();
+        match field[0] {
+            b'M' => message = text,
+            b'C' => code = text,
+            _ => {}
+        }
+    }
+    format!("{message} (SQLSTATE {code})")
+}
+
+/// `X/Y` as PostgreSQL writes an LSN.
+pub fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}
