@@ -82,3 +82,24 @@ def test_sqlite_commits_through_sqlite3_delete(tmp_path):
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_remote_markers_are_items_the_invalidator_deletes(tmp_path):
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    with Server.shoal() as server:
+        cache = shoal.Client(f"127.0.0.1:{server.port}")
+        assert not cache.has_remote_marker("user:7")
+        cache.set_remote_marker("user:7", ttl=600)
+        assert cache.has_remote_marker("user:7")
+        assert cache.get("__shoal_rm:user:7") == b"1"
+        with db:
+            shoal.invalidate(db.cursor(), ["user:7"])
+        proc = subprocess.Popen(
+            [str(SHOAL), "invalidator", "--sqlite", str(path), "--remote-markers",
+             "--destination", f"127.0.0.1:{server.port}", "--state-dir", str(tmp_path / "state")])
+        try:
+            assert wait_until(lambda: not cache.has_remote_marker("user:7"))
+        finally:
+            proc.kill()
+            proc.wait()

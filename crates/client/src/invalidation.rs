@@ -35,6 +35,24 @@ pub const SQLITE_OUTBOX_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS shoal_outbox 
 /// The statement that puts a message into the outbox inside the current SQLite transaction.
 pub const SQLITE_OUTBOX_INSERT: &str = "INSERT INTO shoal_outbox (keys) VALUES (?1)";
 
+/// What a remote marker's key starts with (see [`remote_marker_key`]).
+pub const REMOTE_MARKER_PREFIX: &[u8] = b"__shoal_rm:";
+
+/// The key of `key`'s remote marker (Scaling Memcache §5.1): `__shoal_rm:<key>`, or, when
+/// that would pass 250 bytes, `__shoal_rm#` and the key's XXH3-128 in hex (a collision only
+/// sends a read to the master database). `shoal invalidator --remote-markers` deletes it with
+/// the key; [`crate::Pool::set_remote_marker`] sets it.
+pub fn remote_marker_key(key: &[u8]) -> Vec<u8> {
+    let mut marker = REMOTE_MARKER_PREFIX.to_vec();
+    if marker.len() + key.len() <= shoal_route::MAX_KEY_BYTES {
+        marker.extend_from_slice(key);
+    } else {
+        marker.pop();
+        marker.extend_from_slice(format!("#{:032x}", xxhash_rust::xxh3::xxh3_128(key)).as_bytes());
+    }
+    marker
+}
+
 /// The message for `keys`, each checked to be a key memcached's text protocol carries.
 pub fn message<K: AsRef<[u8]>>(keys: &[K]) -> Result<String> {
     if keys.is_empty() {
@@ -114,6 +132,15 @@ mod tests {
         let text = message(&["user:7", "feed:7", "ключ"]).unwrap();
         assert_eq!(text, "user:7 feed:7 ключ");
         assert_eq!(parse_message(text.as_bytes()).unwrap().keys, ["user:7", "feed:7", "ключ"]);
+    }
+
+    #[test]
+    fn remote_marker_keys_are_valid_keys() {
+        assert_eq!(remote_marker_key(b"user:7"), b"__shoal_rm:user:7");
+        let long = remote_marker_key(&[b'k'; 250]);
+        assert!(long.starts_with(b"__shoal_rm#") && long.len() == 11 + 32);
+        assert_ne!(long, remote_marker_key(&[b'j'; 250]));
+        assert!(validate_key(&long).is_ok());
     }
 
     #[test]

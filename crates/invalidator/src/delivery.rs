@@ -6,6 +6,7 @@
 
 use crate::source::Commit;
 use hdrhistogram::Histogram;
+use shoal_client::invalidation::remote_marker_key;
 use shoal_client::spool::{Delivered, Spools};
 use std::collections::HashMap;
 use std::path::Path;
@@ -57,13 +58,28 @@ pub struct DestinationStats {
     pub lag: Mutex<Option<Histogram<u64>>>,
 }
 
+/// How deletes are sent.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Routing prefix put before every key (e.g. `/*/*/` for every cluster behind one router).
+    pub prefix: String,
+    /// The most deletes in one spool record.
+    pub batch_keys: usize,
+    /// The most a destination's spool may hold, in bytes.
+    pub max_bytes: u64,
+    /// Flush every append to the disk.
+    pub durable: bool,
+    /// `--ack-rule off`: send once and forget, no spool.
+    pub fire_and_forget: bool,
+    /// Delete each key's remote marker too.
+    pub remote_markers: bool,
+}
+
 /// Where deletes go and how they are doing.
 pub struct Delivery {
     spools: Arc<Spools>,
     destinations: Vec<String>,
-    /// Routing prefix put before every key (e.g. `/*/*/` for every cluster behind one router).
-    prefix: String,
-    batch_keys: usize,
+    options: Options,
     /// `--ack-rule off`: send once and forget, no spool (one connection per destination).
     fire_and_forget: Option<Mutex<HashMap<String, std::net::TcpStream>>>,
     /// Numbers by destination address.
@@ -71,17 +87,8 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// Spools for `destinations` in `dir`, each at most `max_bytes`; `durable` flushes every
-    /// append to the disk; `fire_and_forget` bypasses the spools (the benchmark's control).
-    pub fn open(
-        dir: &Path,
-        destinations: &[String],
-        prefix: &str,
-        batch_keys: usize,
-        max_bytes: u64,
-        durable: bool,
-        fire_and_forget: bool,
-    ) -> Result<Delivery, String> {
+    /// Spools for `destinations` in `dir`, sending as `options` say.
+    pub fn open(dir: &Path, destinations: &[String], options: Options) -> Result<Delivery, String> {
         let stats: Arc<HashMap<String, DestinationStats>> =
             Arc::new(destinations.iter().map(|d| (d.clone(), DestinationStats::default())).collect());
         let observed = stats.clone();
@@ -97,14 +104,14 @@ impl Delivery {
                 let _ = histogram.record(lag.min(3_600_000_000));
             }
         });
-        let spools = Spools::open_with(dir, max_bytes, "shoal invalidator", durable, Some(observer))
-            .map_err(|e| format!("spool directory {}: {e}", dir.display()))?;
+        let spools =
+            Spools::open_with(dir, options.max_bytes, "shoal invalidator", options.durable, Some(observer))
+                .map_err(|e| format!("spool directory {}: {e}", dir.display()))?;
         Ok(Delivery {
             spools,
             destinations: destinations.to_vec(),
-            prefix: prefix.to_string(),
-            batch_keys: batch_keys.max(1),
-            fire_and_forget: fire_and_forget.then(|| Mutex::new(HashMap::new())),
+            fire_and_forget: options.fire_and_forget.then(|| Mutex::new(HashMap::new())),
+            options,
             stats,
         })
     }
@@ -157,10 +164,22 @@ impl Delivery {
         let (mut answers, mut stamp) = (0u32, u64::MAX);
         for commit in commits {
             for key in &commit.keys {
-                requests.extend_from_slice(format!("delete {}{key}\r\n", self.prefix).as_bytes());
-                answers += 1;
+                let prefix = self.options.prefix.as_bytes();
+                for target in [
+                    Some(key.as_bytes().to_vec()),
+                    self.options.remote_markers.then(|| remote_marker_key(key.as_bytes())),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    requests.extend_from_slice(b"delete ");
+                    requests.extend_from_slice(prefix);
+                    requests.extend_from_slice(&target);
+                    requests.extend_from_slice(b"\r\n");
+                    answers += 1;
+                }
                 stamp = stamp.min(commit.micros.unwrap_or(u64::MAX));
-                if answers as usize >= self.batch_keys {
+                if answers as usize >= self.options.batch_keys.max(1) {
                     let stamp = std::mem::replace(&mut stamp, u64::MAX);
                     records.push((std::mem::take(&mut requests), std::mem::take(&mut answers), stamp));
                 }
@@ -196,8 +215,9 @@ mod tests {
     #[test]
     fn commits_become_records_of_at_most_batch_keys_deletes() {
         let dir = std::env::temp_dir().join(format!("shoal-delivery-test-{}", std::process::id()));
-        let delivery =
-            Delivery::open(&dir, &["127.0.0.1:1".into()], "/*/*/", 3, 1 << 20, false, false).unwrap();
+        let options =
+            Options { prefix: "/*/*/".into(), batch_keys: 3, max_bytes: 1 << 20, ..Options::default() };
+        let delivery = Delivery::open(&dir, &["127.0.0.1:1".into()], options.clone()).unwrap();
         let commits = [
             Commit { keys: vec!["a".into(), "b".into()], micros: Some(50) },
             Commit { keys: vec!["c".into(), "d".into()], micros: Some(40) },
@@ -208,6 +228,12 @@ mod tests {
         assert_eq!(shape, [(3, 40), (2, 40)]);
         assert_eq!(records[0].0, b"delete /*/*/a\r\ndelete /*/*/b\r\ndelete /*/*/c\r\n");
         assert_eq!(delivery.records(&commits[2..]).iter().map(|r| r.2).collect::<Vec<_>>(), [0]);
+        // With remote markers, each key's marker is deleted right after it.
+        drop(delivery);
+        let marked =
+            Delivery::open(&dir, &["127.0.0.1:1".into()], Options { remote_markers: true, ..options })
+                .unwrap();
+        assert_eq!(marked.records(&commits[2..])[0].0, b"delete /*/*/e\r\ndelete /*/*/__shoal_rm:e\r\n");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -24,6 +24,7 @@ mod decoding;
 mod delivery;
 mod metrics;
 mod postgres;
+mod replica;
 mod replication;
 mod rules;
 mod source;
@@ -99,6 +100,13 @@ pub struct InvalidatorArgs {
     /// deletes. For the consistency benchmark's control run; never in production.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     pub ack_rule: String,
+    /// A replica region's invalidator: hold each batch until this streaming replica (the
+    /// region's database) has replayed its commits (PostgreSQL only).
+    #[arg(long, value_name = "CONNINFO")]
+    pub wait_for_replica: Option<String>,
+    /// Also delete each key's remote marker (`shoal_client::invalidation::remote_marker_key`).
+    #[arg(long)]
+    pub remote_markers: bool,
     /// Serve Prometheus metrics at /metrics and a JSON summary at /status on this address.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
@@ -142,6 +150,9 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     if args.sqlite.is_some() && !rules.is_empty() {
         return Err("--rule needs --postgres: SQLite has no commit log to read row changes from".into());
     }
+    if args.sqlite.is_some() && args.wait_for_replica.is_some() {
+        return Err("--wait-for-replica needs --postgres: it waits for a PostgreSQL streaming replica".into());
+    }
     for destination in &args.destinations {
         shoal_route::Server::parse(destination).map_err(|e| format!("--destination {destination}: {e}"))?;
     }
@@ -162,11 +173,14 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     let delivery = Arc::new(Delivery::open(
         &args.state_dir.join("spools"),
         &args.destinations,
-        &args.prefix,
-        args.batch_keys,
-        args.backlog_max_mb << 20,
-        !args.no_fsync,
-        !ack_rule,
+        delivery::Options {
+            prefix: args.prefix.clone(),
+            batch_keys: args.batch_keys,
+            max_bytes: args.backlog_max_mb << 20,
+            durable: !args.no_fsync,
+            fire_and_forget: !ack_rule,
+            remote_markers: args.remote_markers,
+        },
     )?);
     let counters = Arc::new(Counters::default());
     let mut source = open_source(&args, rules)?;
@@ -220,6 +234,7 @@ fn follow(
     stop: &AtomicBool,
 ) -> Result<(), String> {
     let idle = Duration::from_millis(args.poll_ms);
+    let mut replica = args.wait_for_replica.as_deref().map(replica::ReplicaGate::new);
     let mut failing: Option<String> = None;
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
@@ -230,6 +245,9 @@ fn follow(
                 eprintln!("shoal invalidator: {problem}");
             }
             let Some(upto) = batch.upto else { return Ok(()) };
+            if let (Some(gate), source::Position::Lsn(lsn, _)) = (replica.as_mut(), &upto) {
+                gate.wait_for(*lsn, stop)?;
+            }
             if !ack_rule {
                 source.confirm(&upto)?;
             }

@@ -15,10 +15,43 @@ struct Postgres {
     dir: PathBuf,
     bin: PathBuf,
     port: u16,
+    /// More `-c name=value` settings.
+    settings: String,
 }
 
 impl Postgres {
     fn start(test: &str) -> Postgres {
+        let pg = Postgres::scratch(test, String::new());
+        let data = pg.dir.join("data");
+        assert!(pg.run("initdb", &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres"]), "initdb");
+        pg.ctl("start");
+        pg
+    }
+
+    /// A streaming replica of `self` that applies each commit `delay_ms` late.
+    fn replica(&self, test: &str, delay_ms: u64) -> Postgres {
+        let replica = Postgres::scratch(test, format!(" -c recovery_min_apply_delay={delay_ms}ms"));
+        let data = replica.dir.join("data");
+        let port = self.port.to_string();
+        let args = [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-D",
+            data.to_str().unwrap(),
+            "-R",
+            "-X",
+            "stream",
+        ];
+        assert!(replica.run("pg_basebackup", &args), "pg_basebackup");
+        replica.ctl("start");
+        replica
+    }
+
+    fn scratch(test: &str, settings: String) -> Postgres {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .ok()
             .and_then(|versions| versions.filter_map(|v| v.ok()).map(|v| v.path().join("bin")).max())
@@ -26,14 +59,10 @@ impl Postgres {
         let dir = std::env::temp_dir().join(format!("shoal-invalidator-pg-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let pg = Postgres { dir, bin, port: free_port() };
         if is_root() {
-            assert!(Command::new("chown").arg("postgres").arg(&pg.dir).status().unwrap().success());
+            assert!(Command::new("chown").arg("postgres").arg(&dir).status().unwrap().success());
         }
-        let data = pg.dir.join("data");
-        assert!(pg.run("initdb", &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "postgres"]), "initdb");
-        pg.ctl("start");
-        pg
+        Postgres { dir, bin, port: free_port(), settings }
     }
 
     /// Runs a PostgreSQL program, as the postgres user when we are root (PostgreSQL refuses root).
@@ -51,9 +80,10 @@ impl Postgres {
 
     fn ctl(&self, action: &str) {
         let options = format!(
-            "-c wal_level=logical -c fsync=off -c max_replication_slots=8 -h 127.0.0.1 -p {} -k {}",
+            "-c wal_level=logical -c fsync=off -c max_replication_slots=8 -h 127.0.0.1 -p {} -k {}{}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.settings
         );
         let data = self.dir.join("data");
         let log = self.dir.join("log");
@@ -352,5 +382,72 @@ fn a_postgres_restart_is_waited_out_and_a_dropped_slot_stops_the_invalidator() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("was dropped") && stderr.contains("--recreate-slot"), "{stderr}");
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[test]
+fn remote_markers_give_a_replica_region_its_own_writes_while_the_replica_lags() {
+    let master = Postgres::start("markers-master");
+    let mut db = master.client();
+    db.batch_execute("CREATE TABLE kv (k text PRIMARY KEY, v text); INSERT INTO kv VALUES ('item', 'old')")
+        .unwrap();
+    let replica = master.replica("markers-replica", 1500);
+    let mut replica_db = replica.client();
+    let replica_value = |db: &mut postgres::Client| -> Option<String> {
+        db.query_opt("SELECT v FROM kv WHERE k = 'item'", &[]).unwrap().map(|r| r.get(0))
+    };
+    assert!(
+        eventually(20, || replica_value(&mut replica_db).as_deref() == Some("old")),
+        "the replica has the row"
+    );
+
+    // The replica region: one cache server, and an invalidator that waits for its replica.
+    let cache = Server::shoal("inv-markers", 0, &[]);
+    let state = state_dir("markers");
+    let inv = Invalidator::start(
+        &state,
+        &[
+            "--postgres",
+            &master.conninfo(),
+            "--slot",
+            "region_replica",
+            "--wait-for-replica",
+            &replica.conninfo(),
+        ],
+        &[cache.address()],
+        &["--remote-markers"],
+    );
+    let mut pool = shoal_client::Pool::new(&[cache.address()], shoal_client::PoolOptions::default()).unwrap();
+    pool.set(b"item", b"old", 0, 0).unwrap();
+
+    // A write from the replica region: marker, master write (naming the key), local delete.
+    pool.set_remote_marker(b"item", 0).unwrap();
+    let mut tx = db.transaction().unwrap();
+    tx.execute("UPDATE kv SET v = 'new' WHERE k = 'item'", &[]).unwrap();
+    invalidation::emit_postgres(&mut tx, &["item"]).unwrap();
+    tx.commit().unwrap();
+    pool.delete(b"item").unwrap();
+
+    // A read right after: the replica still has the old row, the marker sends it to the master.
+    assert!(pool.get(b"item").unwrap().is_none());
+    assert_eq!(replica_value(&mut replica_db).as_deref(), Some("old"), "the replica really lags");
+    assert!(pool.has_remote_marker(b"item").unwrap(), "the marker sends the read to the master");
+    let mut master_db = master.client();
+    assert_eq!(replica_value(&mut master_db).as_deref(), Some("new"));
+    // Without the marker the read would have gone to the replica and cached the old value;
+    // the region's invalidator does not delete before the replica has the write either.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(pool.has_remote_marker(b"item").unwrap(), "the marker stays until the replica applied the write");
+    assert!(
+        eventually(20, || !pool.has_remote_marker(b"item").unwrap()),
+        "the replica region's invalidation removes the marker: {}",
+        inv.stderr()
+    );
+    assert_eq!(
+        replica_value(&mut replica_db).as_deref(),
+        Some("new"),
+        "it came after the replica applied the write"
+    );
+    inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }

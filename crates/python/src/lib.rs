@@ -420,6 +420,21 @@ impl Client {
         })
     }
 
+    /// Marks `key` as written from this (replica) region until the invalidation of the write
+    /// arrives, or `ttl` seconds pass (Scaling Memcache's remote markers). Call before writing
+    /// the master database; delete the key after.
+    #[pyo3(signature = (key, ttl=0))]
+    fn set_remote_marker(&self, py: Python<'_>, key: &Bound<'_, PyAny>, ttl: i64) -> PyResult<()> {
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.set_remote_marker(&key, ttl))
+    }
+
+    /// Whether `key` carries a remote marker: after a miss, read the master database then.
+    fn has_remote_marker(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.has_remote_marker(&key))
+    }
+
     /// Deletes `key`; whether it existed. `hold=N` (a Shoal extension) also refuses `add` of
     /// the key for N seconds.
     #[pyo3(signature = (key, noreply=None, hold=0))]

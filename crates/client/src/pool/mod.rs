@@ -16,6 +16,7 @@
 //! Gutter pool that takes a failed server's load instead of its neighbours.
 
 mod batch;
+mod markers;
 mod member;
 mod transition;
 mod udp;
