@@ -125,16 +125,33 @@ class Postgres:
                   "-m", "fast", "-w", action)
 
     def __enter__(self):
-        import tempfile
-        self.dir = tempfile.mkdtemp(prefix="shoal-pg-")
-        if os.geteuid() == 0:
-            subprocess.run(["chown", "postgres", self.dir], check=True)
+        if self.dir is not None:  # a replica, started by replica()
+            return self
+        self._scratch()
         self._run("initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres")
         self.ctl("start")
         return self
 
+    def _scratch(self):
+        import tempfile
+        self.dir = tempfile.mkdtemp(prefix="shoal-pg-")
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "postgres", self.dir], check=True)
+
+    def replica(self, delay_ms=0):
+        """A started streaming replica of this server that applies commits `delay_ms` late
+        (use it in a `with` block of its own: it is stopped on exit)."""
+        replica = Postgres(*self.settings, f"recovery_min_apply_delay={delay_ms}ms")
+        replica._scratch()
+        replica._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                     "-D", f"{replica.dir}/data", "-R", "-X", "stream")
+        replica.ctl("start")
+        return replica
+
     def __exit__(self, *exc):
         import shutil
+        if self.dir is None:
+            return
         try:
             self._run("pg_ctl", "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop")
         finally:
