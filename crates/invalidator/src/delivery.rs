@@ -73,6 +73,12 @@ pub struct Options {
     pub fire_and_forget: bool,
     /// Delete each key's remote marker too.
     pub remote_markers: bool,
+    /// Destinations that are cold clusters being warmed up (Scaling Memcache §4.3): their
+    /// deletes carry a hold-off, `delete <key> hold <cold_hold>`, during which `add` of the
+    /// key fails, so a warm cluster's stale copy cannot be added back meanwhile.
+    pub cold: Vec<String>,
+    /// The hold-off of deletes to cold destinations, in seconds.
+    pub cold_hold: u32,
 }
 
 /// Where deletes go and how they are doing.
@@ -120,12 +126,19 @@ impl Delivery {
     /// the operator) while a spool is full. Returns the deletes spooled per destination, or
     /// `Err` once `stop` is set while waiting.
     pub fn spool(&self, commits: &[Commit], stop: &AtomicBool) -> Result<usize, ()> {
-        let records = self.records(commits);
-        let deletes = records.iter().map(|r| r.1 as usize).sum();
+        let plain = self.records(commits, 0);
+        let held = if self.options.cold.is_empty() {
+            Vec::new()
+        } else {
+            self.records(commits, self.options.cold_hold)
+        };
+        let records_for =
+            |destination: &String| if self.options.cold.contains(destination) { &held } else { &plain };
+        let deletes = plain.iter().map(|r| r.1 as usize).sum();
         if let Some(connections) = &self.fire_and_forget {
             let mut connections = connections.lock().unwrap_or_else(|p| p.into_inner());
             for destination in &self.destinations {
-                for (requests, answers, _) in &records {
+                for (requests, answers, _) in records_for(destination) {
                     if send_once(&mut connections, destination, requests, *answers).is_err() {
                         connections.remove(destination);
                     }
@@ -135,7 +148,7 @@ impl Delivery {
         }
         for destination in &self.destinations {
             let stats = &self.stats[destination];
-            for (requests, answers, stamp) in &records {
+            for (requests, answers, stamp) in records_for(destination) {
                 let mut warned = false;
                 while let Err(e) = self.spools.append_batch(destination, requests, *answers, *stamp) {
                     if !warned {
@@ -157,8 +170,10 @@ impl Delivery {
         Ok(deletes)
     }
 
-    /// The records for `commits`: `(requests, answers, stamp)`, at most `batch_keys` deletes each.
-    fn records(&self, commits: &[Commit]) -> Vec<(Vec<u8>, u32, u64)> {
+    /// The records for `commits`: `(requests, answers, stamp)`, at most `batch_keys` deletes
+    /// each, with a hold-off of `hold` seconds (0: none).
+    fn records(&self, commits: &[Commit], hold: u32) -> Vec<(Vec<u8>, u32, u64)> {
+        let hold = if hold > 0 { format!(" hold {hold}") } else { String::new() };
         let mut records = Vec::new();
         let mut requests = Vec::new();
         let (mut answers, mut stamp) = (0u32, u64::MAX);
@@ -175,6 +190,7 @@ impl Delivery {
                     requests.extend_from_slice(b"delete ");
                     requests.extend_from_slice(prefix);
                     requests.extend_from_slice(&target);
+                    requests.extend_from_slice(hold.as_bytes());
                     requests.extend_from_slice(b"\r\n");
                     answers += 1;
                 }
@@ -223,17 +239,18 @@ mod tests {
             Commit { keys: vec!["c".into(), "d".into()], micros: Some(40) },
             Commit { keys: vec!["e".into()], micros: None },
         ];
-        let records = delivery.records(&commits);
+        let records = delivery.records(&commits, 0);
         let shape: Vec<_> = records.iter().map(|r| (r.1, r.2)).collect();
         assert_eq!(shape, [(3, 40), (2, 40)]);
         assert_eq!(records[0].0, b"delete /*/*/a\r\ndelete /*/*/b\r\ndelete /*/*/c\r\n");
-        assert_eq!(delivery.records(&commits[2..]).iter().map(|r| r.2).collect::<Vec<_>>(), [0]);
+        assert_eq!(delivery.records(&commits[2..], 0).iter().map(|r| r.2).collect::<Vec<_>>(), [0]);
+        assert_eq!(delivery.records(&commits[2..], 2)[0].0, b"delete /*/*/e hold 2\r\n");
         // With remote markers, each key's marker is deleted right after it.
         drop(delivery);
         let marked =
             Delivery::open(&dir, &["127.0.0.1:1".into()], Options { remote_markers: true, ..options })
                 .unwrap();
-        assert_eq!(marked.records(&commits[2..])[0].0, b"delete /*/*/e\r\ndelete /*/*/__shoal_rm:e\r\n");
+        assert_eq!(marked.records(&commits[2..], 0)[0].0, b"delete /*/*/e\r\ndelete /*/*/__shoal_rm:e\r\n");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

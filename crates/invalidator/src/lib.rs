@@ -71,8 +71,21 @@ pub struct InvalidatorArgs {
     pub rules: Vec<String>,
     /// Where deletes go: a router (or server) per cluster, host:port or a unix socket path
     /// (repeatable; each gets its own ordered spool).
-    #[arg(long = "destination", short = 'd', value_name = "ADDRESS", required = true)]
+    #[arg(
+        long = "destination",
+        short = 'd',
+        value_name = "ADDRESS",
+        required_unless_present = "cold_destinations"
+    )]
     pub destinations: Vec<String>,
+    /// A cold cluster's router, being warmed up from a warm cluster (WarmUpRoute): its deletes
+    /// carry a hold-off (`delete <key> hold <--cold-hold>`) during which the warm cluster's
+    /// possibly stale copy cannot be added (repeatable).
+    #[arg(long = "cold-destination", value_name = "ADDRESS")]
+    pub cold_destinations: Vec<String>,
+    /// The hold-off of deletes to cold destinations, in seconds (Facebook uses 2).
+    #[arg(long, default_value_t = 2)]
+    pub cold_hold: u32,
     /// Put this routing prefix before every key (e.g. `/*/*/` for every cluster behind one router).
     #[arg(long, default_value = "")]
     pub prefix: String,
@@ -153,7 +166,9 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     if args.sqlite.is_some() && args.wait_for_replica.is_some() {
         return Err("--wait-for-replica needs --postgres: it waits for a PostgreSQL streaming replica".into());
     }
-    for destination in &args.destinations {
+    let destinations: Vec<String> =
+        args.destinations.iter().chain(&args.cold_destinations).cloned().collect();
+    for destination in &destinations {
         shoal_route::Server::parse(destination).map_err(|e| format!("--destination {destination}: {e}"))?;
     }
     let followed = match (&args.postgres, &args.sqlite) {
@@ -172,7 +187,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     }
     let delivery = Arc::new(Delivery::open(
         &args.state_dir.join("spools"),
-        &args.destinations,
+        &destinations,
         delivery::Options {
             prefix: args.prefix.clone(),
             batch_keys: args.batch_keys,
@@ -180,6 +195,8 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
             durable: !args.no_fsync,
             fire_and_forget: !ack_rule,
             remote_markers: args.remote_markers,
+            cold: args.cold_destinations.clone(),
+            cold_hold: args.cold_hold,
         },
     )?);
     let counters = Arc::new(Counters::default());

@@ -451,3 +451,95 @@ fn remote_markers_give_a_replica_region_its_own_writes_while_the_replica_lags() 
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }
+
+/// A `shoal router` over `config`, killed on drop.
+struct Router {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Router {
+    fn start(test: &str, config: &str) -> Router {
+        let dir = state_dir(&format!("router-{test}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        let port = free_port();
+        let child = Command::new(shoal_bin())
+            .args(["router", "-l", "127.0.0.1", "-t", "1", "-p", &port.to_string()])
+            .arg("-f")
+            .arg(dir.join("config.json"))
+            .arg("--spool-dir")
+            .arg(dir.join("spool"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(10, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            "the router listens"
+        );
+        Router { child, port, dir }
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_cold_clusters_hold_off_keeps_a_warm_clusters_stale_copy_out() {
+    // Scaling Memcache §4.3: a cold cluster reads through to a warm one (WarmUpRoute) and adds
+    // warm hits into itself. The invalidation reaches the cold cluster before the warm one;
+    // a read in between finds the warm cluster's stale copy. Without a hold-off that copy is
+    // added into the cold cluster and stays; with `delete <key> hold 2` the add is refused.
+    let pg = Postgres::start("warmup");
+    let (cold, warm) = (Server::shoal("inv-warmup-cold", 0, &[]), Server::shoal("inv-warmup-warm", 0, &[]));
+    let router = Router::start(
+        "warmup",
+        &format!(
+            r#"{{ "pools": {{ "cold": {{ "servers": ["{}"] }}, "warm": {{ "servers": ["{}"] }} }},
+                 "route": {{ "type": "WarmUpRoute", "cold": {{ "type": "PoolRoute", "pool": "cold" }},
+                             "warm": {{ "type": "PoolRoute", "pool": "warm" }}, "exptime": 100 }} }}"#,
+            cold.address(),
+            warm.address()
+        ),
+    );
+    let mut through_router =
+        Client::connect(&router.address(), Options { local: false, ..Options::default() }).unwrap();
+    fill(&warm, ["held", "unheld"].map(String::from));
+    // The warm cluster's deletes are late: its invalidator destination is not reachable yet.
+    let late_warm = format!("127.0.0.1:{}", free_port());
+    let state = state_dir("warmup");
+    let inv = Invalidator::start(
+        &state,
+        &["--postgres", &pg.conninfo()],
+        &[late_warm],
+        &["--cold-destination", &router.address(), "--cold-hold", "2"],
+    );
+    pg.client().execute(invalidation::POSTGRES_EMIT, &[&"held"]).unwrap();
+    assert!(
+        eventually(10, || inv.status()["destinations"][1]["delivered"].as_u64() == Some(1)),
+        "the cold cluster got the delete: {}",
+        inv.status()
+    );
+    // The read through the cold cluster's router finds the warm cluster's stale copy (a
+    // stale read the paper accepts) but cannot add it to the cold cluster.
+    assert_eq!(through_router.get(b"held").unwrap().unwrap().value, b"cached");
+
+    // The same race with a delete that has no hold-off: the stale copy sticks in the cold cluster.
+    assert!(!through_router.delete(b"unheld").unwrap(), "nothing in the cold cluster yet");
+    assert_eq!(through_router.get(b"unheld").unwrap().unwrap().value, b"cached");
+    assert!(eventually(2, || present(&cold, "unheld")), "without a hold-off the stale copy stays");
+    // By now the router's add of the first stale copy has long been tried, and refused.
+    assert!(!present(&cold, "held"), "the hold-off refused the warm cluster's stale copy");
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
