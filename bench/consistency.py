@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The invalidation consistency checker (issue 15): writers and look-aside readers through the
 whole stack — PostgreSQL, `shoal invalidator`, a `shoal router` per cluster, two `shoal
-server`s behind each — while a killer sends kill -9 to the invalidator, a router or a server
-every few seconds (each restarted at once; a server restarts empty). After the writes, every
+server`s behind each — while a killer sends kill -9 to each of these processes in turn (a
+seeded shuffle), one every `--kill-every` seconds (each restarted at once; a server restarts
+empty). After the writes, every
 process is brought back, the invalidator is let catch up, and every cached key in every
 cluster is compared with the database: a cached value that differs is stale.
 
@@ -140,8 +141,13 @@ def main():
                     time.sleep(0.01)
 
         def killer():
+            # Every process in turn, in a shuffled order: each kind is killed within 7 kills.
+            order = list(procs)
+            random.Random(args.seed).shuffle(order)
+            turn = 0
             while not done.wait(args.kill_every):
-                victim = random.choice(procs)
+                victim = order[turn % len(order)]
+                turn += 1
                 victim.kill()
                 counts["kills"] += 1
                 kind = victim.name.split()[0]

@@ -70,6 +70,8 @@ pub struct Spools {
     spools: Mutex<HashMap<String, Arc<Spool>>>,
     /// Deletes delivered from spools.
     pub delivered: AtomicU64,
+    /// Deliveries a destination answered with something other than an acknowledgement.
+    pub refused: AtomicU64,
 }
 
 impl std::fmt::Debug for Spools {
@@ -111,6 +113,7 @@ impl Spools {
             observer,
             spools: Mutex::new(HashMap::new()),
             delivered: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         });
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
@@ -298,8 +301,9 @@ impl Line {
         }
     }
 
-    /// Sends requests and reads their `answers`: whether every one acknowledged a delete.
-    fn exchange(&mut self, requests: &[u8], answers: u64) -> std::io::Result<bool> {
+    /// Sends requests and reads their `answers`: `None` when every one acknowledged a delete,
+    /// else the first answer that did not.
+    fn exchange(&mut self, requests: &[u8], answers: u64) -> std::io::Result<Option<String>> {
         match self {
             Line::Tcp(r) => r.get_mut().write_all(requests)?,
             Line::Unix(r) => r.get_mut().write_all(requests)?,
@@ -308,16 +312,20 @@ impl Line {
             Line::Tcp(r) => r,
             Line::Unix(r) => r,
         };
-        let mut all_acknowledged = true;
+        let mut refusal = None;
         let mut answer = String::new();
         for _ in 0..answers {
             answer.clear();
             if reader.read_line(&mut answer)? == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
-            all_acknowledged &= ["DELETED", "NOT_FOUND", "HD", "NF"].iter().any(|a| answer.starts_with(a));
+            if refusal.is_none()
+                && !["DELETED", "NOT_FOUND", "HD", "NF"].iter().any(|a| answer.starts_with(a))
+            {
+                refusal = Some(answer.trim_end().to_string());
+            }
         }
-        Ok(all_acknowledged)
+        Ok(refusal)
     }
 }
 
@@ -333,6 +341,7 @@ fn deliver(spools: &Spools, spool: &Spool) {
         }
     };
     let mut offset = read_offset(&spool.path);
+    let mut refusing = false;
     loop {
         let next = match record_at(&mut reader, offset) {
             Ok(next) => next,
@@ -373,10 +382,11 @@ fn deliver(spools: &Spools, spool: &Spool) {
         let answered = connection
             .take()
             .map_or_else(|| Line::open(&spool.address), Ok)
-            .and_then(|mut c| c.exchange(&requests, answers).map(|acknowledged| (c, acknowledged)));
+            .and_then(|mut c| c.exchange(&requests, answers).map(|refusal| (c, refusal)));
         match answered {
-            Ok((c, true)) => {
+            Ok((c, None)) => {
                 connection = Some(c);
+                refusing = false;
                 if write_offset(&spool.path, next).is_ok() {
                     offset = next;
                     spool.pending.fetch_sub(answers, Ordering::Relaxed);
@@ -391,9 +401,20 @@ fn deliver(spools: &Spools, spool: &Spool) {
                     }
                 }
             }
-            // A refusal (say, a router whose servers are down) keeps the connection.
-            Ok((c, false)) => {
+            // A refusal (say, a router whose servers are down) keeps the connection; the
+            // first of a run is told to the operator.
+            Ok((c, Some(answer))) => {
                 connection = Some(c);
+                spools.refused.fetch_add(1, Ordering::Relaxed);
+                if !refusing {
+                    eprintln!(
+                        "{owner}: {} answered {answer:?} to a delete; the deletes stay in its spool and are \
+                         sent again every {} ms until it takes them (check the servers behind it)",
+                        spool.address,
+                        RETRY_EVERY.as_millis()
+                    );
+                    refusing = true;
+                }
                 std::thread::sleep(RETRY_EVERY);
             }
             Err(_) => std::thread::sleep(RETRY_EVERY),

@@ -218,6 +218,12 @@ impl Delivery {
             .collect()
     }
 
+    /// Deliveries a destination answered with something other than an acknowledgement (they
+    /// are sent again).
+    pub fn refusals(&self) -> u64 {
+        self.spools.refused.load(Ordering::Relaxed)
+    }
+
     /// The destinations, in the order given.
     pub fn destinations(&self) -> &[String] {
         &self.destinations

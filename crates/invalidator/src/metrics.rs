@@ -66,6 +66,11 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
         counter(counters.deletes.load(Ordering::Relaxed)),
     );
     registry.register(
+        "refusals",
+        "deliveries a destination answered with an error (sent again)",
+        counter(delivery.refusals()),
+    );
+    registry.register(
         "source_errors",
         "failed reads of the commit log (reconnected)",
         counter(counters.source_errors.load(Ordering::Relaxed)),
@@ -129,6 +134,7 @@ pub fn status(delivery: &Delivery, counters: &Counters) -> serde_json::Value {
         "transactions": counters.transactions.load(Ordering::Relaxed),
         "deletes_spooled": counters.deletes.load(Ordering::Relaxed),
         "source_errors": counters.source_errors.load(Ordering::Relaxed),
+        "refusals": delivery.refusals(),
         "problems": counters.problems().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         "destinations": destinations,
     })

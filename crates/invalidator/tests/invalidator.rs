@@ -466,7 +466,17 @@ impl Router {
         std::fs::write(dir.join("config.json"), config).unwrap();
         let port = free_port();
         let child = Command::new(shoal_bin())
-            .args(["router", "-l", "127.0.0.1", "-t", "1", "-p", &port.to_string()])
+            .args([
+                "router",
+                "-l",
+                "127.0.0.1",
+                "-t",
+                "1",
+                "--reload-settle-ms",
+                "50",
+                "-p",
+                &port.to_string(),
+            ])
             .arg("-f")
             .arg(dir.join("config.json"))
             .arg("--spool-dir")
@@ -483,6 +493,12 @@ impl Router {
 
     fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    fn rewrite(&self, config: &str) {
+        let temporary = self.dir.join("config.json.new");
+        std::fs::write(&temporary, config).unwrap();
+        std::fs::rename(temporary, self.dir.join("config.json")).unwrap();
     }
 }
 
@@ -540,6 +556,39 @@ fn a_cold_clusters_hold_off_keeps_a_warm_clusters_stale_copy_out() {
     assert!(eventually(2, || present(&cold, "unheld")), "without a hold-off the stale copy stays");
     // By now the router's add of the first stale copy has long been tried, and refused.
     assert!(!present(&cold, "held"), "the hold-off refused the warm cluster's stale copy");
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[test]
+fn a_destination_that_refuses_keeps_its_deletes_until_it_takes_them() {
+    let pg = Postgres::start("refuses");
+    let server = Server::shoal("inv-refuses", 0, &[]);
+    fill(&server, ["k"].map(String::from));
+    // A router in maintenance answers every request with SERVER_ERROR.
+    let router = Router::start("refuses", r#"{ "route": "ErrorRoute|maintenance" }"#);
+    let state = state_dir("refuses");
+    let inv = Invalidator::start(&state, &["--postgres", &pg.conninfo()], &[router.address()], &[]);
+    pg.client().execute(invalidation::POSTGRES_EMIT, &[&"k"]).unwrap();
+    assert!(eventually(10, || inv.status()["refusals"].as_u64() > Some(0)), "{}", inv.status());
+    assert!(
+        inv.stderr().contains("maintenance") && inv.stderr().contains("stay in its spool"),
+        "{}",
+        inv.stderr()
+    );
+    assert_eq!(inv.status()["destinations"][0]["backlog"], 1);
+    assert!(present(&server, "k"));
+    // Back in service: the spooled delete goes through.
+    router.rewrite(&format!(
+        r#"{{ "pools": {{ "a": {{ "servers": ["{}"] }} }}, "route": {{ "type": "PoolRoute", "pool": "a" }} }}"#,
+        server.address()
+    ));
+    assert!(
+        eventually(10, || !present(&server, "k")),
+        "delivered after the router recovered: {}",
+        inv.stderr()
+    );
+    assert_eq!(inv.status()["destinations"][0]["backlog"], 0);
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }

@@ -106,6 +106,7 @@ impl Router {
         let depths = self.shared.spools.depths();
         stat("spool_pending", depths.iter().map(|(_, n)| n).sum::<u64>().to_string());
         stat("spool_delivered", self.shared.spools.delivered.load(Ordering::Relaxed).to_string());
+        stat("spool_refused", self.shared.spools.refused.load(Ordering::Relaxed).to_string());
         for (address, health) in destinations {
             let spooled = depths.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n);
             stat(
