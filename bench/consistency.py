@@ -3,9 +3,9 @@
 whole stack — PostgreSQL, `shoal invalidator`, a `shoal router` per cluster, two `shoal
 server`s behind each — while a killer sends kill -9 to each of these processes in turn (a
 seeded shuffle), one every `--kill-every` seconds (each restarted at once; a server restarts
-empty). After the writes, every
-process is brought back, the invalidator is let catch up, and every cached key in every
-cluster is compared with the database: a cached value that differs is stale.
+empty). After the writes, every process is brought back, the invalidator is let catch up,
+and every cached key in every cluster is compared with the database: a cached value that
+differs is stale.
 
 Readers use leases (lease_get, read the database, lease_set), so a delete that lands while a
 reader is filling voids the fill; what the checker counts is invalidation lost, not the
@@ -67,6 +67,28 @@ def wait_for(condition, seconds, what):
     raise SystemExit(f"timed out waiting: {what}")
 
 
+def clusters(work, count, pin=()):
+    """`count` clusters of a `shoal router` (PoolRoute, jump hash) over two `shoal server`s, as
+    processes not yet started (`pin`: a `taskset -c N` prefix); returns them and the routers'
+    ports."""
+    procs, routers = [], []
+    for cluster in range(count):
+        servers = [free_port(), free_port()]
+        for s, port in enumerate(servers):
+            procs.append(Proc(f"server {cluster}.{s}", [*pin, str(SHOAL), "server", "-l", "127.0.0.1", "-p", str(port),
+                              "-U", "0", "-m", "64", "-t", "1"], port, work / f"server-{cluster}-{s}.log"))
+        config = work / f"router-{cluster}.json"
+        config.write_text(json.dumps({
+            "pools": {"main": {"servers": [f"127.0.0.1:{p}" for p in servers]}},
+            "route": {"type": "PoolRoute", "pool": "main", "hash": "jump"}}))
+        port = free_port()
+        routers.append(port)
+        procs.append(Proc(f"router {cluster}", [*pin, str(SHOAL), "router", "-l", "127.0.0.1", "-p", str(port), "-t", "1",
+                          "-f", str(config), "--spool-dir", str(work / f"router-{cluster}-spool")],
+                          port, work / f"router-{cluster}.log"))
+    return procs, routers
+
+
 def status(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as r:
         return json.load(r)
@@ -92,23 +114,7 @@ def main():
         db.execute("CREATE TABLE kv (k int PRIMARY KEY, v bigint NOT NULL)")
         db.execute("INSERT INTO kv SELECT g, 0 FROM generate_series(0, %s) g", (args.keys - 1,))
 
-        procs, routers = [], []
-        for cluster in range(2):
-            servers = []
-            for s in range(2):
-                port = free_port()
-                servers.append(port)
-                procs.append(Proc(f"server {cluster}.{s}", [str(SHOAL), "server", "-l", "127.0.0.1", "-p", str(port),
-                                  "-U", "0", "-m", "64"], port, work / f"server-{cluster}-{s}.log"))
-            config = work / f"router-{cluster}.json"
-            config.write_text(json.dumps({
-                "pools": {"main": {"servers": [f"127.0.0.1:{p}" for p in servers]}},
-                "route": {"type": "PoolRoute", "pool": "main", "hash": "jump"}}))
-            port = free_port()
-            routers.append(port)
-            procs.append(Proc(f"router {cluster}", [str(SHOAL), "router", "-l", "127.0.0.1", "-p", str(port), "-t", "1",
-                              "-f", str(config), "--spool-dir", str(work / f"router-{cluster}-spool")],
-                              port, work / f"router-{cluster}.log"))
+        procs, routers = clusters(work, 2)
         metrics = free_port()
         invalidator = Proc("invalidator", [str(SHOAL), "invalidator", "--postgres", pg.conninfo,
                            *sum((["--destination", f"127.0.0.1:{p}"] for p in routers), []),

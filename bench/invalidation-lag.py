@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from consistency import Proc, SHOAL, Postgres, free_port, status, wait_for  # noqa: E402
+from consistency import Proc, SHOAL, Postgres, clusters, free_port, status, wait_for  # noqa: E402
 
 import psycopg  # noqa: E402
 
@@ -43,21 +43,8 @@ def main():
     rows = []
     with Postgres() as pg:
         for rate in [int(r) for r in args.rates.split(",")]:
-            procs, routers = [], []
-            for cluster in range(2):
-                servers = [free_port(), free_port()]
-                for port in servers:
-                    procs.append(Proc("server", ["taskset", "-c", "1", str(SHOAL), "server", "-l", "127.0.0.1", "-p",
-                                      str(port), "-U", "0", "-t", "1"], port, work / "server.log"))
-                config = work / f"router-{rate}-{cluster}.json"
-                config.write_text(json.dumps({
-                    "pools": {"main": {"servers": [f"127.0.0.1:{p}" for p in servers]}},
-                    "route": {"type": "PoolRoute", "pool": "main", "hash": "jump"}}))
-                port = free_port()
-                routers.append(port)
-                procs.append(Proc("router", ["taskset", "-c", "1", str(SHOAL), "router", "-l", "127.0.0.1", "-p", str(port),
-                                  "-t", "1", "-f", str(config), "--spool-dir", str(work / f"spool-{rate}-{cluster}")],
-                                  port, work / "router.log"))
+            (work / str(rate)).mkdir()
+            procs, routers = clusters(work / str(rate), 2, pin=("taskset", "-c", "1"))
             metrics = free_port()
             slot = f"lag_{rate}"
             invalidator = Proc("invalidator", ["taskset", "-c", "1", str(SHOAL), "invalidator", "--postgres", pg.conninfo,

@@ -2,6 +2,7 @@
 (PostgreSQL) and sqlite3 cursors, in the application's transaction, followed by a real
 `shoal invalidator` that deletes the keys from a real `shoal server`."""
 
+import contextlib
 import sqlite3
 import subprocess
 import time
@@ -21,11 +22,18 @@ def wait_until(condition, seconds=15):
     return condition()
 
 
-def invalidator(tmp_path, server, *source):
+@contextlib.contextmanager
+def invalidator(tmp_path, server, *arguments):
+    """`shoal invalidator` delivering to `server`, killed when the block ends."""
     log = open(tmp_path / "invalidator.log", "w")
-    return subprocess.Popen(
-        [str(SHOAL), "invalidator", *source, "--destination", f"127.0.0.1:{server.port}",
+    proc = subprocess.Popen(
+        [str(SHOAL), "invalidator", *arguments, "--destination", f"127.0.0.1:{server.port}",
          "--state-dir", str(tmp_path / "state")], stderr=log)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_the_message_checks_its_keys():
@@ -40,8 +48,7 @@ def test_postgres_commits_through_psycopg_delete_and_rollbacks_do_not(tmp_path):
         cache = shoal.Client(f"127.0.0.1:{server.port}")
         for key in ("user:1", "user:2", "kept"):
             cache.set(key, b"v")
-        proc = invalidator(tmp_path, server, "--postgres", pg.conninfo)
-        try:
+        with invalidator(tmp_path, server, "--postgres", pg.conninfo):
             with psycopg.connect(pg.conninfo, autocommit=True) as db:
                 # Commits before the invalidator's slot exists are not in its log.
                 slot = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'shoal_invalidator'"
@@ -54,9 +61,6 @@ def test_postgres_commits_through_psycopg_delete_and_rollbacks_do_not(tmp_path):
             assert wait_until(lambda: cache.get("user:1") is None and cache.get("user:2") is None)
             time.sleep(0.3)
             assert cache.get("kept") == b"v"
-        finally:
-            proc.kill()
-            proc.wait()
 
 
 def test_sqlite_commits_through_sqlite3_delete(tmp_path):
@@ -68,8 +72,7 @@ def test_sqlite_commits_through_sqlite3_delete(tmp_path):
         cache.set("b", b"v")
         with db:
             shoal.invalidate(db.cursor(), ["a"])
-        proc = invalidator(tmp_path, server, "--sqlite", str(path))
-        try:
+        with invalidator(tmp_path, server, "--sqlite", str(path)):
             try:
                 with db:
                     shoal.invalidate(db.cursor(), ["b"])
@@ -79,9 +82,6 @@ def test_sqlite_commits_through_sqlite3_delete(tmp_path):
             assert wait_until(lambda: cache.get("a") is None)
             assert wait_until(lambda: db.execute("SELECT count(*) FROM shoal_outbox").fetchone()[0] == 0)
             assert cache.get("b") == b"v"
-        finally:
-            proc.kill()
-            proc.wait()
 
 
 def test_remote_markers_are_items_the_invalidator_deletes(tmp_path):
@@ -95,11 +95,5 @@ def test_remote_markers_are_items_the_invalidator_deletes(tmp_path):
         assert cache.get("__shoal_rm:user:7") == b"1"
         with db:
             shoal.invalidate(db.cursor(), ["user:7"])
-        proc = subprocess.Popen(
-            [str(SHOAL), "invalidator", "--sqlite", str(path), "--remote-markers",
-             "--destination", f"127.0.0.1:{server.port}", "--state-dir", str(tmp_path / "state")])
-        try:
+        with invalidator(tmp_path, server, "--sqlite", str(path), "--remote-markers"):
             assert wait_until(lambda: not cache.has_remote_marker("user:7"))
-        finally:
-            proc.kill()
-            proc.wait()

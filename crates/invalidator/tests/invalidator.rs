@@ -4,6 +4,7 @@
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
 
+use common::router::Router;
 use common::{eventually, free_port, shoal_bin, Server};
 use shoal_client::{invalidation, Client, Options};
 use std::io::{Read, Write};
@@ -450,64 +451,6 @@ fn remote_markers_give_a_replica_region_its_own_writes_while_the_replica_lags() 
     );
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
-}
-
-/// A `shoal router` over `config`, killed on drop.
-struct Router {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Router {
-    fn start(test: &str, config: &str) -> Router {
-        let dir = state_dir(&format!("router-{test}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config.json"), config).unwrap();
-        let port = free_port();
-        let child = Command::new(shoal_bin())
-            .args([
-                "router",
-                "-l",
-                "127.0.0.1",
-                "-t",
-                "1",
-                "--reload-settle-ms",
-                "50",
-                "-p",
-                &port.to_string(),
-            ])
-            .arg("-f")
-            .arg(dir.join("config.json"))
-            .arg("--spool-dir")
-            .arg(dir.join("spool"))
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        assert!(
-            eventually(10, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
-            "the router listens"
-        );
-        Router { child, port, dir }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn rewrite(&self, config: &str) {
-        let temporary = self.dir.join("config.json.new");
-        std::fs::write(&temporary, config).unwrap();
-        std::fs::rename(temporary, self.dir.join("config.json")).unwrap();
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 #[test]

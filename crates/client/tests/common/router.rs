@@ -1,0 +1,92 @@
+//! A `shoal router` for the tests: a config file in a scratch directory, a free port, killed
+//! on drop.
+
+use super::{eventually, free_port, shoal_bin};
+use shoal_client::{Client, Options};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// A router process on a free port, with its config file and spool directory.
+pub struct Router {
+    pub child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+impl Router {
+    pub fn start(test: &str, config: &str) -> Router {
+        let dir = std::env::temp_dir().join(format!("shoal-router-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        Router::start_in(dir, free_port())
+    }
+
+    pub fn start_in(dir: PathBuf, port: u16) -> Router {
+        let child = Command::new(shoal_bin())
+            .args([
+                "router",
+                "-l",
+                "127.0.0.1",
+                "-t",
+                "2",
+                "--reload-settle-ms",
+                "50",
+                "-p",
+                &port.to_string(),
+            ])
+            .arg("-f")
+            .arg(dir.join("config.json"))
+            .arg("--spool-dir")
+            .arg(dir.join("spool"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let router = Router { child, port, dir };
+        assert!(
+            eventually(10, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            "the router listens"
+        );
+        router
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(&format!("127.0.0.1:{}", self.port), Options { local: false, ..Options::default() })
+            .unwrap()
+    }
+
+    pub fn raw(&self, request: &[u8], until: &[u8]) -> String {
+        String::from_utf8_lossy(&super::raw(&format!("127.0.0.1:{}", self.port), request, until)).into_owned()
+    }
+
+    pub fn stat(&self, name: &str) -> String {
+        let stats = self.raw(b"stats\r\n", b"END\r\n");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} ")).map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    pub fn rewrite(&self, config: &str) {
+        let temporary = self.dir.join("config.json.new");
+        std::fs::write(&temporary, config).unwrap();
+        std::fs::rename(temporary, self.dir.join("config.json")).unwrap();
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
