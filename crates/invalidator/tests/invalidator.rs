@@ -535,3 +535,40 @@ fn a_destination_that_refuses_keeps_its_deletes_until_it_takes_them() {
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }
+
+#[test]
+fn a_broadcast_prefix_reaches_every_cluster_behind_one_router() {
+    let pg = Postgres::start("broadcast");
+    let (east, west) = (Server::shoal("inv-bcast-east", 0, &[]), Server::shoal("inv-bcast-west", 0, &[]));
+    let router = Router::start(
+        "inv-broadcast",
+        &format!(
+            r#"{{ "pools": {{ "east": {{ "servers": ["{}"] }}, "west": {{ "servers": ["{}"] }} }},
+                 "routes": [ {{ "aliases": ["/east/web/"], "route": {{ "type": "PoolRoute", "pool": "east" }} }},
+                             {{ "aliases": ["/west/web/"], "route": {{ "type": "PoolRoute", "pool": "west" }} }} ] }}"#,
+            east.address(),
+            west.address()
+        ),
+    );
+    for server in [&east, &west] {
+        fill(server, ["user:1"].map(String::from));
+    }
+    let state = state_dir("broadcast");
+    let inv = Invalidator::start(
+        &state,
+        &["--postgres", &pg.conninfo()],
+        &[router.address()],
+        &["--prefix", "/*/*/"],
+    );
+    pg.client().execute(invalidation::POSTGRES_EMIT, &[&"user:1"]).unwrap();
+    for server in [&east, &west] {
+        assert!(
+            eventually(10, || !present(server, "user:1")),
+            "deleted in {}: {}",
+            server.address(),
+            inv.stderr()
+        );
+    }
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
