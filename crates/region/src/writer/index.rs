@@ -1,0 +1,205 @@
+//! The hash index under the bucket locks: locking a key's two candidate buckets, linking and
+//! unlinking slots, finding a free slot (relocating one cuckoo-style when both are full), and
+//! the live-item accounting that follows each change.
+
+use super::*;
+
+impl Writer {
+    /// Locks the key's buckets, finds its current slot, and runs `f` if that matches `expect`.
+    pub(super) fn with_locked(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        expect: Expect,
+        f: impl FnOnce(Option<Found>),
+    ) -> bool {
+        let _locks = self.lock_buckets(hash);
+        let at = hash.candidates().iter().find_map(|&b| self.region.scan_bucket(b, key, hash.tag, None));
+        let ok = match expect {
+            Expect::Any => true,
+            Expect::Exactly(state) => at.as_ref().map(state_of) == state,
+        };
+        if ok {
+            f(at);
+        }
+        ok
+    }
+
+    pub(super) fn lock_buckets(&self, hash: &KeyHash) -> BucketLocks<'_> {
+        let mut order = hash.buckets;
+        order.sort_unstable();
+        let count = if order[0] == order[1] { 1 } else { 2 };
+        let mut held = [(0, 0); 2];
+        for i in 0..count {
+            held[i] = (order[i], write_lock(&self.region.bucket(order[i]).version));
+        }
+        BucketLocks { region: &self.region, held, count }
+    }
+
+    /// Points the index at a new item: over the key's old slot if it has one, else into the
+    /// emptier candidate bucket, else over an item evicted from a full bucket. Locks held.
+    /// False if there is no room and eviction is disabled.
+    pub(super) fn link(&self, hash: &KeyHash, at: Option<Found>, word: u64, marks: Marks) -> bool {
+        let (b, i) = match at {
+            Some(f) => {
+                self.unlink(f.bucket, f.slot_index);
+                (f.bucket, f.slot_index)
+            }
+            None => match self.free_slot(hash) {
+                Some(free) => free,
+                None => return false,
+            },
+        };
+        let bucket = self.region.bucket(b);
+        bucket.marks.store(marks.put(bucket.marks.load(Ordering::Relaxed), i), Ordering::Relaxed);
+        bucket.slots[i].store(word, Ordering::Release);
+        self.last_access[b * BUCKET_SLOTS + i].store(self.clock(), Ordering::Relaxed);
+        true
+    }
+
+    /// A free slot among the candidate buckets (the emptier one), making one if both are full
+    /// (by evicting only if eviction is enabled).
+    pub(super) fn free_slot(&self, hash: &KeyHash) -> Option<(usize, usize)> {
+        let mut best: Option<(usize, usize, usize)> = None; // (occupied, bucket, free slot)
+        for &b in hash.candidates() {
+            let mut occupied = 0;
+            let mut free = None;
+            for (i, cell) in self.region.bucket(b).slots.iter().enumerate() {
+                match Slot::decode(cell.load(Ordering::Relaxed)) {
+                    Some(_) => occupied += 1,
+                    None => free = free.or(Some(i)),
+                }
+            }
+            if let Some(i) = free {
+                if best.is_none_or(|(o, _, _)| occupied < o) {
+                    best = Some((occupied, b, i));
+                }
+            }
+        }
+        if let Some((_, b, i)) = best {
+            return Some((b, i));
+        }
+        // Both buckets full: reuse the slot of a dead item, else move a resident to its other
+        // bucket, else evict the oldest item not read since written (the index, not memory,
+        // is the limit).
+        let slots = || hash.candidates().iter().flat_map(|&b| (0..BUCKET_SLOTS).map(move |i| (b, i)));
+        let word_at = |(b, i): (usize, usize)| self.region.bucket(b).slots[i].load(Ordering::Relaxed);
+        let dead =
+            slots().find(|&at| Slot::decode(word_at(at)).is_some_and(|s| self.live_header(s).is_none()));
+        if let Some((b, i)) = dead {
+            self.count_drop(word_at((b, i)), false);
+            self.unlink(b, i);
+            return Some((b, i));
+        }
+        if let Some(freed) = self.relocate_one(hash) {
+            return Some(freed);
+        }
+        if !self.evict {
+            return None; // no eviction (`-M`): the caller answers OutOfMemory
+        }
+        let age = |&at: &(usize, usize)| {
+            let word = word_at(at);
+            let generation = Slot::decode(word)
+                .filter(|s| s.segment < self.region.layout.segment_count)
+                .map_or(0, |s| self.region.meta(s.segment).generation.load(Ordering::Relaxed));
+            (word & SLOT_ACCESSED != 0, generation)
+        };
+        let victim = slots().min_by_key(age).expect("a key has at least one bucket");
+        self.count_drop(word_at(victim), true);
+        self.region.header().index_evictions.fetch_add(1, Ordering::Relaxed);
+        self.unlink(victim.0, victim.1);
+        Some(victim)
+    }
+
+    /// Frees a slot in one of `hash`'s (full, locked) buckets by moving a resident item to its
+    /// alternative bucket, if that bucket has room and is not held by another writer (waiting
+    /// for it could deadlock: it is outside our lock order). The item is stored in its new
+    /// place before it leaves the old one, and readers re-check on a miss (see `Region::find`).
+    pub(super) fn relocate_one(&self, hash: &KeyHash) -> Option<(usize, usize)> {
+        let mut key = [0u8; MAX_KEY_LEN];
+        for &b in hash.candidates() {
+            for i in 0..BUCKET_SLOTS {
+                let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
+                let Some(slot) = Slot::decode(word) else { continue };
+                let Some(header) = self.region.item_header(slot) else { continue };
+                let key = &mut key[..header.key_len];
+                let item = self.region.item_offset(slot);
+                self.region.map.read(item + header.key_offset(), key);
+                let theirs = self.region.hash(key);
+                let Some(&other) = theirs.candidates().iter().find(|&&c| c != b) else { continue };
+                if hash.buckets.contains(&other) {
+                    continue; // also full, and already ours
+                }
+                let version = &self.region.bucket(other).version;
+                let Some(locked) = write_try_lock(version) else { continue };
+                let target = self.region.bucket(other);
+                let free =
+                    target.slots.iter().position(|c| Slot::decode(c.load(Ordering::Relaxed)).is_none());
+                if let Some(j) = free {
+                    let source = self.region.bucket(b);
+                    let marks = Marks::of(source.marks.load(Ordering::Relaxed), i);
+                    target.marks.store(marks.put(target.marks.load(Ordering::Relaxed), j), Ordering::Relaxed);
+                    target.slots[j].store(word, Ordering::Release);
+                    source.slots[i].store(0, Ordering::Release);
+                    let access = self.last_access[b * BUCKET_SLOTS + i].load(Ordering::Relaxed);
+                    self.last_access[other * BUCKET_SLOTS + j].store(access, Ordering::Relaxed);
+                }
+                write_unlock(version, locked);
+                if free.is_some() {
+                    return Some((b, i));
+                }
+            }
+        }
+        None
+    }
+
+    /// Clears a slot and takes its item off its segment's live counts. Lock held.
+    pub(super) fn unlink(&self, b: usize, i: usize) {
+        let cell = &self.region.bucket(b).slots[i];
+        if let Some(slot) = Slot::decode(cell.load(Ordering::Relaxed)) {
+            if let Some(h) = self.region.item_header(slot) {
+                let m = self.region.meta(slot.segment);
+                m.live_items.fetch_sub(1, Ordering::Relaxed);
+                m.live_bytes.fetch_sub(h.size() as u64, Ordering::Relaxed);
+            }
+        }
+        cell.store(0, Ordering::Release);
+    }
+
+    pub(super) fn account(&self, segment: usize, size: usize) {
+        let m = self.region.meta(segment);
+        m.live_items.fetch_add(1, Ordering::Relaxed);
+        m.live_bytes.fetch_add(size as u64, Ordering::Relaxed);
+    }
+
+    /// The header of the item a slot points to, if the item is alive: not flushed, not expired
+    /// by the server clock.
+    pub(super) fn live_header(&self, slot: Slot) -> Option<ItemHeader> {
+        let h = self.region.header();
+        self.region.item_header(slot).filter(|header| {
+            self.region.meta(slot.segment).generation.load(Ordering::Relaxed)
+                >= h.flush_gen.load(Ordering::Acquire)
+                && !is_expired(header.expiry, h.clock.load(Ordering::Acquire))
+        })
+    }
+
+    /// Counts an item leaving the index to make room or because it died.
+    pub(super) fn count_drop(&self, word: u64, live: bool) {
+        let h = self.region.header();
+        let read = word & SLOT_ACCESSED != 0;
+        if live {
+            h.evictions.fetch_add(1, Ordering::Relaxed);
+            if !read {
+                h.evicted_unfetched.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            h.reclaimed.fetch_add(1, Ordering::Relaxed);
+            if !read {
+                h.expired_unfetched.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Segments
+}

@@ -1,0 +1,303 @@
+//! The writer face: the one process (the server) that changes a region, from many threads.
+//!
+//! ```text
+//!  op(key) ──► find (optimistic, no lock) ──► decide (memcached semantics)
+//!          ──► reserve space in the active segment of the item's time class (atomic bump)
+//!          ──► write the item there (invisible: nothing points to it yet)
+//!          ──► lock the key's two candidate buckets ──► check nothing changed since `find`
+//!          ──► store the slot (publish) ──► unlock ──► release the reservation
+//! ```
+//!
+//! Bucket locks are never held while taking the pool mutex, and space is reserved before any
+//! bucket is locked, so eviction (which runs under the pool mutex and takes bucket locks) can
+//! never wait on a thread that waits on it.
+//!
+//! In-process state (free list, FIFO of sealed segments, active segment per time class) is
+//! rebuilt from the segment table at attach, which is O(segments), independent of the number
+//! of items: a warm restart serves every item at once.
+//!
+//! Files: `attach.rs` (create, open, recover), `ops.rs` (the operations and `execute`),
+//! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `values.rs`
+//! (counter and expiry rules shared with the server).
+
+use crate::error::{OpError, RegionError};
+use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
+use crate::hints::Location;
+use crate::key::check_key;
+use crate::layout::{
+    derived_cas, filler_size, filler_word, item_bytes, state, ItemHeader, Layout, Marks, SegmentMeta, Slot,
+    BUCKET_SLOTS, ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER,
+    SEALED_OFFSET, SLOT_ACCESSED,
+};
+use crate::mapping::prefetch_line;
+use crate::region::{Found, ItemInfo, KeyHash, Lookup, Region, ValueSink};
+use crate::seqlock::{backoff, write_lock, write_try_lock, write_unlock};
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// How to build a new region.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Total size of the region file (header, index and segments): the memory limit.
+    pub region_bytes: usize,
+    /// Largest item (12-byte header, key and value) accepted: memcached's `-I`.
+    pub max_item_bytes: usize,
+    /// Average item size (key + value + 12) the index is sized for; smaller items than this
+    /// fill the index before the segments.
+    pub avg_item_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { region_bytes: 64 << 20, max_item_bytes: 1 << 20, avg_item_bytes: 128 }
+    }
+}
+
+impl Config {
+    /// The layout this configuration produces.
+    pub fn layout(&self) -> Result<Layout, RegionError> {
+        Layout::plan(self.region_bytes, self.max_item_bytes, self.avg_item_bytes)
+    }
+}
+
+/// Result of a storage command, with memcached's meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// Stored.
+    Stored,
+    /// A condition (`add`, `replace`, `append`, `prepend`) was not met.
+    NotStored,
+    /// `cas`: the item changed since the client read it.
+    Exists,
+    /// `cas`: there is no such item.
+    NotFound,
+}
+
+/// Result of `incr`/`decr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delta {
+    /// The new value.
+    Value(u64),
+    /// No such item.
+    NotFound,
+    /// The stored value is not a decimal number that fits 64 bits.
+    NonNumeric,
+}
+
+/// Counters of the store, mostly as memcached's `stats` names them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Items the index points to (expired ones until their segment is reclaimed).
+    pub items: u64,
+    /// Bytes those items occupy in segments.
+    pub bytes: u64,
+    /// Items ever stored.
+    pub total_items: u64,
+    /// Live items dropped to make room.
+    pub evictions: u64,
+    /// Evicted items that were never read.
+    pub evicted_unfetched: u64,
+    /// Expired items reclaimed without ever being read.
+    pub expired_unfetched: u64,
+    /// Dead (expired or flushed) items whose memory was reclaimed.
+    pub reclaimed: u64,
+    /// Live items dropped because both of a new key's buckets were full (included in
+    /// `evictions`): the index, not memory, was the limit.
+    pub index_evictions: u64,
+    /// Segments emptied by eviction.
+    pub segments_evicted: u64,
+    /// Segments reclaimed whole because everything in them expired, was flushed or deleted.
+    pub segments_reclaimed: u64,
+    /// Segments in the region.
+    pub segments: usize,
+    /// Segments holding nothing.
+    pub segments_free: usize,
+    /// Size of one segment.
+    pub segment_bytes: usize,
+    /// Size of the index.
+    pub index_bytes: usize,
+    /// Size of the whole region (the memory limit).
+    pub region_bytes: usize,
+}
+
+const NO_SEGMENT: u32 = u32::MAX;
+
+/// Process-local segment bookkeeping, rebuilt from the segment table at attach.
+struct Pool {
+    free: Vec<usize>,
+    /// Sealed segments, oldest first: eviction order.
+    fifo: VecDeque<usize>,
+    /// Where read items evicted from the FIFO's head get their second chance.
+    retained: Option<usize>,
+}
+
+/// Space reserved for one item.
+#[derive(Clone, Copy, Debug)]
+struct Reservation {
+    segment: usize,
+    offset: usize,
+    size: usize,
+}
+
+/// What an [`Writer::update`] decided to do to a key, given its live item (if any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Change nothing.
+    Keep,
+    /// Store a new version of the item.
+    Store(NewItem),
+    /// Remove the item.
+    Remove,
+    /// Change the live item in place (no new version, same CAS).
+    Mark(Mark),
+}
+
+/// A new version of an item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewItem {
+    pub value: Value,
+    pub flags: u32,
+    /// Absolute expiry (see [`absolute_expiry`]); `None`: expired on arrival, so the key is
+    /// removed instead.
+    pub expiry: Option<u32>,
+    /// An explicit CAS unique; `None` gives the new version a fresh one.
+    pub cas: Option<u64>,
+    pub marks: Marks,
+}
+
+/// Where a new version's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// The bytes given to the operation.
+    Given,
+    /// The live item's value, unchanged.
+    Current,
+    /// The live value, then the given bytes.
+    Append,
+    /// The given bytes, then the live value.
+    Prepend,
+    /// These bytes.
+    Owned(Vec<u8>),
+}
+
+/// An in-place change of the live item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// A new absolute expiry (`Some(1)` for one already passed), or `None` to keep it.
+    pub expiry: Option<u32>,
+    pub marks: Marks,
+    /// Mark it as read (memcached's `ITEM_FETCHED`, which also earns a second chance).
+    pub fetched: bool,
+}
+
+/// What an update saw: the live item and its value (if the update asked for it).
+#[derive(Clone, Copy, Debug)]
+pub struct Current<'a> {
+    pub info: ItemInfo,
+    pub value: &'a [u8],
+}
+
+/// An internal decision: the change and the answer to give once it is carried out.
+type Plan<T> = (Change, T);
+
+/// What the index must hold for an operation's decision to still be right.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Anything: the operation does not depend on the current item (`set`).
+    Any,
+    /// Exactly the state `find` saw: absent, or this (bucket, slot, word, generation).
+    Exactly(Option<(usize, usize, u64, u64)>),
+}
+
+fn state_of(f: &Found) -> (usize, usize, u64, u64) {
+    (f.bucket, f.slot_index, f.word & !SLOT_ACCESSED, f.segment_gen)
+}
+
+/// Locks on a key's candidate buckets, taken in index order; released on drop.
+struct BucketLocks<'a> {
+    region: &'a Region,
+    held: [(usize, u32); 2],
+    count: usize,
+}
+
+impl Drop for BucketLocks<'_> {
+    fn drop(&mut self) {
+        for &(b, v) in &self.held[..self.count] {
+            write_unlock(&self.region.bucket(b).version, v);
+        }
+    }
+}
+
+/// The writer face of a region. Share it between threads by reference (`&Writer` is `Sync`).
+pub struct Writer {
+    region: Region,
+    path: PathBuf,
+    evict: bool,
+    pool: Mutex<Pool>,
+    classes: TimeClasses,
+    /// The open segment of each time class.
+    active: Box<[AtomicU32]>,
+    /// Server time of each index slot's last write or read (for meta's `l`), in process
+    /// memory: 4 bytes a slot that would cost every item room in the region. Moves with its
+    /// item; 0 (unknown) after a restart.
+    last_access: Box<[AtomicU32]>,
+}
+
+/// memcached refreshes an item's access time on a read at most once a minute.
+const ACCESS_UPDATE_INTERVAL: u32 = 60;
+
+fn io_err<'a>(path: &'a Path, action: &'static str) -> impl FnOnce(std::io::Error) -> RegionError + 'a {
+    move |source| RegionError::Io { path: path.to_owned(), action, source }
+}
+
+fn random_u64s() -> std::io::Result<[u64; 2]> {
+    let mut b = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok([u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap())])
+}
+
+fn unix_now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+/// Takes the exclusive writer lock on the region file; the kernel drops it when the process
+/// dies, which is how a successor tells a crashed writer from a live one.
+fn lock_exclusive(file: &File) -> bool {
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Size of a region file and whether it must match the header exactly (regular files do;
+/// device files such as a PCI BAR may be larger than the region in them).
+fn file_size(file: &mut File, path: &Path) -> Result<(usize, bool), RegionError> {
+    let meta = file.metadata().map_err(io_err(path, "stat"))?;
+    if meta.file_type().is_file() {
+        Ok((meta.len() as usize, true))
+    } else {
+        Ok((file.seek(SeekFrom::End(0)).map_err(io_err(path, "size"))? as usize, false))
+    }
+}
+
+mod attach;
+mod index;
+mod ops;
+mod segments;
+mod values;
+
+use values::{counter_change, never_if_zero};
+pub use values::{counter_text, parse_counter, touch_expiry, visible};
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.region.header().clean.store(1, Ordering::Release);
+    }
+}

@@ -1,0 +1,434 @@
+//! The writer's operations as the server sees them: lookups, the general `update` and the
+//! memcached commands built on it, `flush`, the clock, and the one path (`execute`) every
+//! change takes from decision to published slot.
+
+use super::*;
+
+impl Writer {
+    /// The region file's path (for a memfd, the `/proc` path other processes open).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The region's geometry.
+    pub fn layout(&self) -> &Layout {
+        &self.region.layout
+    }
+
+    /// The locality cookie.
+    pub fn cookie(&self) -> u64 {
+        self.region.layout.cookie
+    }
+
+    /// How many times a writer has attached to this region.
+    pub fn generation(&self) -> u64 {
+        self.region.header().generation.load(Ordering::Acquire)
+    }
+
+    /// The server clock (Unix seconds) that expiry is judged by.
+    pub fn clock(&self) -> u32 {
+        self.region.header().clock.load(Ordering::Acquire)
+    }
+
+    /// Publishes the server clock (call about once a second; tests may jump it), applies a
+    /// delayed flush whose time has come, and reclaims segments whose items are all dead.
+    pub fn tick(&self, now: u32) {
+        let mut pool = self.pool();
+        let h = self.region.header();
+        let flush_at = h.flush_at.load(Ordering::Acquire);
+        if flush_at != 0 && flush_at <= now {
+            self.flush_now(&mut pool);
+        }
+        h.clock.store(now, Ordering::Release);
+        self.seal_expired_open_segments(&mut pool, now);
+        self.reclaim_dead(&mut pool);
+    }
+
+    /// Seals open segments whose items have all expired, so that `reclaim_dead` frees them now
+    /// rather than when their class next fills a segment. Pool lock held.
+    pub(super) fn seal_expired_open_segments(&self, pool: &mut Pool, now: u32) {
+        for active in self.active.iter() {
+            let s = active.load(Ordering::Acquire);
+            if s == NO_SEGMENT {
+                continue;
+            }
+            let max_expiry = self.region.meta(s as usize).max_expiry.load(Ordering::Acquire);
+            let expired = max_expiry != 0 && max_expiry != NEVER && max_expiry <= now;
+            if expired && active.compare_exchange(s, NO_SEGMENT, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                self.seal(s as usize);
+                pool.fifo.push_back(s as usize);
+            }
+        }
+    }
+
+    /// memcached's `flush_all [delay]`: every item stored before the flush takes effect is
+    /// gone. `delay` follows the expiry rules (0 or negative: now).
+    pub fn flush(&self, delay: i64) {
+        let mut pool = self.pool();
+        let h = self.region.header();
+        match absolute_expiry(delay, self.clock()).filter(|&at| at != 0) {
+            Some(at) => h.flush_at.store(at, Ordering::Release),
+            None => {
+                self.flush_now(&mut pool);
+                self.reclaim_dead(&mut pool);
+            }
+        }
+    }
+
+    /// Reads `key`; on a hit its value is in `value`. Marks the item as read, which gives it
+    /// a second chance at eviction.
+    pub fn get(&self, key: &[u8], value: &mut Vec<u8>) -> Result<Lookup, OpError> {
+        self.read(key, value, true)
+    }
+
+    /// Starts loading the index buckets a lookup of `key` reads first (and this writer's
+    /// access times beside them). A multiget calls it several keys ahead of its lookups, then
+    /// [`Writer::prefetch_item`] a few keys ahead, so that their memory misses overlap.
+    #[inline]
+    pub fn prefetch_index(&self, key: &[u8]) {
+        self.prefetch_lookup(&self.region.hash(key));
+    }
+
+    /// Starts loading what a lookup under `hash` touches before it reaches the item: the
+    /// candidate buckets, and their access times (server memory, apart from the region).
+    #[inline]
+    pub(super) fn prefetch_lookup(&self, hash: &KeyHash) {
+        self.region.prefetch_buckets(hash);
+        for &b in hash.candidates() {
+            prefetch_line(&self.last_access[b * BUCKET_SLOTS]);
+        }
+    }
+
+    /// Starts loading the item a lookup of `key` will copy, as its (already loaded) index
+    /// buckets point to it.
+    #[inline]
+    pub fn prefetch_item(&self, key: &[u8]) {
+        self.region.prefetch_items(&self.region.hash(key));
+    }
+
+    /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
+    /// time as they were (meta's `u`). A hit reports the state before this read.
+    pub fn read(&self, key: &[u8], value: &mut dyn ValueSink, bump: bool) -> Result<Lookup, OpError> {
+        let hash = self.region.hash(key);
+        // The access time is a separate miss: start it with the buckets' rather than after.
+        self.prefetch_lookup(&hash);
+        let (lookup, found) = self.region.get_hashed(key, &hash, value)?;
+        let (Lookup::Hit(mut info), Some(f)) = (lookup, found) else { return Ok(lookup) };
+        let access = &self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index];
+        info.last_access = access.load(Ordering::Relaxed);
+        if bump {
+            self.bump(f.bucket, f.slot_index, f.word, info.last_access);
+        }
+        Ok(Lookup::Hit(info))
+    }
+
+    /// Marks the slot read (the accessed bit, if it still holds `word`) and moves its access
+    /// time on, at most every [`ACCESS_UPDATE_INTERVAL`] seconds (`last_access` is its current one).
+    #[inline]
+    pub(super) fn bump(&self, bucket: usize, slot: usize, word: u64, last_access: u32) {
+        if word & SLOT_ACCESSED == 0 {
+            // A failed exchange means the slot changed meanwhile: nothing to mark.
+            let cell = &self.region.bucket(bucket).slots[slot];
+            let _ = cell.compare_exchange(word, word | SLOT_ACCESSED, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        let now = self.clock();
+        if now.saturating_sub(last_access) >= ACCESS_UPDATE_INTERVAL {
+            self.last_access[bucket * BUCKET_SLOTS + slot].store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks the item a reader found at `location` as read, as [`Writer::read`] does for its
+    /// own hits (second chance in eviction, `h`, `l`), if the slot still holds what the reader
+    /// saw. Locations come from clients' hints areas, so anything out of range is ignored.
+    pub fn mark_read(&self, location: Location) {
+        if location.bucket >= self.region.layout.bucket_count || location.slot >= BUCKET_SLOTS {
+            return;
+        }
+        let (bucket, slot) = (location.bucket, location.slot);
+        let word = self.region.bucket(bucket).slots[slot].load(Ordering::Relaxed);
+        if Slot::decode(word).is_some() && word & !SLOT_ACCESSED == location.word & !SLOT_ACCESSED {
+            self.bump(
+                bucket,
+                slot,
+                word,
+                self.last_access[bucket * BUCKET_SLOTS + slot].load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// The general operation behind every other: finds the live item under `key` (its value
+    /// too if `need_value`), lets `decide` choose a [`Change`] and an answer, and carries the
+    /// change out only if the item is still the one `decide` saw (else it decides again).
+    /// `given` is the value for [`Value::Given`], `Append` and `Prepend`.
+    ///
+    /// Returns the answer and, if a new version was stored, its CAS unique.
+    pub fn update<T>(
+        &self,
+        key: &[u8],
+        given: &[u8],
+        need_value: bool,
+        mut decide: impl FnMut(Option<Current<'_>>) -> (Change, T),
+    ) -> Result<(T, Option<u64>), OpError> {
+        check_key(key)?;
+        let hash = self.region.hash(key);
+        let mut current = Vec::new();
+        loop {
+            let sink: Option<&mut dyn ValueSink> = need_value.then_some(&mut current);
+            let found = self.region.find(key, &hash, sink)?;
+            let live = found.as_ref().and_then(|f| {
+                let mut info = self.region.judge(f).hit()?;
+                info.last_access =
+                    self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].load(Ordering::Relaxed);
+                Some(info)
+            });
+            let plan = decide(live.map(|info| Current { info, value: current.as_slice() }));
+            let expect = Expect::Exactly(found.as_ref().map(state_of));
+            if let Some(done) = self.execute(key, &hash, given, &current, plan, expect)? {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// memcached `set`. If it fails for lack of memory or size, the old value is removed.
+    pub fn set(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
+        check_key(key)?;
+        let hash = self.region.hash(key);
+        let plan = (Change::Store(self.new_item(Value::Given, flags, exptime)), Store::Stored);
+        match self.execute(key, &hash, value, &[], plan, Expect::Any) {
+            Ok(stored) => Ok(stored.expect("unconditional").0),
+            Err(e @ (OpError::ValueTooLarge { .. } | OpError::OutOfMemory)) => {
+                // As memcached does for `set` only: a failed set must not leave the old value
+                // readable, or the client would keep reading what it just tried to replace.
+                self.execute(key, &hash, &[], &[], (Change::Remove, ()), Expect::Any)?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A new version with a fresh CAS and no marks, expiring by memcached's `exptime` rules.
+    pub(super) fn new_item(&self, value: Value, flags: u32, exptime: i64) -> NewItem {
+        let expiry = absolute_expiry(exptime, self.clock());
+        NewItem { value, flags, expiry, cas: None, marks: Marks::default() }
+    }
+
+    /// Runs `update` for an operation that answers only its decision.
+    pub(super) fn apply<T>(
+        &self,
+        key: &[u8],
+        given: &[u8],
+        need_value: bool,
+        mut decide: impl FnMut(Option<Current<'_>>) -> Plan<T>,
+    ) -> Result<T, OpError> {
+        self.update(key, given, need_value, |current| decide(current)).map(|(result, _)| result)
+    }
+
+    /// memcached `add`: store only if there is no live item. A lease placeholder or a delete
+    /// hold-off (hidden, not stale) refuses it too; a value kept stale after a delete does not.
+    pub fn add(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
+        let item = self.new_item(Value::Given, flags, exptime);
+        self.apply(key, value, false, |current| match current {
+            Some(c) if c.info.marks.refuses_add() => (Change::Keep, Store::NotStored),
+            _ => (Change::Store(item.clone()), Store::Stored),
+        })
+    }
+
+    /// memcached `replace`: store only if there is a live item.
+    pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
+        let item = self.new_item(Value::Given, flags, exptime);
+        self.apply(key, value, false, |current| match visible(current) {
+            None => (Change::Keep, Store::NotStored),
+            Some(_) => (Change::Store(item.clone()), Store::Stored),
+        })
+    }
+
+    /// memcached `append`: add bytes after the live item's value, keeping its flags and expiry.
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<Store, OpError> {
+        self.concat(key, value, Value::Append)
+    }
+
+    /// memcached `prepend`: add bytes before the live item's value.
+    pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<Store, OpError> {
+        self.concat(key, value, Value::Prepend)
+    }
+
+    pub(super) fn concat(&self, key: &[u8], value: &[u8], how: Value) -> Result<Store, OpError> {
+        self.apply(key, value, true, |current| match visible(current) {
+            None => (Change::Keep, Store::NotStored),
+            Some(c) => (Change::Store(NewItem::keeping(c.info, how.clone())), Store::Stored),
+        })
+    }
+
+    /// memcached `cas`: store only if the live item's CAS unique is still `cas`.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+    ) -> Result<Store, OpError> {
+        let item = self.new_item(Value::Given, flags, exptime);
+        self.apply(key, value, false, |current| match visible(current) {
+            None => (Change::Keep, Store::NotFound),
+            Some(c) if c.info.cas != cas => (Change::Keep, Store::Exists),
+            Some(_) => (Change::Store(item.clone()), Store::Stored),
+        })
+    }
+
+    /// memcached `incr`: adds `delta`, wrapping at 2^64.
+    pub fn incr(&self, key: &[u8], delta: u64) -> Result<Delta, OpError> {
+        self.apply(key, &[], true, |current| counter_change(current, |n| n.wrapping_add(delta)))
+    }
+
+    /// memcached `decr`: subtracts `delta`, stopping at 0.
+    pub fn decr(&self, key: &[u8], delta: u64) -> Result<Delta, OpError> {
+        self.apply(key, &[], true, |current| counter_change(current, |n| n.saturating_sub(delta)))
+    }
+
+    /// memcached `delete`: true if a live item was removed. A lease record (hidden) goes too,
+    /// so its token is void, but does not count as an item.
+    pub fn delete(&self, key: &[u8]) -> Result<bool, OpError> {
+        self.apply(key, &[], false, |current| match current {
+            None => (Change::Keep, false),
+            Some(c) => (Change::Remove, !c.info.marks.hidden),
+        })
+    }
+
+    /// memcached `touch`: sets a live item's expiry; true if there was one.
+    pub fn touch(&self, key: &[u8], exptime: i64) -> Result<bool, OpError> {
+        let expiry = touch_expiry(exptime, self.clock());
+        self.apply(key, &[], false, |current| match visible(current) {
+            None => (Change::Keep, false),
+            Some(c) => {
+                (Change::Mark(Mark { expiry: Some(expiry), marks: c.info.marks, fetched: false }), true)
+            }
+        })
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> Stats {
+        let l = &self.region.layout;
+        let h = self.region.header();
+        let (mut items, mut bytes) = (0u64, 0u64);
+        for s in 0..l.segment_count {
+            let m = self.region.meta(s);
+            items += m.live_items.load(Ordering::Relaxed) as u64;
+            bytes = bytes.saturating_add(m.live_bytes.load(Ordering::Relaxed)); // damaged tables too
+        }
+        let r = Ordering::Relaxed;
+        Stats {
+            items,
+            bytes,
+            total_items: h.total_items.load(r),
+            evictions: h.evictions.load(r),
+            evicted_unfetched: h.evicted_unfetched.load(r),
+            expired_unfetched: h.expired_unfetched.load(r),
+            reclaimed: h.reclaimed.load(r),
+            index_evictions: h.index_evictions.load(r),
+            segments_evicted: h.segments_evicted.load(r),
+            segments_reclaimed: h.segments_expired.load(r),
+            segments: l.segment_count,
+            segments_free: self.pool().free.len(),
+            segment_bytes: l.segment_bytes,
+            index_bytes: l.index_bytes(),
+            region_bytes: l.region_bytes,
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Applying a decision
+
+    /// Carries out a plan: `Ok(None)` if the index no longer matches `expect`, else the answer
+    /// and the CAS unique of the version stored, if one was.
+    pub(super) fn execute<T>(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        given: &[u8],
+        current: &[u8],
+        (change, result): Plan<T>,
+        expect: Expect,
+    ) -> Result<Option<(T, Option<u64>)>, OpError> {
+        match change {
+            Change::Keep => Ok(Some((result, None))),
+            Change::Store(NewItem { expiry: None, .. }) | Change::Remove => {
+                let done = self.with_locked(key, hash, expect, |at| {
+                    if let Some(f) = at {
+                        self.unlink(f.bucket, f.slot_index);
+                    }
+                });
+                Ok(done.then_some((result, None)))
+            }
+            Change::Mark(mark) => {
+                let done = self.with_locked(key, hash, expect, |at| {
+                    if let Some(f) = at {
+                        self.mark(&f, mark);
+                    }
+                });
+                Ok(done.then_some((result, None)))
+            }
+            Change::Store(NewItem { value, flags, expiry: Some(expiry), cas, marks }) => {
+                let parts: [&[u8]; 2] = match &value {
+                    Value::Given => [given, &[]],
+                    Value::Current => [current, &[]],
+                    Value::Append => [current, given],
+                    Value::Prepend => [given, current],
+                    Value::Owned(v) => [v, &[]],
+                };
+                let len = parts[0].len() + parts[1].len();
+                let limit = self.region.layout.max_item_bytes;
+                if item_bytes(key.len(), len, cas.is_some()) > limit {
+                    return Err(OpError::ValueTooLarge { len, max: limit - ITEM_HEADER_BYTES - key.len() });
+                }
+                let header = ItemHeader {
+                    key_len: key.len(),
+                    value_len: len,
+                    explicit_cas: cas.is_some(),
+                    expiry,
+                    flags,
+                };
+                let class = self.classes.of(expiry, self.clock());
+                let r = self.reserve(class, header.size())?;
+                self.write_item(r, &header, cas, key, parts);
+                let new_cas = cas.unwrap_or_else(|| {
+                    derived_cas(self.region.meta(r.segment).generation.load(Ordering::Relaxed), r.offset)
+                });
+                let word = Slot { tag: hash.tag, segment: r.segment, offset: r.offset }.encode();
+                let mut linked = false;
+                let done = self.with_locked(key, hash, expect, |at| {
+                    linked = self.link(hash, at, word, marks);
+                    if linked {
+                        self.account(r.segment, r.size);
+                        self.region.header().total_items.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                if !linked {
+                    self.write_filler(r.segment, r.offset, r.size);
+                }
+                self.release(r.segment);
+                if done && !linked {
+                    return Err(OpError::OutOfMemory);
+                }
+                Ok(done.then_some((result, Some(new_cas))))
+            }
+        }
+    }
+
+    /// Changes a live item in place: expiry, marks, read mark. Its buckets are locked.
+    pub(super) fn mark(&self, f: &Found, mark: Mark) {
+        if let Some(expiry) = mark.expiry {
+            let item = self.region.item_offset(f.slot);
+            self.region.map.u32_at(item + ITEM_EXPIRY_OFFSET).store(expiry, Ordering::Relaxed);
+            self.region.meta(f.slot.segment).max_expiry.fetch_max(never_if_zero(expiry), Ordering::AcqRel);
+        }
+        let bucket = self.region.bucket(f.bucket);
+        let marks = bucket.marks.load(Ordering::Relaxed);
+        bucket.marks.store(mark.marks.put(marks, f.slot_index), Ordering::Relaxed);
+        if mark.fetched {
+            bucket.slots[f.slot_index].fetch_or(SLOT_ACCESSED, Ordering::Relaxed);
+            self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].store(self.clock(), Ordering::Relaxed);
+        }
+    }
+}
