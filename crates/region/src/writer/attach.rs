@@ -244,7 +244,4 @@ impl Writer {
     pub(super) fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-
-    // -----------------------------------------------------------------------------------------
-    // Public face
 }
