@@ -76,6 +76,8 @@ pub enum Request<'a> {
     /// Shoal extension `shm hints <path>`: a client that reads through shared memory names
     /// its hints area (local gets and hits for the server to fold in).
     ShmHints(&'a [u8]),
+    /// Shoal extension `digest`: the server's Proteus digest of the keys it holds.
+    Digest,
     /// Shoal extension `debugtime <seconds>`: moves the server clock, for tests.
     DebugTime(i64),
     /// A meta command (`mg ms md ma mn me`).

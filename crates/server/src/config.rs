@@ -144,6 +144,13 @@ pub struct ServerArgs {
     /// http://ADDR:PORT/metrics
     #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
+    /// keep a Proteus digest (a counting Bloom filter of the keys held, fetched with `digest`)
+    /// sized for this many keys (0: none)
+    #[arg(long = "digest-keys", value_name = "N", default_value_t = 0)]
+    pub digest_keys: u64,
+    /// the digest's false-positive rate at --digest-keys keys
+    #[arg(long = "digest-fp", value_name = "RATE", default_value_t = 1e-4)]
+    pub digest_fp: f64,
     /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
@@ -213,6 +220,8 @@ pub struct Settings {
     pub pidfile: Option<PathBuf>,
     /// Where `/metrics` is served (`--metrics-listen`).
     pub metrics_listen: Option<String>,
+    /// The digest's expected keys and false-positive rate (`--digest-keys`, `--digest-fp`).
+    pub digest: Option<(u64, f64)>,
     /// The user to become after binding, when started as root (`-u`).
     pub user: Option<String>,
     /// Detach from the terminal once listening (`-d`).
@@ -366,6 +375,7 @@ impl ServerArgs {
             verbose: self.verbose,
             pidfile: self.pidfile.clone(),
             metrics_listen: self.metrics_listen.clone(),
+            digest: (self.digest_keys > 0).then_some((self.digest_keys, self.digest_fp)),
             user: self.user.clone(),
             daemonize: self.daemonize,
             idle_timeout,

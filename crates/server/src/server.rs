@@ -12,6 +12,7 @@
 
 use crate::auth::Users;
 use crate::config::Settings;
+use crate::digest::ServerDigest;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
 use crate::stats::Counters;
@@ -96,6 +97,8 @@ pub struct Shared {
     pub sasl_users: Users,
     /// Who may authenticate with an ascii token (`-Y`).
     pub ascii_users: Users,
+    /// The keys held, as a Proteus digest (`--digest-keys`).
+    pub digest: Option<Arc<ServerDigest>>,
 }
 
 impl Shared {
@@ -216,6 +219,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     listeners.write_port_file()?;
     let clock = Clock::new();
     writer.tick(clock.now());
+    let digest = settings.digest.map(|(keys, fp)| ServerDigest::attach(&writer, keys, fp)).transpose()?;
     let shared = Arc::new(Shared {
         writer,
         counters: (0..settings.threads + 2).map(|_| Counters::default()).collect(),
@@ -231,6 +235,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         stop: AtomicU8::new(stop::RUNNING),
         sasl_users,
         ascii_users: ascii_users.unwrap_or_default(),
+        digest,
     });
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;

@@ -183,6 +183,11 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "index_bytes", store.index_bytes);
     line(out, "segments_evicted", store.segments_evicted);
     line(out, "segments_reclaimed", store.segments_reclaimed);
+    if let Some(digest) = &shared.digest {
+        line(out, "digest_keys", digest.keys());
+        line(out, "digest_bytes", digest.bytes());
+        line(out, "digest_saturated_counters", digest.saturated());
+    }
     out.extend_from_slice(b"END\r\n");
 }
 

@@ -157,6 +157,7 @@ impl Writer {
             classes,
             active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
             last_access: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            observer: OnceLock::new(),
         };
         if crashed {
             writer.recover();

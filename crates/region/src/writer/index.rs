@@ -88,7 +88,7 @@ impl Writer {
             slots().find(|&at| Slot::decode(word_at(at)).is_some_and(|s| self.live_header(s).is_none()));
         if let Some((b, i)) = dead {
             self.count_drop(word_at((b, i)), false);
-            self.unlink(b, i);
+            self.drop_slot(b, i);
             return Some((b, i));
         }
         if let Some(freed) = self.relocate_one(hash) {
@@ -107,7 +107,7 @@ impl Writer {
         let victim = slots().min_by_key(age).expect("a key has at least one bucket");
         self.count_drop(word_at(victim), true);
         self.region.header().index_evictions.fetch_add(1, Ordering::Relaxed);
-        self.unlink(victim.0, victim.1);
+        self.drop_slot(victim.0, victim.1);
         Some(victim)
     }
 
@@ -151,6 +151,27 @@ impl Writer {
             }
         }
         None
+    }
+
+    /// Clears a slot whose key leaves the region (deleted, evicted, reclaimed), telling the
+    /// observer. Lock held.
+    pub(super) fn drop_slot(&self, b: usize, i: usize) {
+        if let Some(observer) = self.observer.get() {
+            let mut key = [0u8; MAX_KEY_LEN];
+            if let Some(len) = self.slot_key(b, i, &mut key) {
+                observer.key_removed(&key[..len]);
+            }
+        }
+        self.unlink(b, i);
+    }
+
+    /// The key of the item in slot `i` of bucket `b`, copied into `key`: its length.
+    pub(super) fn slot_key(&self, b: usize, i: usize, key: &mut [u8; MAX_KEY_LEN]) -> Option<usize> {
+        let slot = Slot::decode(self.region.bucket(b).slots[i].load(Ordering::Relaxed))?;
+        let header = self.region.item_header(slot)?;
+        let len = header.key_len.min(MAX_KEY_LEN);
+        self.region.map.read(self.region.item_offset(slot) + header.key_offset(), &mut key[..len]);
+        Some(len)
     }
 
     /// Clears a slot and takes its item off its segment's live counts. Lock held.
@@ -198,5 +219,96 @@ impl Writer {
                 h.expired_unfetched.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    /// Keys added less keys removed, by key.
+    #[derive(Default)]
+    struct Counts(Mutex<HashMap<Vec<u8>, i64>>);
+
+    struct Observer(Arc<Counts>);
+
+    impl KeyObserver for Observer {
+        fn key_added(&self, key: &[u8]) {
+            *self.0 .0.lock().unwrap().entry(key.to_vec()).or_default() += 1;
+        }
+        fn key_removed(&self, key: &[u8]) {
+            *self.0 .0.lock().unwrap().entry(key.to_vec()).or_default() -= 1;
+        }
+    }
+
+    /// Every key with a slot in the index, by walking it.
+    fn indexed(w: &Writer) -> HashMap<Vec<u8>, i64> {
+        let mut keys = HashMap::new();
+        let mut key = [0u8; MAX_KEY_LEN];
+        for b in 0..w.region.layout.bucket_count {
+            for i in 0..BUCKET_SLOTS {
+                if let Some(len) = w.slot_key(b, i, &mut key) {
+                    *keys.entry(key[..len].to_vec()).or_default() += 1;
+                }
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn the_observer_sees_exactly_the_keys_the_index_holds() {
+        // A small region, so sets evict; short expiries and flushes, so dead items are reclaimed.
+        let config = Config { region_bytes: 4 << 20, max_item_bytes: 64 << 10, avg_item_bytes: 256 };
+        let w = Writer::create_anonymous(&config, true).unwrap();
+        for i in 0..50 {
+            w.set(format!("before:{i}").as_bytes(), b"warm", 0, 0).unwrap();
+        }
+        let counts = Arc::new(Counts::default());
+        assert!(w.observe_keys(Box::new(Observer(counts.clone()))).is_ok());
+        assert!(w.observe_keys(Box::new(Observer(counts.clone()))).is_err(), "one observer");
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut now = w.clock();
+        for step in 0..40_000 {
+            let key = format!("key:{}", next(3000));
+            match next(100) {
+                0..=59 => {
+                    let value = vec![b'v'; 1 + next(3000) as usize];
+                    let exptime = if next(4) == 0 { 1 + next(3) as i64 } else { 0 };
+                    let _ = w.set(key.as_bytes(), &value, 0, exptime);
+                }
+                60..=79 => {
+                    let _ = w.delete(key.as_bytes());
+                }
+                80..=89 => {
+                    let _ = w.add(key.as_bytes(), b"added", 0, 0);
+                }
+                90..=97 => {
+                    let _ = w.touch(key.as_bytes(), 1);
+                }
+                _ if step % 5000 == 0 => w.flush(0),
+                _ => {
+                    now += 1;
+                    w.tick(now);
+                }
+            }
+        }
+        let observed: HashMap<Vec<u8>, i64> =
+            counts.0.lock().unwrap().iter().filter(|(_, &n)| n != 0).map(|(k, &n)| (k.clone(), n)).collect();
+        let truth = indexed(&w);
+        assert!(truth.values().all(|&n| n == 1), "a key has one slot");
+        assert!(
+            w.stats().evictions > 0 || w.region.header().index_evictions.load(Ordering::Relaxed) > 0,
+            "evicted"
+        );
+        assert_eq!(observed.len(), truth.len());
+        assert_eq!(observed, truth, "added less removed is exactly the index");
     }
 }

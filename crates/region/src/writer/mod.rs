@@ -39,7 +39,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// How to build a new region.
 #[derive(Clone, Debug)]
@@ -247,6 +247,21 @@ pub struct Writer {
     /// memory: 4 bytes a slot that would cost every item room in the region. Moves with its
     /// item; 0 (unknown) after a restart.
     last_access: Box<[AtomicU32]>,
+    /// Told of every key that enters or leaves the index (the server's Proteus digest).
+    observer: OnceLock<Box<dyn KeyObserver>>,
+}
+
+/// Told, with the bucket lock held, whenever a key takes a slot of the index (`key_added`) or
+/// its slot is cleared because it left the region — deleted, evicted, or its dead item
+/// reclaimed (`key_removed`). Overwriting a key, and moving its item or slot, tell nothing: a
+/// key occupies at most one slot, so the keys added and not removed are exactly the keys the
+/// index holds (expired and flushed ones included until they are reclaimed). Calls must be
+/// quick and must not call the writer.
+pub trait KeyObserver: Send + Sync {
+    /// `key` now has a slot.
+    fn key_added(&self, key: &[u8]);
+    /// `key`'s slot was cleared.
+    fn key_removed(&self, key: &[u8]);
 }
 
 /// memcached refreshes an item's access time on a read at most once a minute.

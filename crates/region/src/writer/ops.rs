@@ -307,6 +307,23 @@ impl Writer {
         })
     }
 
+    /// Sets the observer of keys entering and leaving the index, and tells it every key the
+    /// index holds now (a warm restart's included). Call once, before serving: keys changed
+    /// while this runs may be missed. Refused (the observer is handed back) if one is set.
+    pub fn observe_keys(&self, observer: Box<dyn KeyObserver>) -> Result<(), Box<dyn KeyObserver>> {
+        self.observer.set(observer)?;
+        let observer = self.observer.get().expect("set above");
+        let mut key = [0u8; MAX_KEY_LEN];
+        for b in 0..self.region.layout.bucket_count {
+            for i in 0..BUCKET_SLOTS {
+                if let Some(len) = self.slot_key(b, i, &mut key) {
+                    observer.key_added(&key[..len]);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
         let l = &self.region.layout;
@@ -356,7 +373,7 @@ impl Writer {
             Change::Store(NewItem { expiry: None, .. }) | Change::Remove => {
                 let done = self.with_locked(key, hash, expect, |at| {
                     if let Some(f) = at {
-                        self.unlink(f.bucket, f.slot_index);
+                        self.drop_slot(f.bucket, f.slot_index);
                     }
                 });
                 Ok(done.then_some((result, None)))
@@ -398,7 +415,13 @@ impl Writer {
                 let word = Slot { tag: hash.tag, segment: r.segment, offset: r.offset }.encode();
                 let mut linked = false;
                 let done = self.with_locked(key, hash, expect, |at| {
+                    let new_key = at.is_none();
                     linked = self.link(hash, at, word, marks);
+                    if linked && new_key {
+                        if let Some(observer) = self.observer.get() {
+                            observer.key_added(key);
+                        }
+                    }
                     if linked {
                         self.account(r.segment, r.size);
                         self.region.header().total_items.fetch_add(1, Ordering::Relaxed);

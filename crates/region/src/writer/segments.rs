@@ -286,7 +286,7 @@ impl Writer {
             }
         }
         self.count_drop(word, live.is_some());
-        self.unlink(b, i);
+        self.drop_slot(b, i);
     }
 
     /// Copies an item into the retained segment, keeping its CAS unique (stored explicitly,

@@ -74,6 +74,21 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             push_u64(out, shared.writer.cookie());
             out.extend_from_slice(b"\r\n");
         }
+        Request::Digest => match &shared.digest {
+            // VALUE digest 0 <bytes> with the snapshot (shoal_route::digest's format), END.
+            Some(digest) => {
+                let snapshot = digest.snapshot();
+                out.extend_from_slice(b"VALUE digest 0 ");
+                push_u64(out, snapshot.len() as u64);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&snapshot);
+                out.extend_from_slice(b"\r\nEND\r\n");
+            }
+            None => reply(
+                out,
+                b"SERVER_ERROR digests are off: start the server with --digest-keys <expected keys>",
+            ),
+        },
         Request::ShmHints(path) => {
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
             let registered = match cx.conn {
