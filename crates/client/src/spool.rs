@@ -150,12 +150,17 @@ impl Spools {
             )));
         }
         record.extend_from_slice(requests);
-        file.seek(SeekFrom::End(0))?;
-        file.write_all(&record)?;
+        // Counted before it is written: the delivery thread reads the file without the lock
+        // and may take the record the moment it is there.
+        spool.pending.fetch_add(u64::from(answers), Ordering::Relaxed);
+        let written = file.seek(SeekFrom::End(0)).and_then(|_| file.write_all(&record));
+        if let Err(e) = written {
+            spool.pending.fetch_sub(u64::from(answers), Ordering::Relaxed);
+            return Err(e);
+        }
         if self.durable {
             file.sync_data()?;
         }
-        spool.pending.fetch_add(u64::from(answers), Ordering::Relaxed);
         spool.wake.notify_one();
         Ok(())
     }

@@ -519,7 +519,7 @@ fn a_destination_that_refuses_keeps_its_deletes_until_it_takes_them() {
         "{}",
         inv.stderr()
     );
-    assert_eq!(inv.status()["destinations"][0]["backlog"], 1);
+    assert_eq!(inv.status()["destinations"][0]["backlog"], 1, "{} {}", inv.status(), inv.stderr());
     assert!(present(&server, "k"));
     // Back in service: the spooled delete goes through.
     router.rewrite(&format!(
