@@ -216,6 +216,23 @@ impl Client {
         })
     }
 
+    /// The server's Proteus digest of the keys it holds (Shoal's `digest` command): `None`
+    /// when it keeps none (a Shoal server without `--digest-keys`, or stock memcached).
+    pub fn digest(&mut self) -> Result<Option<shoal_route::digest::Digest>> {
+        let answer = self.with_connection(|conn| {
+            conn.send(b"digest\r\n")?;
+            read_values(conn)
+        });
+        match answer {
+            Ok(values) => match values.into_iter().next() {
+                Some((_, item)) => Ok(Some(shoal_route::digest::Digest::from_snapshot(&item.value)?)),
+                None => Ok(None),
+            },
+            Err(Error::Server(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The server's version string.
     pub fn version(&mut self) -> Result<String> {
         self.exchange(b"version\r\n", |line| match line.strip_prefix(b"VERSION ") {

@@ -374,3 +374,33 @@ fn a_proteus_transition_finds_moved_keys_on_their_old_owner_and_never_brings_old
     let mut jump = Pool::new(&addresses, options(Hashing::Jump)).unwrap();
     assert!(matches!(jump.set_active(2), Err(Error::Pool(_))));
 }
+
+#[test]
+fn a_transition_asks_an_old_owner_only_for_keys_its_digest_may_hold() {
+    let servers: Vec<Server> = (0..4)
+        .map(|i| Server::shoal(&format!("pool-digest-{i}"), 0, &["--digest-keys", "10000"]))
+        .collect();
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Proteus)).unwrap();
+    let keys = keys(400);
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), k.as_slice())).collect();
+    assert!(pool.set_many(&items, 0, 0).unwrap().is_empty());
+    let moved: Vec<&[u8]> =
+        keys.iter().filter(|k| pool.server_for(k).unwrap() == addresses[3]).map(Vec::as_slice).collect();
+    // Keys never stored that would move too: the old owner's digest answers for them.
+    let absent: Vec<Vec<u8>> = (0..400)
+        .map(|i| format!("absent:{i}").into_bytes())
+        .filter(|k| pool.server_for(k).unwrap() == addresses[3])
+        .collect();
+    pool.set_active(3).unwrap();
+    for key in &moved {
+        assert_eq!(pool.get(key).unwrap().unwrap().value, *key, "found on the old owner");
+    }
+    for key in &absent {
+        assert_eq!(pool.get(key).unwrap(), None);
+    }
+    let counters = pool.counters();
+    assert_eq!(counters.migrated as usize, moved.len(), "every stored key was asked for and copied");
+    // At a false-positive rate of 1e-4, essentially every absent key skips the old owner.
+    assert!(counters.digest_skips as usize >= absent.len() - 1, "{} of {}", counters.digest_skips, absent.len());
+}

@@ -98,6 +98,8 @@ pub struct PoolCounters {
     pub udp_misses: u64,
     /// Keys a Proteus transition found on their old owner and copied to the new one.
     pub migrated: u64,
+    /// Misses of moved keys that did not ask the old owner, whose digest said it lacks them.
+    pub digest_skips: u64,
 }
 
 /// A client for a pool of servers: each key goes to the server the pool's hashing names,
@@ -113,6 +115,8 @@ pub struct Pool {
     miss_when_down: bool,
     udp: Option<udp::UdpGets>,
     active: Option<Active>,
+    /// During a transition, the digest each old owner published (`None`: it keeps none).
+    digests: Vec<Option<shoal_route::digest::Digest>>,
     migrate_ttl: i64,
     counters: PoolCounters,
 }
@@ -150,6 +154,7 @@ impl Pool {
             miss_when_down: options.miss_when_down,
             udp,
             active: None,
+            digests: Vec::new(),
             migrate_ttl: options.migrate_ttl,
             counters: PoolCounters::default(),
         })

@@ -14,8 +14,10 @@
 //! ```
 //!
 //! Proteus asks the old owner only when that server's digest (a counting Bloom filter of its
-//! keys) says it may hold the key; until servers publish digests, every miss of a moved key
-//! asks the old owner.
+//! keys) says it may hold the key: a transition starts by fetching the digest of every server
+//! that may be an old owner (`shoal server --digest-keys`; `digest` command). An old owner
+//! without a digest (stock memcached, or a Shoal server without `--digest-keys`) is asked on
+//! every miss of a moved key.
 
 use super::Pool;
 use crate::client::Item;
@@ -46,6 +48,16 @@ impl Pool {
         }
         let now = self.active.map_or(ring.servers(), |a| a.now);
         self.active = Some(Active { now: n, before: (n != now).then_some(now) });
+        // The old owners' digests, taken as the transition starts: a key set on an old owner
+        // after this goes to its new owner anyway.
+        let (client, retry) = (&self.client, self.retry_interval);
+        self.digests = (0..now)
+            .map(|i| {
+                (n != now)
+                    .then(|| self.members[i].run(client, retry, |c| c.digest()).ok().flatten())
+                    .flatten()
+            })
+            .collect();
         Ok(())
     }
 
@@ -54,6 +66,7 @@ impl Pool {
         if let Some(active) = &mut self.active {
             active.before = None;
         }
+        self.digests.clear();
     }
 
     /// The active servers and the transition in progress (`None`: every server, no Proteus).
@@ -79,6 +92,10 @@ impl Pool {
     /// A read that missed: from the key's old owner, copied to its new owner when found.
     pub(super) fn read_moved(&mut self, key: &[u8]) -> Option<Item> {
         let before = self.previous_owner(key)?;
+        if self.digests.get(before).and_then(Option::as_ref).is_some_and(|d| !d.may_contain(key)) {
+            self.counters.digest_skips += 1;
+            return None;
+        }
         let (client, retry) = (&self.client, self.retry_interval);
         let item = self.members[before].run(client, retry, |c| c.get(key)).ok().flatten()?;
         let now = self.owner_with(self.active.map(|a| a.now), key);
