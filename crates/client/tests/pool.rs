@@ -377,9 +377,8 @@ fn a_proteus_transition_finds_moved_keys_on_their_old_owner_and_never_brings_old
 
 #[test]
 fn a_transition_asks_an_old_owner_only_for_keys_its_digest_may_hold() {
-    let servers: Vec<Server> = (0..4)
-        .map(|i| Server::shoal(&format!("pool-digest-{i}"), 0, &["--digest-keys", "10000"]))
-        .collect();
+    let servers: Vec<Server> =
+        (0..4).map(|i| Server::shoal(&format!("pool-digest-{i}"), 0, &["--digest-keys", "10000"])).collect();
     let addresses: Vec<String> = servers.iter().map(Server::address).collect();
     let mut pool = Pool::new(&addresses, options(Hashing::Proteus)).unwrap();
     let keys = keys(400);
@@ -402,5 +401,10 @@ fn a_transition_asks_an_old_owner_only_for_keys_its_digest_may_hold() {
     let counters = pool.counters();
     assert_eq!(counters.migrated as usize, moved.len(), "every stored key was asked for and copied");
     // At a false-positive rate of 1e-4, essentially every absent key skips the old owner.
-    assert!(counters.digest_skips as usize >= absent.len() - 1, "{} of {}", counters.digest_skips, absent.len());
+    assert!(
+        counters.digest_skips as usize >= absent.len() - 1,
+        "{} of {}",
+        counters.digest_skips,
+        absent.len()
+    );
 }
