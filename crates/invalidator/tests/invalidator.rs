@@ -572,3 +572,39 @@ fn a_broadcast_prefix_reaches_every_cluster_behind_one_router() {
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }
+
+#[test]
+fn a_full_spool_holds_the_log_and_says_so_until_it_drains() {
+    let pg = Postgres::start("full");
+    let state = state_dir("full");
+    let port = free_port();
+    // Nothing listens at the destination yet; its spool may hold 1 MB.
+    let inv = Invalidator::start(
+        &state,
+        &["--postgres", &pg.conninfo()],
+        &[format!("127.0.0.1:{port}")],
+        &["--backlog-max-mb", "1", "--batch-keys", "500"],
+    );
+    let key = |t: usize, i: usize| format!("{t}:{i}:{}", "x".repeat(230));
+    let mut db = pg.client();
+    for t in 0..6 {
+        let keys: Vec<String> = (0..1000).map(|i| key(t, i)).collect();
+        db.execute(invalidation::POSTGRES_EMIT, &[&keys.join(" ")]).unwrap();
+    }
+    assert!(eventually(20, || inv.status()["destinations"][0]["full"] == true), "{}", inv.status());
+    assert!(
+        inv.stderr().contains("is full") && inv.stderr().contains("--backlog-max-mb"),
+        "{}",
+        inv.stderr()
+    );
+    let held = inv.status()["transactions"].as_u64().unwrap();
+    assert!(held < 6, "the log's position is held: {held} of 6 transactions taken");
+    // The destination appears: the spool drains, the rest of the log follows, nothing is lost.
+    let server = Server::shoal("inv-full", port, &[]);
+    let deleted = || inv.status()["destinations"][0]["delivered"].as_u64() == Some(6000);
+    assert!(eventually(30, deleted), "{}", inv.status());
+    assert_eq!(inv.status()["destinations"][0]["full"], false);
+    drop(server);
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
