@@ -113,7 +113,24 @@ impl Shards {
         self.tracked.len()
     }
 
-    /// An access (a get, hit or miss, or a set) of `key`, whose item is `size` bytes.
+    /// The spatial hash of `key`: it is sampled while this is below [`Shards::threshold`].
+    pub fn spatial(key: &[u8]) -> u64 {
+        xxh3_64(key) >> 40
+    }
+
+    /// The sampling threshold now (it only goes down), for a caller that screens keys itself
+    /// and reports the rest with [`Shards::unsampled`].
+    pub fn threshold(&self) -> u64 {
+        self.threshold
+    }
+
+    /// `n` references of keys screened out by the caller (they count for the correction).
+    pub fn unsampled(&mut self, n: u64) {
+        self.references += n;
+    }
+
+    /// An access (a get, hit or miss, or a set) of `key`, whose item is `size` bytes (0: not
+    /// known, as on a miss: the size last seen, or 1 for a key not seen).
     pub fn access(&mut self, key: &[u8], size: u64) {
         self.references += 1;
         let hash = xxh3_64(key);
@@ -124,7 +141,8 @@ impl Shards {
         let rate = self.rate();
         let weight = 1.0 / rate;
         self.sampled += weight;
-        let size = size.max(1);
+        let known = self.tracked.get(&hash).map(|t| t.size);
+        let size = if size == 0 { known.unwrap_or(1) } else { size };
         match self.tracked.get(&hash).copied() {
             Some(previous) => {
                 let since = self.times.prefix(self.clock) - self.times.prefix(previous.time + 1);

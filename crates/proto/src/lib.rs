@@ -78,6 +78,8 @@ pub enum Request<'a> {
     ShmHints(&'a [u8]),
     /// Shoal extension `digest`: the server's Proteus digest of the keys it holds.
     Digest,
+    /// Shoal extension `curve`: the hit-ratio curve of the requests served (`--hit-curve`).
+    Curve,
     /// Shoal extension `debugtime <seconds>`: moves the server clock, for tests.
     DebugTime(i64),
     /// A meta command (`mg ms md ma mn me`).

@@ -170,6 +170,10 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             (_, 0) => done(Request::Digest),
             _ => error(),
         },
+        b"curve" => match split::<1>(args) {
+            (_, 0) => done(Request::Curve),
+            _ => error(),
+        },
         b"debugtime" => match split::<1>(args) {
             ([seconds], 1) => parse_i64(seconds).map_or_else(error, |s| done(Request::DebugTime(s))),
             _ => error(),
@@ -520,6 +524,7 @@ mod tests {
         assert_eq!(request(b"stats\r\n"), Request::Stats(Tokens::default()));
         assert_eq!(request(b"shm\r\n"), Request::Shm);
         assert_eq!(request(b"digest\r\n"), Request::Digest);
+        assert_eq!(request(b"curve\r\n"), Request::Curve);
         assert_eq!(request(b"shm hints /proc/1/fd/3\r\n"), Request::ShmHints(b"/proc/1/fd/3"));
         for odd in [&b"shm hints\r\n"[..], b"shm hints a b\r\n", b"shm other x\r\n", b"shm x\r\n"] {
             assert_eq!(one(odd), Parse::error("ERROR", odd.len()), "{}", String::from_utf8_lossy(odd));

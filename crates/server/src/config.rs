@@ -151,6 +151,10 @@ pub struct ServerArgs {
     /// the digest's false-positive rate at --digest-keys keys
     #[arg(long = "digest-fp", value_name = "RATE", default_value_t = 1e-4)]
     pub digest_fp: f64,
+    /// measure the hit-ratio curve of the requests served (SHARDS; the `curve` command and
+    /// /metrics)
+    #[arg(long = "hit-curve")]
+    pub hit_curve: bool,
     /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
@@ -222,6 +226,8 @@ pub struct Settings {
     pub metrics_listen: Option<String>,
     /// The digest's expected keys and false-positive rate (`--digest-keys`, `--digest-fp`).
     pub digest: Option<(u64, f64)>,
+    /// Measure the hit-ratio curve (`--hit-curve`).
+    pub hit_curve: bool,
     /// The user to become after binding, when started as root (`-u`).
     pub user: Option<String>,
     /// Detach from the terminal once listening (`-d`).
@@ -376,6 +382,7 @@ impl ServerArgs {
             pidfile: self.pidfile.clone(),
             metrics_listen: self.metrics_listen.clone(),
             digest: (self.digest_keys > 0).then_some((self.digest_keys, self.digest_fp)),
+            hit_curve: self.hit_curve,
             user: self.user.clone(),
             daemonize: self.daemonize,
             idle_timeout,

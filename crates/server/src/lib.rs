@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod curve;
 pub mod digest;
 pub mod exec;
 pub mod hints;

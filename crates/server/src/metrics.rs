@@ -10,6 +10,7 @@ use crate::server::Shared;
 use crate::stats;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,6 +119,21 @@ pub fn render(shared: &Shared) -> String {
     let store = shared.writer.stats();
     let fill = if store.region_bytes == 0 { 0.0 } else { store.bytes as f64 / store.region_bytes as f64 };
     register(&mut registry, "region_fill_ratio", "item bytes over the region's size", fill, true);
+    if let Some(curve) = &shared.curve {
+        let (points, rate, _) = curve.curve();
+        register(&mut registry, "hit_curve_sample_rate", "SHARDS's sampling rate", rate, true);
+        let family = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
+        let last = points.points().len().saturating_sub(1) as u64 * points.step();
+        for eighth in 1..=8u64 {
+            let bytes = last * eighth / 8;
+            family.get_or_create(&vec![("bytes".into(), bytes.to_string())]).set(points.hit_ratio(bytes));
+        }
+        registry.register(
+            "hit_curve_ratio",
+            "hit ratio an LRU cache of this many bytes would have had on the requests served",
+            family,
+        );
+    }
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
     text

@@ -12,6 +12,7 @@
 
 use crate::auth::Users;
 use crate::config::Settings;
+use crate::curve::CurveTracker;
 use crate::digest::ServerDigest;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
@@ -99,6 +100,8 @@ pub struct Shared {
     pub ascii_users: Users,
     /// The keys held, as a Proteus digest (`--digest-keys`).
     pub digest: Option<Arc<ServerDigest>>,
+    /// The requests' hit-ratio curve (`--hit-curve`).
+    pub curve: Option<CurveTracker>,
 }
 
 impl Shared {
@@ -220,6 +223,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let clock = Clock::new();
     writer.tick(clock.now());
     let digest = settings.digest.map(|(keys, fp)| ServerDigest::attach(&writer, keys, fp)).transpose()?;
+    let curve = settings.hit_curve.then(|| CurveTracker::new(writer.stats().region_bytes as u64));
     let shared = Arc::new(Shared {
         writer,
         counters: (0..settings.threads + 2).map(|_| Counters::default()).collect(),
@@ -236,6 +240,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         sasl_users,
         ascii_users: ascii_users.unwrap_or_default(),
         digest,
+        curve,
     });
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;

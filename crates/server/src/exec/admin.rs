@@ -89,6 +89,23 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 b"SERVER_ERROR digests are off: start the server with --digest-keys <expected keys>",
             ),
         },
+        Request::Curve => match &shared.curve {
+            // STAT lines: the sampling rate, keys tracked, the step, then `hit_ratio <bytes>
+            // <ratio>` from 0 bytes up to the region's size; END.
+            Some(curve) => {
+                let (points, rate, tracked) = curve.curve();
+                let mut text = format!(
+                    "STAT rate {rate}\r\nSTAT tracked {tracked}\r\nSTAT step_bytes {}\r\n",
+                    points.step()
+                );
+                for (i, ratio) in points.points().iter().enumerate() {
+                    text.push_str(&format!("STAT hit_ratio {} {ratio:.6}\r\n", i as u64 * points.step()));
+                }
+                out.extend_from_slice(text.as_bytes());
+                out.extend_from_slice(b"END\r\n");
+            }
+            None => reply(out, b"SERVER_ERROR hit-ratio curves are off: start the server with --hit-curve"),
+        },
         Request::ShmHints(path) => {
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
             let registered = match cx.conn {

@@ -453,6 +453,9 @@ pub(crate) struct DeleteOp {
 pub(crate) fn delete_op(cx: &Context<'_>, key: &[u8], op: DeleteOp) -> Result<DeleteResult, OpError> {
     let c = cx.counters;
     let writer = &cx.shared.writer;
+    if let Some(curve) = &cx.shared.curve {
+        curve.remove(key);
+    }
     let now = writer.clock();
     let result = writer.update(key, &[], op.invalidate, |current| {
         let Some(cur) = current else { return (Change::Keep, DeleteResult::NotFound) };

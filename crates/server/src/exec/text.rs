@@ -42,7 +42,17 @@ fn read_counted(
     bump: bool,
     sink: &mut dyn ValueSink,
 ) -> Option<ItemInfo> {
-    match shared.writer.read(key, sink, bump) {
+    let found = shared.writer.read(key, sink, bump);
+    if let Some(curve) = &shared.curve {
+        let size = match &found {
+            Ok(Lookup::Hit(info)) => {
+                (key.len() + info.value_len + shoal_region::layout::ITEM_HEADER_BYTES) as u64
+            }
+            _ => 0,
+        };
+        curve.access(key, size);
+    }
+    match found {
         Ok(Lookup::Hit(info)) => Some(info),
         Ok(Lookup::Expired) => {
             Counters::bump(&c.get_expired);

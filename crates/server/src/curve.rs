@@ -1,0 +1,67 @@
+//! `--hit-curve`: the hit-ratio curve of the server's keys, measured online with SHARDS
+//! (`shoal-curves`), for the Moirai controller (issue 16): the hit ratio an LRU cache of each
+//! size would have had on the reads this server served. Fed by network gets (a hit gives the
+//! item's size; a miss counts with the size last seen) and deletes (the key leaves the stack);
+//! sets are not references, or a look-aside fill after every miss would count as a hit.
+//! Reads clients serve from shared memory carry no key back, so they are not in it.
+//!
+//! A key is screened with its spatial hash against an atomic copy of the threshold before
+//! any lock: only sampled keys (a fixed number, however many keys there are) take the
+//! tracker's mutex; the rest add to an atomic count the correction needs.
+
+use shoal_curves::{HitRatioCurve, Shards, ShardsConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Points of the curve: 256 steps up to the region's size.
+const STEPS: usize = 256;
+
+/// The server's curve tracker.
+#[derive(Debug)]
+pub struct CurveTracker {
+    threshold: AtomicU64,
+    unsampled: AtomicU64,
+    shards: Mutex<Shards>,
+}
+
+impl CurveTracker {
+    /// A tracker whose curve spans `region_bytes` in 256 steps.
+    pub fn new(region_bytes: u64) -> CurveTracker {
+        let config = ShardsConfig {
+            bucket_bytes: (region_bytes / STEPS as u64).max(1),
+            buckets: STEPS,
+            ..Default::default()
+        };
+        let shards = Shards::new(config);
+        CurveTracker {
+            threshold: AtomicU64::new(shards.threshold()),
+            unsampled: AtomicU64::new(0),
+            shards: Mutex::new(shards),
+        }
+    }
+
+    /// A request for `key`, whose item is `size` bytes (0: a miss, size unknown).
+    pub fn access(&self, key: &[u8], size: u64) {
+        if Shards::spatial(key) >= self.threshold.load(Ordering::Relaxed) {
+            self.unsampled.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards.access(key, size);
+        self.threshold.store(shards.threshold(), Ordering::Relaxed);
+    }
+
+    /// `key` was deleted.
+    pub fn remove(&self, key: &[u8]) {
+        if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {
+            self.shards.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        }
+    }
+
+    /// The curve now, the sampling rate and the keys tracked.
+    pub fn curve(&self) -> (HitRatioCurve, f64, usize) {
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards.unsampled(self.unsampled.swap(0, Ordering::Relaxed));
+        (shards.curve(), shards.rate(), shards.tracked())
+    }
+}
