@@ -143,6 +143,10 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         return Ok(());
     }
     let path = args.config.clone().expect("clap requires --config-file without --validate");
+    // The version the watcher compares against is the one read here, before anything can
+    // rewrite the file: taken in the watcher thread, a rewrite made while it starts would
+    // look like the file it started with, and never load.
+    let started_with = (fingerprint(&path), std::fs::metadata(&path).and_then(|m| m.modified()).ok());
     let config = load(&path)?;
     if args.threads == 0 {
         return Err("-t: at least one worker thread".into());
@@ -189,7 +193,7 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         let settle = Duration::from_millis(args.reload_settle_ms);
         std::thread::Builder::new()
             .name("reload".into())
-            .spawn(move || watch(&path, settle, &router))
+            .spawn(move || watch(&path, settle, &router, started_with))
             .map_err(|e| e.to_string())?;
     }
     let mut workers = Vec::new();
@@ -256,7 +260,7 @@ fn fingerprint(path: &Path) -> Option<u64> {
 /// ConfigMap-style symlink swap is seen) and, as a fallback, by a stat-and-hash every second.
 /// A change is loaded once the file has stayed the same for `settle`; a file that does not
 /// load is reported and the last good configuration keeps serving.
-fn watch(path: &Path, settle: Duration, router: &Router) {
+fn watch(path: &Path, settle: Duration, router: &Router, started_with: (Option<u64>, Option<SystemTime>)) {
     use notify::Watcher;
     let (wake, woken) = std::sync::mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -271,8 +275,7 @@ fn watch(path: &Path, settle: Duration, router: &Router) {
         let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         let _ = w.watch(dir, notify::RecursiveMode::NonRecursive);
     }
-    let mut loaded = fingerprint(path);
-    let mut modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let (mut loaded, mut modified) = started_with;
     loop {
         let _ = woken.recv_timeout(Duration::from_secs(1));
         // Load once the file has stayed the same for `settle`; a file still changing is
