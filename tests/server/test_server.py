@@ -186,9 +186,15 @@ def test_u_drops_to_the_user_after_binding_and_keeps_the_region_usable(tmp_path)
     try:
         for attempt in range(2):  # the second start is a warm restart as nobody
             with Server.shoal("-u", "nobody", "-e", str(region)) as server:
-                status = Path(f"/proc/{server.proc.pid}/status").read_text()
-                uids = next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:]
-                assert set(uids) == {str(nobody.pw_uid)}, status
+                # The listener accepts (into its backlog) from the moment it is bound, a moment
+                # before the drop: wait for the drop rather than race it.
+                def uids():
+                    status = Path(f"/proc/{server.proc.pid}/status").read_text()
+                    return set(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:])
+                deadline = time.time() + 5
+                while uids() != {str(nobody.pw_uid)} and time.time() < deadline:
+                    time.sleep(0.02)
+                assert uids() == {str(nobody.pw_uid)}
                 assert os.stat(region).st_uid == nobody.pw_uid
                 with server.connect() as s:
                     if attempt == 0:
