@@ -220,6 +220,10 @@ def test_d_daemonizes_and_p_names_the_daemon(tmp_path):
     run = subprocess.run([SHOAL, "server", "-d", "-P", str(pidfile), "-p", str(port), "-U", "0", "-l", "127.0.0.1"],
                          capture_output=True, text=True, timeout=10)
     assert run.returncode == 0, run.stderr
+    # The daemon writes its pid after the parent has returned.
+    deadline = time.monotonic() + 5
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     pid = int(pidfile.read_text())
     try:
         assert Path(f"/proc/{pid}").exists()

@@ -213,7 +213,10 @@ pub fn run(settings: Settings) -> Result<(), String> {
             .map_err(|e| format!("-d: could not daemonize: {e}"))?;
     }
     if let Some(pidfile) = &settings.pidfile {
-        std::fs::write(pidfile, format!("{}\n", std::process::id()))
+        // Written whole, then renamed: a script that sees the file sees the whole pid.
+        let partial = pidfile.with_extension("pid.partial");
+        std::fs::write(&partial, format!("{}\n", std::process::id()))
+            .and_then(|()| std::fs::rename(&partial, pidfile))
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
     }
     if let Some(user) = &settings.user {
