@@ -40,6 +40,33 @@ pub struct Item {
     pub cas: u64,
 }
 
+/// An item as read, its value borrowed from where it was read into (a local reader's buffer
+/// or an answer being parsed): [`Pool::get_many_each`](crate::Pool::get_many_each) hands
+/// these out so that a batch copies each value once, into wherever the caller keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemRef<'a> {
+    /// The value.
+    pub value: &'a [u8],
+    /// The client flags stored with it.
+    pub flags: u32,
+    /// Its CAS unique.
+    pub cas: u64,
+}
+
+impl ItemRef<'_> {
+    /// An owned copy.
+    pub fn to_item(&self) -> Item {
+        Item { value: self.value.to_vec(), flags: self.flags, cas: self.cas }
+    }
+}
+
+impl Item {
+    /// The item, borrowed.
+    pub fn as_ref(&self) -> ItemRef<'_> {
+        ItemRef { value: &self.value, flags: self.flags, cas: self.cas }
+    }
+}
+
 /// What a storage command did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
@@ -110,10 +137,9 @@ impl Client {
     pub fn get_many(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
         keys.iter().try_for_each(|k| check_key(k))?;
         let all: Vec<usize> = (0..keys.len()).collect();
-        let mut hits = Vec::with_capacity(keys.len());
-        let remote = self.local_get_each(keys, &all, &mut hits);
-        let mut found: Vec<(Vec<u8>, Item)> =
-            hits.into_iter().map(|(i, item)| (keys[i].to_vec(), item)).collect();
+        let mut found = Vec::with_capacity(keys.len());
+        let remote =
+            self.local_get_each(keys, &all, &mut |i, item| found.push((keys[i].to_vec(), item.to_item())));
         let remote: Vec<&[u8]> = remote.iter().map(|&i| keys[i]).collect();
         for chunk in remote.chunks(KEYS_PER_LINE) {
             found.extend(self.network_get(chunk)?);
@@ -325,19 +351,19 @@ impl Client {
     }
 
     /// Reads `keys[i]` for each `i` of `wanted` from the server's region (checked once for
-    /// the whole batch), pushing hits onto `found`; returns the indexes the region could not
+    /// the whole batch), handing each hit to `hit`; returns the indexes the region could not
     /// answer (all of them when reads are not local).
     pub(crate) fn local_get_each(
         &mut self,
         keys: &[&[u8]],
         wanted: &[usize],
-        found: &mut Vec<(usize, Item)>,
+        hit: &mut impl FnMut(usize, ItemRef<'_>),
     ) -> Vec<usize> {
         let Some(local) = self.local_region() else { return wanted.to_vec() };
         let mut rest = Vec::new();
         for &i in wanted {
-            match local.get(keys[i]) {
-                Some(Some(item)) => found.push((i, item)),
+            match local.get_ref(keys[i]) {
+                Some(Some(item)) => hit(i, item),
                 Some(None) => {}
                 None => rest.push(i),
             }

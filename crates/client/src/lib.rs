@@ -32,7 +32,7 @@ pub mod pool;
 pub mod response;
 pub mod spool;
 
-pub use client::{Client, Item, MetaReply, Options, Stored};
+pub use client::{Client, Item, ItemRef, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
 pub use lease::{FillOptions, Lease, LeaseStored};

@@ -10,9 +10,9 @@
 //! 100 ms when the second changes; a server that hangs stops moving it). Otherwise the client
 //! drops the region and asks the server again, over a new connection.
 
+use crate::client::{Item, ItemRef};
 use crate::conn::Connection;
 use crate::error::Result;
-use crate::Item;
 use shoal_region::hints::HintsWriter;
 use shoal_region::layout::COOKIE_OFFSET;
 use shoal_region::{Lookup, Reader};
@@ -143,12 +143,19 @@ impl Local {
     /// region could not answer (a writer held the key's bucket too long): ask the server.
     #[inline]
     pub fn get(&mut self, key: &[u8]) -> Option<Option<Item>> {
+        self.get_ref(key).map(|found| found.map(|item| item.to_item()))
+    }
+
+    /// [`Local::get`] without copying: the hit's value stays in this reader's buffer, which
+    /// the next read reuses (so a batch of reads allocates nothing per key).
+    #[inline]
+    pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
         let (lookup, location) = self.reader.get_located(key, &mut self.value).ok()?;
         self.hints.record(&lookup, location);
         Some(match lookup {
             Lookup::Hit(info) => {
                 let cas = if self.cas_enabled { info.cas } else { 0 };
-                Some(Item { value: std::mem::take(&mut self.value), flags: info.flags, cas })
+                Some(ItemRef { value: &self.value, flags: info.flags, cas })
             }
             _ => None,
         })

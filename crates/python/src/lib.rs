@@ -16,8 +16,10 @@ use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use shoal_client::{
-    Error as ClientError, FillOptions, Hashing, Item, Lease, LeaseStored, Options, Pool, PoolOptions, Stored,
+    Error as ClientError, FillOptions, Hashing, Item, ItemRef, Lease, LeaseStored, Options, Pool,
+    PoolOptions, Stored,
 };
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -49,20 +51,22 @@ pub(crate) fn raise(e: ClientError) -> PyErr {
 }
 
 /// Key bytes from a `str` (UTF-8) or `bytes`.
-pub(crate) fn key_bytes(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+pub(crate) fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
     text_or_bytes(key, "keys")
 }
 
 /// Value bytes from `bytes` or a `str` (UTF-8).
 fn value_bytes(value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    text_or_bytes(value, "values")
+    text_or_bytes(value, "values").map(Cow::into_owned)
 }
 
-fn text_or_bytes(object: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+/// The bytes of a `bytes` object, or the UTF-8 of a `str` (which Python caches in the
+/// object), borrowed: a batch of keys is read without copying any.
+fn text_or_bytes<'a>(object: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, [u8]>> {
     if let Ok(b) = object.cast::<PyBytes>() {
-        Ok(b.as_bytes().to_vec())
+        Ok(Cow::Borrowed(b.as_bytes()))
     } else if let Ok(s) = object.cast::<PyString>() {
-        Ok(s.to_cow()?.as_bytes().to_vec())
+        Ok(Cow::Borrowed(s.to_str()?.as_bytes()))
     } else {
         let type_name = object.get_type().name()?;
         Err(PyTypeError::new_err(format!("{what} are bytes or str, not {type_name}")))
@@ -288,12 +292,12 @@ impl Client {
 
     /// `{key: value}` for the keys that exist, keyed as given.
     fn get_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
-        self.many(py, keys, |py, item| Ok(bytes(py, &item.value)))
+        self.many(py, keys, |py, item| Ok(bytes(py, item.value)))
     }
 
     /// `{key: (value, cas)}` for the keys that exist, keyed as given.
     fn gets_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
-        self.many(py, keys, |py, item| Ok((bytes(py, &item.value), item.cas).into_pyobject(py)?.into_any()))
+        self.many(py, keys, |py, item| Ok((bytes(py, item.value), item.cas).into_pyobject(py)?.into_any()))
     }
 
     /// Stores `value` under `key`; True.
@@ -325,8 +329,10 @@ impl Client {
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let _ = noreply;
         let objects: Vec<Bound<'py, PyAny>> = values.keys().iter().collect();
-        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
-            values.iter().map(|(k, v)| Ok((key_bytes(&k)?, value_bytes(&v)?))).collect::<PyResult<_>>()?;
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = values
+            .iter()
+            .map(|(k, v)| Ok((key_bytes(&k)?.into_owned(), value_bytes(&v)?)))
+            .collect::<PyResult<_>>()?;
         let failed = self.call(py, |c| {
             let items: Vec<(&[u8], &[u8])> =
                 pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
@@ -525,8 +531,8 @@ impl Client {
         noreply: Option<bool>,
     ) -> PyResult<bool> {
         let _ = noreply;
-        let raw: Vec<Vec<u8>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        let failed = self.call(py, |c| c.delete_many(&raw.iter().map(Vec::as_slice).collect::<Vec<_>>()))?;
+        let raw: Vec<Cow<'_, [u8]>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
+        let failed = self.call(py, |c| c.delete_many(&raw.iter().map(|k| &**k).collect::<Vec<_>>()))?;
         match failed.first() {
             None => Ok(true),
             Some(key) => Err(ConnectionFailed::new_err(format!(
@@ -658,16 +664,23 @@ impl Client {
         &self,
         py: Python<'py>,
         keys: Vec<Bound<'py, PyAny>>,
-        entry: impl Fn(Python<'py>, &Item) -> PyResult<Bound<'py, PyAny>>,
+        entry: impl Fn(Python<'py>, ItemRef<'_>) -> PyResult<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let raw: Vec<Vec<u8>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        let found = self.call(py, |c| {
-            let refs: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
-            c.get_many_indexed(&refs)
+        let raw: Vec<Cow<'_, [u8]>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
+        // Hits are gathered without the interpreter: values back to back in one buffer.
+        let mut values = Vec::new();
+        let mut hits: Vec<(usize, u32, u64, std::ops::Range<usize>)> = Vec::with_capacity(keys.len());
+        self.call(py, |c| {
+            let refs: Vec<&[u8]> = raw.iter().map(|k| &**k).collect();
+            c.get_many_each(&refs, |i, item| {
+                let start = values.len();
+                values.extend_from_slice(item.value);
+                hits.push((i, item.flags, item.cas, start..values.len()));
+            })
         })?;
         let dict = PyDict::new(py);
-        for (i, item) in found {
-            dict.set_item(&keys[i], entry(py, &item)?)?;
+        for (i, flags, cas, range) in hits {
+            dict.set_item(&keys[i], entry(py, ItemRef { value: &values[range], flags, cas })?)?;
         }
         Ok(dict)
     }

@@ -4,7 +4,7 @@
 
 use super::{clamp_exptime, unreachable, Pool};
 use crate::client::{
-    deleted_answer, retrieval_request, storage_request, stored_answer, Client, Item, Stored,
+    deleted_answer, retrieval_request, storage_request, stored_answer, Client, Item, ItemRef, Stored,
 };
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
@@ -30,23 +30,48 @@ impl Pool {
 
     /// [`Pool::get_many`], each hit named by its index in `keys` (no key is copied).
     pub fn get_many_indexed(&mut self, keys: &[&[u8]]) -> Result<Vec<(usize, Item)>> {
-        let owners = self.owners(keys)?;
         let mut found = Vec::with_capacity(keys.len());
+        self.get_many_each(keys, |i, item| found.push((i, item.to_item())))?;
+        Ok(found)
+    }
+
+    /// [`Pool::get_many`] without copies: each hit is handed to `hit` with its index in
+    /// `keys` and its value borrowed (from a local reader's buffer, or the server's answer),
+    /// so a caller that keeps values its own way (Python's `bytes`) copies each value once
+    /// and a batch read from shared memory allocates nothing per key.
+    pub fn get_many_each(&mut self, keys: &[&[u8]], mut hit: impl FnMut(usize, ItemRef<'_>)) -> Result<()> {
+        self.get_many_dyn(keys, &mut hit)
+    }
+
+    /// [`Pool::get_many_each`] behind a trait object: the Gutter pool is read through the same
+    /// function, and a generic one would instantiate itself without end.
+    fn get_many_dyn(&mut self, keys: &[&[u8]], hit: &mut dyn FnMut(usize, ItemRef<'_>)) -> Result<()> {
+        let owners = self.owners(keys)?;
+        // During a transition, keys that missed are asked of their old owners afterwards.
+        let moving = self.active.is_some_and(|a| a.before.is_some());
+        let mut was_hit = vec![false; if moving { keys.len() } else { 0 }];
+        let mut note = |i: usize, item: ItemRef<'_>| {
+            if moving {
+                was_hit[i] = true;
+            }
+            hit(i, item)
+        };
         let mut failed = Vec::new();
         let mut failure = None;
-        let mut remote: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
+        let mut remote: Vec<Vec<usize>> = Vec::new();
         for (member, indexes) in owners.into_iter().enumerate() {
             if indexes.is_empty() {
                 continue;
             }
             let (client, retry) = (&self.client, self.retry_interval);
             // Local reads need the connection's discovery: `run` opens it first if needed.
-            match self.members[member].run(
-                client,
-                retry,
-                |c| Ok(c.local_get_each(keys, &indexes, &mut found)),
-            ) {
-                Ok(rest) => remote[member] = rest,
+            match self.members[member].run(client, retry, |c| Ok(c.local_get_each(keys, &indexes, &mut note)))
+            {
+                Ok(rest) if rest.is_empty() => {}
+                Ok(rest) => {
+                    remote.resize(self.members.len(), Vec::new());
+                    remote[member] = rest;
+                }
                 Err(e) if unreachable(&e) => {
                     failed.extend(indexes);
                     failure.get_or_insert(e);
@@ -54,7 +79,7 @@ impl Pool {
                 Err(e) => return Err(e),
             }
         }
-        if let Some(udp) = &self.udp {
+        if let (Some(udp), false) = (&self.udp, remote.is_empty()) {
             // Over UDP, what is not answered is a miss; only unix-socket members stay on TCP.
             let mut by_udp = vec![Vec::new(); remote.len()];
             for (member, indexes) in remote.iter_mut().enumerate() {
@@ -62,14 +87,18 @@ impl Pool {
                     by_udp[member] = std::mem::take(indexes);
                 }
             }
+            let mut found = Vec::new();
             self.udp_get(keys, by_udp, &mut found);
+            found.iter().for_each(|(i, item)| note(*i, item.as_ref()));
         }
         let requests = chunked(remote, |_, chunk| {
             retrieval_request(b"gets ", &chunk.iter().map(|&i| keys[i]).collect::<Vec<_>>())
         });
         for (request, answer) in self.exchange_windowed(requests, |c, _| c.read_values()) {
             match answer {
-                Ok(items) => found.extend(indexed(keys, &request.keys, items)),
+                Ok(items) => {
+                    indexed(keys, &request.keys, items).iter().for_each(|(i, item)| note(*i, item.as_ref()))
+                }
                 Err(e) if unreachable(&e) => {
                     failed.extend(request.keys);
                     failure.get_or_insert(e);
@@ -83,26 +112,23 @@ impl Pool {
                 Some(gutter) => {
                     self.counters.gutter_reads += failed.len() as u64;
                     // A failing Gutter pool means misses: the caller goes to the database.
-                    let hits = gutter.get_many_indexed(&failed_keys).unwrap_or_default();
-                    found.extend(hits.into_iter().map(|(j, item)| (failed[j], item)));
+                    let _ = gutter.get_many_dyn(&failed_keys, &mut |j, item| note(failed[j], item));
                 }
                 None if self.miss_when_down => self.counters.down_misses += failed.len() as u64,
                 None => return Err(failure.expect("a failed key has its error")),
             }
         }
-        if self.active.is_some_and(|a| a.before.is_some()) {
+        if moving {
             // Keys that moved in the transition under way and missed: ask their old owners.
-            let mut hit = vec![false; keys.len()];
-            found.iter().for_each(|(i, _)| hit[*i] = true);
             for (i, key) in keys.iter().enumerate() {
-                if !hit[i] {
+                if !was_hit[i] {
                     if let Some(item) = self.read_moved(key) {
-                        found.push((i, item));
+                        hit(i, item.as_ref());
                     }
                 }
             }
         }
-        Ok(found)
+        Ok(())
     }
 
     /// Sets every `(key, value)` with `flags` and `exptime`, in parallel across servers;
