@@ -16,13 +16,14 @@
 //! A name this router does not know — a route handle type, a hash function, a pool, a named
 //! handle — is refused with the name and its place in the file (`route.children[1].type`).
 
+use crate::provisioned::{Provisioned, Transition};
 use crate::route::{AllMode, Child, ExptimeAction, FailoverErrors, Op, Route};
 use serde_json::{Map, Value};
 use shoal_route::{Hashing, Placement, Server};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// A configuration that cannot be used, and where in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +73,8 @@ pub struct Config {
     pub prefixed: Vec<(String, Child)>,
     /// The route of keys without a routing prefix (`route`, or the first of `routes`).
     pub default: Child,
+    /// Every power-proportional pool route (`active`/`transition`), for `stats` and digests.
+    pub provisioned: Vec<Arc<Provisioned>>,
 }
 
 impl Config {
@@ -139,7 +142,16 @@ impl Config {
             (Some(_), Some(_)) => return error("", "give either \"route\" or \"routes\", not both"),
             _ => return error("", "no \"route\" (or non-empty \"routes\"): nothing to send requests to"),
         };
-        Ok(Config { destinations: builder.destinations, prefixed, default })
+        Ok(Config { destinations: builder.destinations, prefixed, default, provisioned: builder.provisioned })
+    }
+
+    /// Fetches the old owners' digests of every power-proportional pool in a transition
+    /// (blocking, half a second per server at most): done as a configuration is put in
+    /// service, never by `--validate`.
+    pub fn fetch_digests(&self) {
+        for pool in &self.provisioned {
+            pool.fetch_digests(Duration::from_millis(500));
+        }
     }
 
     /// The route for a key's routing prefix (`None` for a key without one: the default).
@@ -180,9 +192,21 @@ fn prefix_matches(alias: &str, region: &[u8], cluster: &[u8]) -> bool {
 /// A pool as the file describes it.
 #[derive(Debug, Clone)]
 struct PoolSpec {
+    /// The pool's name (its path in the file, for a pool given inline).
+    name: String,
     destinations: Vec<usize>,
     servers: Vec<Server>,
     keep_routing_prefix: bool,
+    /// `active` and `transition` (a power-proportional pool, `hash: proteus`).
+    provisioning: Option<Provisioning>,
+}
+
+/// What `shoal provision` writes into a pool: the servers on, and the transition under way.
+#[derive(Debug, Clone, Copy)]
+struct Provisioning {
+    active: Option<usize>,
+    /// `from` active servers, `until` this Unix time (seconds).
+    transition: Option<(usize, f64)>,
 }
 
 #[derive(Default)]
@@ -190,6 +214,7 @@ struct Builder {
     destinations: Vec<Destination>,
     pools: HashMap<String, PoolSpec>,
     named: HashMap<String, Child>,
+    provisioned: Vec<Arc<Provisioned>>,
 }
 
 /// mcrouter's default timeouts.
@@ -199,7 +224,8 @@ impl Builder {
     fn read_pools(&mut self, pools: &Value) -> Result<()> {
         let Value::Object(pools) = pools else { return error("pools", "an object of pools by name") };
         for (name, pool) in pools {
-            let spec = self.pool(pool, &format!("pools.{name}"))?;
+            let mut spec = self.pool(pool, &format!("pools.{name}"))?;
+            spec.name = name.clone();
             self.pools.insert(name.clone(), spec);
         }
         Ok(())
@@ -215,6 +241,8 @@ impl Builder {
                 "keep_routing_prefix",
                 "weights",
                 "protocol",
+                "active",
+                "transition",
             ];
             if !known.contains(&key.as_str()) {
                 return error(&format!("{path}.{key}"), format!("unsupported pool field {key:?}"));
@@ -242,7 +270,14 @@ impl Builder {
             Some(Value::Array(w)) if w.len() == list.len() => Some(w),
             Some(_) => return error(&format!("{path}.weights"), "one weight per server"),
         };
-        let mut spec = PoolSpec { destinations: Vec::new(), servers: Vec::new(), keep_routing_prefix };
+        let provisioning = provisioning(fields, list.len(), path)?;
+        let mut spec = PoolSpec {
+            name: path.to_string(),
+            destinations: Vec::new(),
+            servers: Vec::new(),
+            keep_routing_prefix,
+            provisioning,
+        };
         for (i, server) in list.iter().enumerate() {
             let here = format!("{path}.servers[{i}]");
             let text = server
@@ -281,6 +316,39 @@ impl Builder {
             Value::Object(_) => self.pool(pool, path),
             _ => error(path, "a pool's name or a pool object"),
         }
+    }
+
+    /// A pool's servers placed by `hashing`; a pool with `active`/`transition` must be placed
+    /// by Proteus, whose ring gives owners for any number of active servers.
+    fn pool_route(&mut self, pool: &PoolSpec, hashing: Hashing, path: &str) -> Result<Route> {
+        let placement = Placement::new(hashing, pool.servers.clone())
+            .map_err(|e| ConfigError { path: path.to_string(), message: e.to_string() })?;
+        let provisioned = match pool.provisioning {
+            None => None,
+            Some(_) if hashing != Hashing::Proteus => {
+                return error(
+                    path,
+                    format!(
+                        "pool {:?} has \"active\" or \"transition\", which need \"hash\": \"proteus\" (not {hashing})",
+                        pool.name
+                    ),
+                )
+            }
+            Some(p) => {
+                let until = |secs: f64| SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs);
+                let provisioned = Arc::new(Provisioned {
+                    pool: pool.name.clone(),
+                    active: p.active.unwrap_or(pool.servers.len()),
+                    transition: p.transition.map(|(from, secs)| Transition::new(from, until(secs))),
+                    addresses: pool.servers.iter().map(|s| s.address.clone()).collect(),
+                    migrated: Default::default(),
+                    digest_skips: Default::default(),
+                });
+                self.provisioned.push(provisioned.clone());
+                Some(provisioned)
+            }
+        };
+        Ok(Route::Hash { children: Self::pool_children(pool), placement: placement.into(), provisioned })
     }
 
     /// One destination per server of the pool, as children.
@@ -365,17 +433,13 @@ impl Builder {
             "PoolRoute" => {
                 let pool = self.pool_ref(fields.get("pool").unwrap_or(&Value::Null), &at("pool"))?;
                 let hashing = hash_function(fields.get("hash"), &at("hash"))?;
-                let placement = Placement::new(hashing, pool.servers.clone())
-                    .map_err(|e| ConfigError { path: at("pool"), message: e.to_string() })?;
-                Route::Hash { children: Self::pool_children(&pool), placement: placement.into() }
+                self.pool_route(&pool, hashing, &at("pool"))?
             }
             "HashRoute" if fields.contains_key("pool") => {
                 let pool = self.pool_ref(&fields["pool"], &at("pool"))?;
                 let hashing =
                     hash_function(fields.get("hash_func").or(fields.get("hash")), &at("hash_func"))?;
-                let placement = Placement::new(hashing, pool.servers.clone())
-                    .map_err(|e| ConfigError { path: at("pool"), message: e.to_string() })?;
-                Route::Hash { children: Self::pool_children(&pool), placement: placement.into() }
+                self.pool_route(&pool, hashing, &at("pool"))?
             }
             "HashRoute" => {
                 let children = self.children(fields.get("children"), &at("children"))?;
@@ -386,7 +450,7 @@ impl Builder {
                 let names = (0..children.len()).map(|i| Server::tcp(&format!("child{i}"), 1)).collect();
                 let placement = Placement::new(hashing, names)
                     .map_err(|e| ConfigError { path: at("children"), message: e.to_string() })?;
-                Route::Hash { children, placement: placement.into() }
+                Route::Hash { children, placement: placement.into(), provisioned: None }
             }
             "FailoverRoute" => Route::Failover {
                 children: self.children(fields.get("children"), &at("children"))?,
@@ -492,6 +556,51 @@ impl Builder {
         }
         Ok(route)
     }
+}
+
+/// A pool's `active` (1 to its server count) and `transition` (`{"from": n, "until": unix
+/// seconds}`, from another count), as `shoal provision` writes them.
+fn provisioning(fields: &Map<String, Value>, servers: usize, path: &str) -> Result<Option<Provisioning>> {
+    let count = |value: &Value, at: String| -> Result<usize> {
+        match value.as_u64() {
+            Some(n) if n >= 1 && n as usize <= servers => Ok(n as usize),
+            _ => error(&at, format!("a number of active servers, 1 to the pool's {servers}")),
+        }
+    };
+    let active = match fields.get("active") {
+        None => None,
+        Some(v) => Some(count(v, format!("{path}.active"))?),
+    };
+    let transition = match fields.get("transition") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(t)) => {
+            if let Some(key) = t.keys().find(|k| !["from", "until"].contains(&k.as_str())) {
+                return error(
+                    &format!("{path}.transition.{key}"),
+                    "a transition has only \"from\" and \"until\"",
+                );
+            }
+            let from = count(t.get("from").unwrap_or(&Value::Null), format!("{path}.transition.from"))?;
+            let Some(until) = t.get("until").and_then(Value::as_f64).filter(|u| u.is_finite() && *u >= 0.0)
+            else {
+                return error(
+                    &format!("{path}.transition.until"),
+                    "when the transition ends, in Unix seconds",
+                );
+            };
+            if active.is_none() {
+                return error(
+                    &format!("{path}.transition"),
+                    "a transition needs the pool's \"active\" count",
+                );
+            }
+            Some((from, until))
+        }
+        Some(_) => {
+            return error(&format!("{path}.transition"), "an object {\"from\": n, \"until\": unix seconds}")
+        }
+    };
+    Ok((active.is_some() || transition.is_some()).then_some(Provisioning { active, transition }))
 }
 
 /// A hash function by mcrouter's name (`Ch3`, `WeightedCh3`, in `"hash": "…"` or

@@ -18,6 +18,7 @@
 
 mod config;
 mod dest;
+mod provisioned;
 mod proxy;
 mod reply;
 mod request;
@@ -107,6 +108,9 @@ impl Router {
         stat("spool_pending", depths.iter().map(|(_, n)| n).sum::<u64>().to_string());
         stat("spool_delivered", self.shared.spools.delivered.load(Ordering::Relaxed).to_string());
         stat("spool_refused", self.shared.spools.refused.load(Ordering::Relaxed).to_string());
+        for pool in &self.config().provisioned {
+            stat("pool", pool.stats());
+        }
         for (address, health) in destinations {
             let spooled = depths.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n);
             stat(
@@ -148,6 +152,7 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
     // look like the file it started with, and never load.
     let started_with = (fingerprint(&path), std::fs::metadata(&path).and_then(|m| m.modified()).ok());
     let config = load(&path)?;
+    config.fetch_digests();
     if args.threads == 0 {
         return Err("-t: at least one worker thread".into());
     }
@@ -294,6 +299,7 @@ fn watch(path: &Path, settle: Duration, router: &Router, started_with: (Option<u
             (loaded, modified) = (now, stamp);
             match load(path) {
                 Ok(config) => {
+                    config.fetch_digests();
                     *router.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
                     router.reloads.fetch_add(1, Ordering::Relaxed);
                     eprintln!("shoal router: loaded {} ({:?})", path.display(), SystemTime::now());

@@ -7,6 +7,7 @@
 //! or the router is killed.
 
 use crate::dest::Ctx;
+use crate::provisioned::Provisioned;
 pub use crate::request::Op;
 use crate::request::{ErrorKind, Reply, Request};
 use shoal_route::Placement;
@@ -76,8 +77,9 @@ pub type Child = Arc<Route>;
 pub enum Route {
     /// One server (index into the configuration's destinations).
     Destination { dest: usize, keep_routing_prefix: bool },
-    /// `PoolRoute` / `HashRoute`: the child the placement names for the key.
-    Hash { children: Vec<Child>, placement: Arc<Placement> },
+    /// `PoolRoute` / `HashRoute`: the child the placement names for the key (of a
+    /// power-proportional pool: among its active servers, see `provisioned.rs`).
+    Hash { children: Vec<Child>, placement: Arc<Placement>, provisioned: Option<Arc<Provisioned>> },
     /// `FailoverRoute` (and `FailoverWithExptimeRoute`): the first child, then the next while
     /// the reply is an error of a covered kind.
     Failover { children: Vec<Child>, errors: FailoverErrors },
@@ -122,14 +124,19 @@ impl Route {
                 Route::Destination { dest, keep_routing_prefix } => {
                     ctx.send(*dest, request, *keep_routing_prefix).await
                 }
-                Route::Hash { children, placement } => {
-                    let child = &children[placement.owner(request.routed_key())];
-                    if !ctx.fail_open && mostly_tko(children, ctx) {
+                Route::Hash { children, placement, provisioned } => {
+                    let open;
+                    let ctx = if !ctx.fail_open && mostly_tko(children, ctx) {
                         // Too much of the pool is marked down to trust the marks: fail open.
-                        let open = Ctx { fail_open: true, ..ctx.clone() };
-                        return child.execute(request, &open).await;
+                        open = Ctx { fail_open: true, ..ctx.clone() };
+                        &open
+                    } else {
+                        ctx
+                    };
+                    match (provisioned, placement.proteus()) {
+                        (Some(p), Some(ring)) => p.execute(ring, children, request, ctx).await,
+                        _ => children[placement.owner(request.routed_key())].execute(request, ctx).await,
                     }
-                    child.execute(request, ctx).await
                 }
                 Route::Failover { children, errors } => failover(children, *errors, request, ctx).await,
                 Route::Latest { children, failover_count } => {
@@ -196,8 +203,13 @@ impl Route {
     pub fn destinations(&self, request: &Request, out: &mut Vec<usize>) {
         match self {
             Route::Destination { dest, .. } => out.push(*dest),
-            Route::Hash { children, placement } => {
-                children[placement.owner(request.routed_key())].destinations(request, out)
+            Route::Hash { children, placement, provisioned } => {
+                let key = request.routed_key();
+                let owner = match (provisioned, placement.proteus()) {
+                    (Some(p), Some(ring)) => ring.owner_with(p.active, key).unwrap_or(0),
+                    _ => placement.owner(key),
+                };
+                children[owner].destinations(request, out)
             }
             Route::Failover { children, .. }
             | Route::MissFailover(children)
