@@ -6,6 +6,7 @@
 //! ```text
 //! shoal region create|info|set|get|bench ──► shoal_region::{Writer, Reader}
 //! shoal mr run|worker|info|apps ──► shoal_mapreduce::{Coordinator, Worker}
+//! shoal provision ──► shoal_controller::provision
 //! ```
 
 mod bench;
@@ -42,6 +43,9 @@ enum Command {
     Mr(mr_cmd::MrArgs),
     /// Ask the routing core which server of a pool owns a key (`shoal route owner`).
     Route(route_cmd::RouteArgs),
+    /// Turn a Proteus pool's servers on and off with the load, announcing each transition to
+    /// the routers.
+    Provision(shoal_controller::provision::ProvisionArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Invalidator(args) => shoal_invalidator::run(args),
         Command::Mr(args) => mr_cmd::run(args),
         Command::Route(args) => route_cmd::run(args),
+        Command::Provision(args) => shoal_controller::provision::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
