@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod balance;
 mod connection;
 pub mod engine;
 pub mod fill;
@@ -69,6 +70,9 @@ enum BenchCommand {
     /// The Nahanni paper's look-aside experiment: YCSB clients reading through a cache in
     /// front of SQLite or PostgreSQL; average total read latency and its breakdown.
     Ycsb(ycsb::YcsbOptions),
+    /// How evenly each placement spreads keys and requests over n of N servers (Proteus vs
+    /// ketama, jump, modulo), and the Proteus digest's size and false-positive rate.
+    Balance(balance::BalanceOptions),
 }
 
 /// Runs a `shoal bench` subcommand and prints its report on stdout, as text or (`--json`) JSON.
@@ -79,6 +83,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Latency(o) => latency::run_latency(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Pool(o) => pool::run_pool_bench(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Ycsb(o) => ycsb::run_ycsb(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+        BenchCommand::Balance(o) => balance::run_balance(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
     };
     if as_json {
         println!("{json:#}");

@@ -31,6 +31,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Bytes per YCSB key (`user…`, zero-padded), as YCSB's own keys are about.
+pub const KEY_BYTES: usize = 24;
+
 /// YCSB's core workloads as the paper used them, plus a 50/50 mix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Workload {
@@ -256,7 +259,7 @@ pub fn run_ycsb(o: &YcsbOptions) -> Result<YcsbReport, String> {
             DatastoreKind::Sqlite(o.sqlite.clone())
         }
     };
-    let space = KeySpace::new(o.records, 24)?;
+    let space = KeySpace::new(o.records, KEY_BYTES)?;
     if o.load {
         let bar = progress_bar("load", None);
         bar.set_message(format!("{} records of {} B into {kind}", o.records, o.record_size));
