@@ -27,6 +27,7 @@ use datastore::{Datastore, DatastoreKind};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use shoal_client::{Client, Options};
+use shoal_controller::provision::signal::Schedule;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -111,6 +112,11 @@ pub struct YcsbOptions {
     /// Measured operations per client.
     #[arg(long, default_value_t = 20_000)]
     pub operations: u64,
+    /// Follow a load over time instead of --rate and --operations: a file of `<seconds>
+    /// <operations per second, all clients together>` lines (as `shoal provision --schedule`
+    /// reads); the run ends at the last line's time.
+    #[arg(long, value_name = "FILE")]
+    pub rate_schedule: Option<PathBuf>,
     /// Operations per client before the measured ones (they fill the cache).
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
@@ -154,11 +160,19 @@ pub struct YcsbTally {
     /// Datastore reads in each second since the measured operations began (the database's
     /// read rate over time: what a cache failure does to it).
     pub datastore_reads_per_second: Vec<u64>,
+    /// Read latency in each second since the measured operations began (a transition's
+    /// latency spike over time).
+    pub read_latency_per_second: Vec<Histogram<u64>>,
+}
+
+/// A latency histogram in nanoseconds.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits")
 }
 
 impl Default for YcsbTally {
     fn default() -> Self {
-        let histogram = || Histogram::new(3).expect("3 significant digits");
+        let histogram = latency_histogram;
         YcsbTally {
             reads: 0,
             hits: 0,
@@ -170,6 +184,7 @@ impl Default for YcsbTally {
             write_latency: histogram(),
             cache_errors: 0,
             datastore_reads_per_second: Vec::new(),
+            read_latency_per_second: Vec::new(),
         }
     }
 }
@@ -191,6 +206,13 @@ impl YcsbTally {
         }
         for (sum, n) in timeline.iter_mut().zip(&other.datastore_reads_per_second) {
             *sum += n;
+        }
+        let latencies = &mut self.read_latency_per_second;
+        if latencies.len() < other.read_latency_per_second.len() {
+            latencies.resize_with(other.read_latency_per_second.len(), latency_histogram);
+        }
+        for (sum, h) in latencies.iter_mut().zip(&other.read_latency_per_second) {
+            sum.add(h).expect("same histogram shape");
         }
     }
 
@@ -274,7 +296,12 @@ pub fn run_ycsb(o: &YcsbOptions) -> Result<YcsbReport, String> {
     }
     let (read_ratio, distribution) = o.workload.shape();
     let chooser = KeyChooser::new(distribution, o.records);
-    let bar = progress_bar("ycsb", Some(o.operations * o.clients as u64));
+    let schedule = o.rate_schedule.as_deref().map(|p| Schedule::read(p, "--rate-schedule")).transpose()?;
+    let bar = match &schedule {
+        Some(_) => progress_bar("ycsb", None),
+        None => progress_bar("ycsb", Some(o.operations * o.clients as u64)),
+    };
+    let schedule = schedule.as_ref();
     let results = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..o.clients)
             .map(|i| {
@@ -290,6 +317,7 @@ pub fn run_ycsb(o: &YcsbOptions) -> Result<YcsbReport, String> {
                         rng: Rng::new(0x7c5b_0000 + i as u64),
                         version: 0,
                         measured_since: None,
+                        schedule,
                     };
                     client.run(&bar)
                 })
@@ -330,6 +358,8 @@ struct ClientRun<'a> {
     version: u64,
     /// When the measured operations began (for the datastore's reads per second).
     measured_since: Option<Instant>,
+    /// The load to follow, if any (--rate-schedule).
+    schedule: Option<&'a Schedule>,
 }
 
 impl ClientRun<'_> {
@@ -341,12 +371,12 @@ impl ClientRun<'_> {
             self.operation(Instant::now(), &mut discard)?;
         }
         let mut tally = YcsbTally::default();
-        let interval = Duration::from_secs_f64(1.0 / self.options.rate);
         let start = Instant::now();
         self.measured_since = Some(start);
         let mut behind = 0;
-        for n in 0..self.options.operations {
-            let due = start + interval * n as u32;
+        let mut pace = Pace::new(self.options, self.schedule);
+        while let Some(offset) = pace.next_due() {
+            let due = start + offset;
             let now = Instant::now();
             // An operation that had to wait for its turn is timed from when it woke (the
             // sleep's overshoot is not the system's); one that is late is timed from when it
@@ -359,8 +389,8 @@ impl ClientRun<'_> {
                 due
             };
             self.operation(from, &mut tally)?;
-            if n % 256 == 0 {
-                bar.inc(256.min(self.options.operations - n));
+            if pace.done.is_multiple_of(256) {
+                bar.inc(256);
             }
         }
         Ok((tally, behind))
@@ -373,6 +403,14 @@ impl ClientRun<'_> {
             self.read(key.as_bytes(), tally)?;
             tally.reads += 1;
             record_latency(&mut tally.read_latency, from);
+            if let Some(since) = self.measured_since {
+                let second = from.saturating_duration_since(since).as_secs() as usize;
+                let per_second = &mut tally.read_latency_per_second;
+                if per_second.len() <= second {
+                    per_second.resize_with(second + 1, latency_histogram);
+                }
+                record_latency(&mut per_second[second], from);
+            }
         } else {
             let key = self.space.key(self.chooser.next_set(&mut self.rng));
             self.version += 1;
@@ -423,6 +461,55 @@ impl ClientRun<'_> {
     }
 }
 
+/// When each of a client's measured operations is due: every 1/--rate seconds for
+/// --operations, or following --rate-schedule (this client's share of it) to its end.
+struct Pace<'a> {
+    operations: u64,
+    interval: Duration,
+    schedule: Option<&'a Schedule>,
+    clients: f64,
+    /// Seconds from the start to the next operation under a schedule.
+    next: f64,
+    /// Operations handed out so far.
+    done: u64,
+}
+
+impl<'a> Pace<'a> {
+    fn new(o: &YcsbOptions, schedule: Option<&'a Schedule>) -> Pace<'a> {
+        Pace {
+            operations: o.operations,
+            interval: Duration::from_secs_f64(1.0 / o.rate),
+            schedule,
+            clients: o.clients as f64,
+            next: 0.0,
+            done: 0,
+        }
+    }
+
+    /// The next operation's time after the start, or `None` when the run is over.
+    fn next_due(&mut self) -> Option<Duration> {
+        let due = match self.schedule {
+            None if self.done >= self.operations => return None,
+            None => self.interval * self.done as u32,
+            Some(schedule) => loop {
+                if self.next >= schedule.end() {
+                    return None;
+                }
+                let rate = schedule.rate_at(self.next) / self.clients;
+                if rate > 0.0 {
+                    let due = Duration::from_secs_f64(self.next);
+                    self.next += 1.0 / rate;
+                    break due;
+                }
+                // Nothing to do until the next step.
+                self.next = schedule.next_step_after(self.next).unwrap_or(f64::INFINITY);
+            },
+        };
+        self.done += 1;
+        Some(due)
+    }
+}
+
 fn record_latency(histogram: &mut Histogram<u64>, from: Instant) {
     histogram.record((from.elapsed().as_nanos() as u64).max(1)).expect("an unbounded histogram");
 }
@@ -450,6 +537,9 @@ impl YcsbReport {
             "behind_schedule": self.behind_schedule,
             "cache_errors": t.cache_errors,
             "datastore_reads_per_second": t.datastore_reads_per_second,
+            "read_p999_us_per_second": t.read_latency_per_second.iter()
+                .map(|h| h.value_at_quantile(0.999) as f64 / 1e3).collect::<Vec<_>>(),
+            "rate_schedule": o.rate_schedule,
         })
     }
 }
@@ -492,6 +582,25 @@ impl fmt::Display for YcsbReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_schedule_paces_each_client_by_its_share() {
+        let o = YcsbOptions::parse_from(["ycsb", "--clients", "3", "--rate", "10", "--operations", "4"]);
+        let fixed: Vec<Duration> = std::iter::from_fn({
+            let mut pace = Pace::new(&o, None);
+            move || pace.next_due()
+        })
+        .collect();
+        assert_eq!(fixed, [0, 100, 200, 300].map(Duration::from_millis));
+        // 300/s for a second (100/s per client), nothing for a second, 600/s for a second.
+        let schedule = Schedule::parse("0 300\n1 0\n2 600\n3 0\n", "test").unwrap();
+        let mut pace = Pace::new(&o, Some(&schedule));
+        let dues: Vec<f64> = std::iter::from_fn(|| pace.next_due()).map(|d| d.as_secs_f64()).collect();
+        assert_eq!(dues.iter().filter(|&&t| t < 1.0).count(), 100);
+        assert_eq!(dues.iter().filter(|&&t| (1.0..2.0).contains(&t)).count(), 0);
+        assert!((199..=201).contains(&dues.iter().filter(|&&t| (2.0..3.0).contains(&t)).count()));
+        assert!(dues.iter().all(|&t| t <= 3.0), "{:?}", &dues[dues.len() - 3..]);
+    }
 
     #[test]
     fn timelines_and_errors_add_up_across_clients() {
