@@ -40,6 +40,11 @@ pub struct ProvisionArgs {
     /// The pool's name in the router configurations.
     #[arg(long, default_value = "A")]
     pub pool: String,
+    /// How routers are told: transition (Proteus, old owners asked while it lasts), active
+    /// (Proteus without that), servers (the pool's list cut to the servers on, for any
+    /// hashing; needs --servers).
+    #[arg(long, value_enum, default_value = "transition")]
+    pub announce: announce::Announce,
     /// Requests per second one server should carry.
     #[arg(long, value_name = "RPS")]
     pub target_rps: f64,
@@ -169,8 +174,17 @@ pub fn run(args: ProvisionArgs) -> Result<(), String> {
 /// configuration must list the same, in the same order).
 fn pool_servers(args: &ProvisionArgs) -> Result<Vec<String>, String> {
     let mut servers = args.servers.clone();
+    if args.announce == announce::Announce::Servers && servers.is_empty() {
+        return Err(
+            "--announce servers rewrites the routers' server lists: give the whole pool with --servers"
+                .into(),
+        );
+    }
     for path in &args.router_configs {
         let listed = announce::pool_servers(path, &args.pool)?;
+        if args.announce == announce::Announce::Servers {
+            continue; // the list is this provisioner's to write
+        }
         if servers.is_empty() {
             servers = listed;
         } else if listed != servers {
@@ -267,7 +281,7 @@ impl Provisioner {
             state.save(path)?;
         }
         for path in &self.args.router_configs {
-            announce::announce(path, &self.args.pool, state)?;
+            announce::announce(path, &self.args.pool, state, self.args.announce)?;
         }
         self.status.lock().unwrap_or_else(|p| p.into_inner()).state = state.clone();
         Ok(())
