@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Proteus's Fig. 9 on loopback: a look-aside workload (`shoal bench ycsb`, read-heavy, over
+# PostgreSQL) whose rate rises and falls like a day compressed into minutes, through
+# `shoal router` to 8 `shoal server`s with a small -m that `shoal provision` turns on and off
+# one at a time as the load needs. Four runs, each from empty servers on the same schedule:
+#   modulo            the router's pool cut to the servers on, modulo hashing
+#   ketama            the same with libmemcached's weighted ketama
+#   proteus           Proteus placement, servers turned on and off without smooth transitions
+#   proteus-digests   Proteus with its transitions: old owners asked (through their digests)
+# Prints a table (database reads/s during each transition ÷ right after it at the same load,
+# p99.9 read latency, server-seconds against always-on) and draws docs/proteus.png.
+#   STEP     seconds per load level (default 12); a transition's drain is half of it
+#   TARGET   requests per second per server (default 300)
+#   MEM      -m of each server, MB (default 16)
+# `bench/proteus.sh --report <run directory>` prints a run's table again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step=${STEP:-12} target=${TARGET:-300} mem=${MEM:-16}
+drain=$((step / 2))
+records=100000 servers=8
+variants=(modulo ketama proteus proteus-digests)
+say() { printf '%s\n' "$*" >&2; }
+
+if [ "${1:-}" = --report ]; then
+  python3 bench/proteus-plot.py "$2" docs/proteus.png "$servers" "$drain"
+  exit
+fi
+out=target/bench/proteus-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$out"
+command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
+python3 -c 'import matplotlib' 2>/dev/null ||
+  python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
+cargo build --release --quiet -p shoal
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$pg_dir"; }
+trap cleanup EXIT
+PG_OPTIONS=()
+source bench/lib/postgres.sh
+
+# The day: a warm-up at the night's load, then one level per step, each needing one server
+# more (target × n − 50) up to all 8, then one fewer (under the hysteresis of 20 %) back down.
+{
+  echo "# bench/proteus.sh: total operations per second, $step s per level"
+  t=0
+  echo "$t $((target - 50))"; t=$((t + 2 * step))
+  for n in 2 3 4 5 6 7 8; do echo "$t $((target * n - 50))"; t=$((t + step)); done
+  for n in 7 6 5 4 3 2 1; do echo "$t $((target * n * 8 / 10 - 20))"; t=$((t + step)); done
+  echo "$t 0"
+} >"$out/schedule.txt"
+seconds=$(tail -1 "$out/schedule.txt" | cut -d' ' -f1)
+
+ycsb() { taskset -c 1 target/release/shoal bench ycsb --postgres "$postgres" --records "$records" --json "$@"; }
+say "loading $records records into PostgreSQL"
+ycsb --load --cache none --operations 1 >/dev/null
+
+addresses=()
+for _ in $(seq "$servers"); do addresses+=("127.0.0.1:$(free_port)"); done
+list=$(printf '"%s",' "${addresses[@]}"); list=${list%,}
+for variant in "${variants[@]}"; do
+  case $variant in
+    modulo) hash=modulo announce=servers ;;
+    ketama) hash=ketama_weighted announce=servers ;;
+    proteus) hash=proteus announce=active ;;
+    proteus-digests) hash=proteus announce=transition ;;
+  esac
+  echo "{ \"pools\": { \"A\": { \"servers\": [$list], \"server_timeout\": 500 } },
+    \"route\": { \"type\": \"PoolRoute\", \"pool\": \"A\", \"hash\": \"$hash\" } }" >"$out/$variant.router.json"
+  port=$(free_port)
+  taskset -c 0 target/release/shoal router -f "$out/$variant.router.json" -p "$port" -l 127.0.0.1 -t 1 \
+    --spool-dir "$out/spool-$variant" >"$out/$variant.router.log" 2>&1 &
+  router=$!; pids+=($router)
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+  server_args="-U 0 -t 1 -m $mem"
+  [ "$variant" = proteus-digests ] && server_args="$server_args --digest-keys 50000"
+  say "$variant: ${seconds} s on the schedule"
+  taskset -c 0 target/release/shoal provision --servers "$(IFS=,; echo "${addresses[*]}")" \
+    --router-config "$out/$variant.router.json" --announce "$announce" --spawn --server-args="$server_args" \
+    --schedule "$out/schedule.txt" --target-rps "$target" --hysteresis 0.2 --drain "$drain" --interval 0.5 \
+    --initial-active 1 --duration "$((seconds + 1))" --json >"$out/$variant.provision.jsonl" 2>"$out/$variant.provision.log" &
+  provision=$!; pids+=($provision)
+  ycsb --workload read-heavy --cache tcp --cache-server "127.0.0.1:$port" --clients 3 \
+    --rate-schedule "$out/schedule.txt" --keep-cache --label "$variant" >"$out/$variant.ycsb.json"
+  wait "$provision" || true
+  kill "$router"; wait "$router" 2>/dev/null || true
+done
+
+{
+  echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty): read-heavy YCSB over PostgreSQL,"
+  echo "$records records, through \`shoal router -t 1\` to $servers \`shoal server -m $mem\`s turned on and off by"
+  echo "\`shoal provision\` (target $target requests/s per server, drain $drain s, levels of $step s);"
+  echo "load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo
+  python3 bench/proteus-plot.py "$out" docs/proteus.png "$servers" "$drain"
+  echo
+  echo "Reports, provisioner logs and the schedule: \`$out/\`"
+} | tee "$out/table.md"
