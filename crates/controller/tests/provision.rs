@@ -44,12 +44,12 @@ fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
     let dir = router.dir.clone();
     let schedule = dir.join("schedule.txt");
     // 3 servers of 100 requests/s: 250 fits 3; 150 fits 2; 50 fits 1; 250 needs 3 again.
-    std::fs::write(&schedule, "0 250\n2 150\n5 50\n8 250\n").unwrap();
+    std::fs::write(&schedule, "0 250\n2 150\n5 50\n10 250\n").unwrap();
     let state = dir.join("state.json");
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut provision = Command::new(shoal_bin())
         .args(["provision", "--spawn", "--server-args=-U 0 -m 16", "--target-rps", "100"])
-        .args(["--hysteresis", "0.2", "--drain", "2", "--interval", "0.1", "--duration", "13", "--json"])
+        .args(["--hysteresis", "0.2", "--drain", "2", "--interval", "0.1", "--duration", "15", "--json"])
         .arg("--schedule")
         .arg(&schedule)
         .arg("--router-config")

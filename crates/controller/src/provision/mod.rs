@@ -222,6 +222,9 @@ impl Provisioner {
             if self.args.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
                 return Ok(());
             }
+            if let Some(servers) = &mut self.servers {
+                servers.stop_due();
+            }
             if let Some(t) = state.transition {
                 if SystemTime::now() < t.until {
                     std::thread::sleep(
@@ -231,10 +234,10 @@ impl Provisioner {
                 }
                 state.transition = None;
                 self.announce(&state)?;
-                // The servers turned off have drained: stop them.
+                // The servers turned off have drained: stop them (after a grace period).
                 for i in state.active..t.from {
                     if let Some(servers) = &mut self.servers {
-                        servers.stop(i);
+                        servers.stop_later(i);
                     }
                 }
                 self.log(

@@ -15,7 +15,14 @@ pub struct Servers {
     args: Vec<String>,
     addresses: Vec<String>,
     children: Vec<Option<Child>>,
+    /// Servers to stop, and when.
+    pending: Vec<(usize, Instant)>,
 }
+
+/// How long a drained server keeps running after its transition ended: routers stop asking
+/// old owners at the transition's end by their own clocks, but one may still be loading the
+/// configuration that says so.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Whether `address` answers `version`.
 pub fn answers(address: &str) -> bool {
@@ -40,11 +47,14 @@ impl Servers {
             args,
             addresses: addresses.to_vec(),
             children: addresses.iter().map(|_| None).collect(),
+            pending: Vec::new(),
         })
     }
 
-    /// Starts server `i` (unless something already answers there) and waits until it answers.
+    /// Starts server `i` (unless something already answers there: a server still in its
+    /// grace period is kept) and waits until it answers.
     pub fn start(&mut self, i: usize) -> Result<(), String> {
+        self.pending.retain(|(j, _)| *j != i);
         let address = self.addresses[i].clone();
         if answers(&address) {
             return Ok(());
@@ -72,6 +82,19 @@ impl Servers {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+
+    /// Stops server `i` after [`STOP_GRACE`] (see [`Servers::stop_due`]).
+    pub fn stop_later(&mut self, i: usize) {
+        self.pending.push((i, Instant::now() + STOP_GRACE));
+    }
+
+    /// Stops the servers whose grace period is over.
+    pub fn stop_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = self.pending.iter().filter(|(_, at)| *at <= now).map(|(i, _)| *i).collect();
+        self.pending.retain(|(_, at)| *at > now);
+        due.into_iter().for_each(|i| self.stop(i));
     }
 
     /// Stops server `i` if this provisioner started it (SIGTERM, then waits for it).
