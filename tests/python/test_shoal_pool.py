@@ -171,3 +171,25 @@ def free_udp_port():
                     return port
                 except OSError:
                     continue
+
+
+def test_a_proteus_pool_follows_the_provisioners_state_file(tmp_path):
+    """The state file `shoal provision --state` writes: a changed count starts a transition in
+    which moved keys are read from their old owner; a file for other servers is refused."""
+    import json
+
+    with contextlib.ExitStack() as stack:
+        trio = [stack.enter_context(Server.shoal()) for _ in range(3)]
+        addresses = [address(s) for s in trio]
+        pool = shoal.Client(servers=addresses, hashing="proteus", timeout=2.0)
+        state = tmp_path / "state.json"
+        values = {f"follow:{i}": f"v{i}".encode() for i in range(200)}
+        assert pool.set_many(values) == []
+        state.write_text(json.dumps({"servers": addresses, "active": 2,
+                                     "transition": {"from": 3, "until": time.time() + 60}}))
+        pool.follow_provisioning(str(state))
+        assert all(pool.server_for(k) != addresses[2] for k in values), "server 3 owns nothing now"
+        assert pool.get_many(list(values)) == values, "moved keys come from server 3"
+        state.write_text(json.dumps({"servers": addresses[:1], "active": 1, "transition": None}))
+        with pytest.raises(shoal.IllegalInput, match="not this pool's"):
+            pool.follow_provisioning(str(state))

@@ -27,6 +27,9 @@ pub enum Error {
     /// An invalidation message could not be written: no keys, or the database refused it
     /// (see [`crate::invalidation`]).
     Invalidation(String),
+    /// A provisioning state file could not be followed (unreadable, damaged, or for another
+    /// pool; see [`crate::provisioning`]).
+    Provisioning(String),
 }
 
 /// The result of a client call.
@@ -62,6 +65,7 @@ impl fmt::Display for Error {
                 write!(f, "server {server} is marked down after a failure; it is tried again after the retry interval")
             }
             Error::Invalidation(why) => write!(f, "cannot write the invalidation message: {why}"),
+            Error::Provisioning(why) => write!(f, "cannot follow the provisioning state: {why}"),
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod invalidation;
 mod lease;
 pub mod local;
 pub mod pool;
+pub mod provisioning;
 pub mod response;
 pub mod spool;
 

@@ -408,3 +408,51 @@ fn a_transition_asks_an_old_owner_only_for_keys_its_digest_may_hold() {
         absent.len()
     );
 }
+
+#[test]
+fn a_pool_follows_the_provisioners_state_file() {
+    use shoal_client::provisioning::{State, Transition};
+    use std::time::SystemTime;
+    let servers: Vec<Server> = (0..3).map(|i| Server::shoal(&format!("pool-follow-{i}"), 0, &[])).collect();
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Proteus)).unwrap();
+    let dir = std::env::temp_dir().join(format!("shoal-pool-follow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.json");
+    pool.follow_provisioning(&path).unwrap();
+    assert_eq!(pool.active(), None, "no file: nothing changes");
+    // `from`: a transition from that count, lasting a minute.
+    let state = |active, from: Option<usize>| State {
+        servers: addresses.clone(),
+        active,
+        transition: from.map(|from| Transition { from, until: SystemTime::now() + Duration::from_secs(60) }),
+    };
+    // A first look: the file's count, no transition.
+    state(3, None).save(&path).unwrap();
+    pool.follow_provisioning(&path).unwrap();
+    assert_eq!(pool.active(), Some(shoal_client::Active { now: 3, before: None }));
+    let keys = keys(200);
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), k.as_slice())).collect();
+    assert!(pool.set_many(&items, 0, 0).unwrap().is_empty());
+    // The provisioner turns server 3 off: the pool starts the same transition.
+    state(2, Some(3)).save(&path).unwrap();
+    pool.follow_provisioning(&path).unwrap();
+    assert_eq!(pool.active(), Some(shoal_client::Active { now: 2, before: Some(3) }));
+    assert_eq!(pool.get_many(&refs(&keys)).unwrap().len(), keys.len(), "moved keys read from server 3");
+    assert!(pool.counters().migrated > 0);
+    pool.follow_provisioning(&path).unwrap();
+    assert_eq!(pool.active().unwrap().before, Some(3), "unchanged while the file's transition lasts");
+    // The transition ends in the file: it ends in the pool.
+    state(2, None).save(&path).unwrap();
+    pool.follow_provisioning(&path).unwrap();
+    assert_eq!(pool.active(), Some(shoal_client::Active { now: 2, before: None }));
+    // A file for other servers, or damaged, is an error that changes nothing.
+    State { servers: vec!["127.0.0.1:1".into()], active: 1, transition: None }.save(&path).unwrap();
+    assert!(
+        matches!(pool.follow_provisioning(&path), Err(Error::Provisioning(m)) if m.contains("not this pool's"))
+    );
+    std::fs::write(&path, "{").unwrap();
+    assert!(matches!(pool.follow_provisioning(&path), Err(Error::Provisioning(_))));
+    assert_eq!(pool.active(), Some(shoal_client::Active { now: 2, before: None }));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

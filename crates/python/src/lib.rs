@@ -46,7 +46,7 @@ pub(crate) fn raise(e: ClientError) -> PyErr {
         ClientError::Server(_) => ServerError::new_err(message),
         ClientError::Io(_) | ClientError::Down(_) => ConnectionFailed::new_err(message),
         ClientError::Protocol(_) => ProtocolError::new_err(message),
-        ClientError::Invalidation(_) => IllegalInput::new_err(message),
+        ClientError::Invalidation(_) | ClientError::Provisioning(_) => IllegalInput::new_err(message),
     }
 }
 
@@ -247,6 +247,12 @@ impl Client {
             c.finish_transition();
             Ok(())
         })
+    }
+
+    /// Follows the state file of `shoal provision --state`: a changed active count starts a
+    /// transition, the end of the file's transition ends this pool's (call it every second or so).
+    fn follow_provisioning(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        self.call(py, |c| c.follow_provisioning(&path))
     }
 
     /// The servers whose reads come from shared memory right now.

@@ -69,6 +69,40 @@ impl Pool {
         self.digests.clear();
     }
 
+    /// Follows the state file `shoal provision --state` writes (see [`crate::provisioning`]):
+    /// a changed active count starts a transition, the end of the file's transition ends
+    /// this pool's. Call it as often as the application likes (every second is plenty); a
+    /// missing file changes nothing. The file must list this pool's servers in its order.
+    pub fn follow_provisioning(&mut self, path: &std::path::Path) -> Result<()> {
+        let Some(state) = crate::provisioning::State::load(path).map_err(Error::Provisioning)? else {
+            return Ok(());
+        };
+        let ours: Vec<&str> = self.placement.servers().iter().map(|s| s.address.as_str()).collect();
+        if state.servers != ours {
+            return Err(Error::Provisioning(format!(
+                "{} is for the servers {:?}, not this pool's {ours:?}",
+                path.display(),
+                state.servers
+            )));
+        }
+        let running = state.transition.is_some_and(|t| std::time::SystemTime::now() < t.until);
+        match self.active {
+            Some(a) if a.now == state.active => {
+                if a.before.is_some() && !running {
+                    self.finish_transition();
+                }
+                Ok(())
+            }
+            // A pool that has not followed yet starts at the file's count, with no transition.
+            None if !running => {
+                self.set_active(state.active)?;
+                self.finish_transition();
+                Ok(())
+            }
+            _ => self.set_active(state.active),
+        }
+    }
+
     /// The active servers and the transition in progress (`None`: every server, no Proteus).
     pub fn active(&self) -> Option<Active> {
         self.active

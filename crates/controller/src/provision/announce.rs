@@ -7,8 +7,8 @@
 //! Proteus pool without smooth transitions: moved keys simply miss) and the pool's server
 //! list cut to the servers on (what a ketama, jump or modulo pool can do).
 
-use super::state::{write_atomically, State};
 use serde_json::{json, Map, Value};
+use shoal_client::provisioning::{write_atomically, State};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
@@ -75,7 +75,7 @@ pub fn announce(path: &Path, pool: &str, state: &State, how: Announce) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provision::state::Transition;
+    use shoal_client::provisioning::Transition;
     use std::time::Duration;
 
     #[test]

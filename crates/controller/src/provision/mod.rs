@@ -1,5 +1,6 @@
 //! `shoal provision`: turns a power-proportional pool's servers on and off with the load
-//! (Proteus). See the crate's doc for the data flow; [`plan`] decides, [`state`] remembers,
+//! (Proteus). See the crate's doc for the data flow; [`plan`] decides, the state file
+//! (`shoal_client::provisioning`, which clients follow too) remembers,
 //! [`announce`] tells the routers, [`servers`] starts and stops processes, [`signal`] measures.
 
 pub mod announce;
@@ -7,14 +8,13 @@ mod metrics;
 pub mod plan;
 pub mod servers;
 pub mod signal;
-pub mod state;
 
 use clap::Parser;
 use plan::Planner;
 use serde_json::json;
 use servers::Servers;
+use shoal_client::provisioning::{State, Transition};
 use signal::LoadSignal;
-use state::{State, Transition};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};

@@ -1,6 +1,13 @@
-//! The provisioner's state: which servers are on and the transition under way. It is written
-//! to a file (whole, then renamed) before anything is announced, so a provisioner that stops
-//! at any moment restarts from a state it knows, and resumes the transition it finds.
+//! A power-proportional pool's provisioning state: which servers are on and the transition
+//! under way — the file `shoal provision --state` writes (whole, then renamed) before it
+//! announces anything, so a provisioner that stops at any moment restarts from a state it
+//! knows, and clients follow it ([`crate::Pool::follow_provisioning`]).
+//!
+//! ```text
+//! { "servers": ["host:port", …],            the pool in its provisioning order
+//!   "active": n,                            the first n are on
+//!   "transition": { "from": n0, "until": unix seconds } | null }
+//! ```
 
 use serde_json::{json, Value};
 use std::path::Path;
