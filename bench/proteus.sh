@@ -8,7 +8,8 @@
 #   proteus           Proteus placement, servers turned on and off without smooth transitions
 #   proteus-digests   Proteus with its transitions: old owners asked (through their digests)
 # Prints a table (database reads/s during each transition ÷ right after it at the same load,
-# p99.9 read latency, server-seconds against always-on) and draws docs/proteus.png.
+# p99.9 read latency, server-seconds against always-on) and draws docs/proteus.png
+# (`bench/proteus.sh | bench/rewrite-doc.sh proteus` puts the table into docs/BENCHMARKS.md).
 #   STEP     seconds per load level (default 12); a transition's drain is half of it
 #   TARGET   requests per second per server (default 300)
 #   MEM      -m of each server, MB (default 16)
@@ -31,11 +32,7 @@ mkdir -p "$out"
 command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
 python3 -c 'import matplotlib' 2>/dev/null ||
   python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
-cargo build --release --quiet -p shoal
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$pg_dir"; }
-trap cleanup EXIT
+source bench/lib/processes.sh
 PG_OPTIONS=()
 source bench/lib/postgres.sh
 

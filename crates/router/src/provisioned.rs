@@ -19,7 +19,7 @@
 
 use crate::dest::Ctx;
 use crate::request::{Op, Reply, Request};
-use crate::route::Child;
+use crate::route::{copy_on_miss, Child};
 use shoal_route::digest::Digest;
 use shoal_route::ProteusRing;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,18 +127,11 @@ impl Provisioned {
                     self.digest_skips.fetch_add(1, Ordering::Relaxed);
                     return first;
                 }
-                let from_before = before.execute(&request.as_get(), ctx).await;
-                let Some((flags, data)) = from_before.value() else { return first };
+                let Some(found) = copy_on_miss(now, before, MIGRATE_TTL, request, ctx).await else {
+                    return first;
+                };
                 self.migrated.fetch_add(1, Ordering::Relaxed);
-                let copy = request.as_add(flags, data, MIGRATE_TTL);
-                if request.op == Op::Gets {
-                    // The CAS must be the new owner's: copy first, then ask it.
-                    now.execute(&copy, ctx).await;
-                    let again = now.execute(request, ctx).await;
-                    return if again.is_hit() { again } else { from_before };
-                }
-                ctx.background(now.clone(), copy);
-                from_before
+                found
             }
             op if op.is_read() => now.execute(request, ctx).await,
             Op::FlushAll => now.execute(request, ctx).await,

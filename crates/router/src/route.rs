@@ -357,6 +357,29 @@ pub fn ok_reply(request: &Request) -> Reply {
     })
 }
 
+/// A read that missed on `primary`, answered from `secondary`: a hit there is copied into
+/// `primary` with `add` (and `exptime`, so a value written meanwhile wins) and answered — for
+/// `gets` after the copy, from `primary`, so the CAS handed out is `primary`'s. `None` when
+/// `secondary` has nothing either. WarmUpRoute's fill and a Proteus transition's migration.
+pub async fn copy_on_miss(
+    primary: &Child,
+    secondary: &Child,
+    exptime: i64,
+    request: &Request,
+    ctx: &Ctx,
+) -> Option<Reply> {
+    let found = secondary.execute(&request.as_get(), ctx).await;
+    let (flags, data) = found.value()?;
+    let copy = request.as_add(flags, data, exptime);
+    if request.op == Op::Gets {
+        primary.execute(&copy, ctx).await;
+        let again = primary.execute(request, ctx).await;
+        return Some(if again.is_hit() { again } else { found });
+    }
+    ctx.background(primary.clone(), copy);
+    Some(found)
+}
+
 /// mcrouter's WarmUpRoute: `get` — cold, else warm, copying a warm hit into cold with `add`
 /// (and `exptime`); `gets` — the same, then `gets` from cold again, so the CAS is cold's;
 /// `lease-get` — cold; on a miss that holds a token, a warm hit is `lease-set` into cold with
@@ -372,19 +395,12 @@ async fn warm_up(cold: &Child, warm: &Child, exptime: i64, request: &Request, ct
             {
                 return first;
             }
-            let from_warm = warm.execute(&request.as_get(), ctx).await;
-            let Some((flags, data)) = from_warm.value() else { return first };
-            let copy = request.as_add(flags, data, exptime);
-            if request.op == Op::Gets {
-                cold.execute(&copy, ctx).await;
-                let again = cold.execute(request, ctx).await;
-                return if again.is_hit() { again } else { from_warm };
+            match copy_on_miss(cold, warm, exptime, request, ctx).await {
+                None => first,
+                // A meta read's flags are cold's to answer; the copy is on its way.
+                Some(_) if request.op == Op::MetaGet => first,
+                Some(found) => found,
             }
-            ctx.background(cold.clone(), copy);
-            if request.op == Op::MetaGet {
-                return first; // a meta read's flags are cold's to answer; the copy is on its way
-            }
-            from_warm
         }
         Op::LeaseGet => {
             let first = cold.execute(request, ctx).await;

@@ -172,3 +172,54 @@ fn bad_provisioning_is_refused_with_its_place() {
     );
     assert!(shoal_router::Config::parse(&pool(r#", "active": 1"#, "proteus")).is_ok());
 }
+
+#[test]
+fn under_load_a_write_during_a_transition_is_never_undone_by_the_old_owner() {
+    let servers: Vec<Server> =
+        (0..3).map(|i| Server::shoal(&format!("proteus-load-{i}"), 0, &["--digest-keys", "10000"])).collect();
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let placement = Placement::from_strings(Hashing::Proteus, &addresses).unwrap();
+    let ring = placement.proteus().unwrap();
+    let router = Router::start("proteus-load", &config(&servers, 3, None));
+    // Keys that move when server 3 goes off, each written once before the transition.
+    let moved: Vec<String> = (0..)
+        .map(|i| format!("hot:{i}"))
+        .filter(|k| ring.owner_with(3, k.as_bytes()).unwrap() == 2)
+        .take(40)
+        .collect();
+    let mut c = router.client();
+    for key in &moved {
+        c.set(key.as_bytes(), b"0", 0, 0).unwrap();
+    }
+    router.rewrite(&config(&servers, 2, Some((3, 60.0))));
+    assert!(eventually(10, || router.stat("config_reloads") == "1"), "reloaded");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Readers keep migrating: every miss on a new owner asks server 3 and copies what it has.
+        for _ in 0..3 {
+            scope.spawn(|| {
+                let mut reader = router.client();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for key in &moved {
+                        reader.get(key.as_bytes()).unwrap();
+                    }
+                }
+            });
+        }
+        // The writer: after each acknowledged set, its own read sees that version or later.
+        let mut writer = router.client();
+        for version in 1..=30u32 {
+            for key in &moved {
+                writer.set(key.as_bytes(), version.to_string().as_bytes(), 0, 0).unwrap();
+                let seen = writer.get(key.as_bytes()).unwrap().expect("a key just written is there");
+                let seen: u32 = String::from_utf8(seen.value).unwrap().parse().unwrap();
+                assert!(seen >= version, "{key}: wrote {version}, read {seen} back from an old copy");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    for key in &moved {
+        assert_eq!(c.get(key.as_bytes()).unwrap().unwrap().value, b"30", "{key} ends at its last write");
+        assert!(direct(&servers[2]).get(key.as_bytes()).unwrap().is_none(), "{key}: the old copy is gone");
+    }
+}

@@ -68,6 +68,11 @@ impl Server {
         while server.port == 0 {
             assert!(Instant::now() < deadline, "the server did not start listening");
             std::thread::sleep(Duration::from_millis(10));
+            // A fixed port can be taken for a moment by another test's outgoing connection:
+            // a server that exited at once (address in use) is started again.
+            if port != 0 && server.child.try_wait().is_ok_and(|status| status.is_some()) {
+                server.child = command.spawn().expect("the server starts");
+            }
             let text = std::fs::read_to_string(&ports).unwrap_or_default();
             if let Some(port) = text.lines().find_map(|l| l.strip_prefix("TCP INET: ")) {
                 server.port = port.parse().unwrap();
