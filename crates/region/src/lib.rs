@@ -53,6 +53,6 @@ pub use reader::Reader;
 pub use region::{ItemInfo, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
-    counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, KeyObserver, Mark,
-    NewItem, Stats, Store, Value, Writer,
+    counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, KeyObserver,
+    LimitError, Mark, NewItem, Stats, Store, Value, Writer, MIN_LIMIT_SEGMENTS,
 };

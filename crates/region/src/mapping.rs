@@ -20,7 +20,7 @@ pub struct Mapping {
     len: usize,
     writable: bool,
     /// Kept open for the lifetime of the mapping (the writer's `flock` lives on it).
-    _file: File,
+    file: File,
 }
 
 // SAFETY: the mapping is plain shared memory that outlives every reference handed out (it is
@@ -47,7 +47,18 @@ impl Mapping {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping { base: base.cast(), len, writable, _file: file })
+        Ok(Mapping { base: base.cast(), len, writable, file })
+    }
+
+    /// Gives the memory behind `[off, off + len)` back to the system: the file gets a hole
+    /// there (`fallocate` punching, size kept), so every mapping of it reads zeros until the
+    /// range is written again. Works on tmpfs (`/dev/shm`), hugetlbfs and local file systems;
+    /// a device (an ivshmem BAR) cannot, and keeps its memory.
+    pub(crate) fn discard(&self, off: usize, len: usize) -> io::Result<()> {
+        use nix::fcntl::{fallocate, FallocateFlags};
+        self.check(off, len, 1);
+        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        fallocate(&self.file, flags, off as i64, len as i64).map_err(io::Error::from)
     }
 
     /// Bytes mapped.

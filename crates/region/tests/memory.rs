@@ -4,7 +4,7 @@
 //! corrupt region files.
 
 use shoal_region::layout::{COOKIE_OFFSET, HEADER_BYTES, LAYOUT_VERSION};
-use shoal_region::{Config, Delta, Lookup, OpError, Reader, RegionError, Store, Writer};
+use shoal_region::{Config, Delta, LimitError, Lookup, OpError, Reader, RegionError, Store, Writer};
 use std::os::unix::fs::FileExt;
 
 // ---------------------------------------------------------------------------------------------
@@ -121,6 +121,65 @@ fn memory_limit_is_honoured_by_evicting_oldest_first() {
         assert_eq!(v, value("k", i, 1024), "value of key {i}");
         assert_eq!(info.flags, i as u32);
     }
+}
+
+#[test]
+fn the_limit_moves_at_run_time_keeping_what_fits_and_giving_memory_back() {
+    use std::os::unix::fs::MetadataExt;
+    let file = ShmFile::new("setlimit");
+    let config = Config { region_bytes: 32 << 20, max_item_bytes: 1 << 20, avg_item_bytes: 128 };
+    let w = Writer::create(&file.0, &config, true).unwrap();
+    let r = Reader::open(&file.0).unwrap();
+    let s = w.stats();
+    let (segments, segment) = (s.segments, s.segment_bytes);
+    assert_eq!(w.limit_bytes(), segments * segment, "every segment usable at first");
+    let allocated = || std::fs::metadata(&file.0).unwrap().blocks() * 512;
+    let n = 40_000; // ~41 MB of 1 KiB values: every segment in use, the oldest evicted
+    for i in 0..n {
+        assert_eq!(w.set(&key("k", i), &value("k", i, 1024), 0, 0), Ok(Store::Stored));
+    }
+    let full = allocated();
+    let before = w.stats().items as usize;
+
+    // Down to 8 segments: the oldest go, the newest stay intact, the memory goes back.
+    assert_eq!(w.set_limit(8 * segment + 1000), Ok(8 * segment), "whole segments");
+    let s = w.stats();
+    assert_eq!((w.limit_bytes(), s.segments_parked), (8 * segment, segments - 8));
+    assert!(s.items as usize * ITEM <= 8 * segment && (s.items as usize) < before, "{s:?}");
+    assert!(
+        allocated() + ((segments - 8 - 1) * segment) as u64 <= full,
+        "{} of {full} bytes still allocated",
+        allocated()
+    );
+    let present: Vec<bool> = (0..n).map(|i| read(&r, &key("k", i)).is_some()).collect();
+    let first = present.iter().position(|&p| p).expect("the newest items stay");
+    assert!(present[first..].iter().all(|&p| p), "what stays is the most recent keys");
+    assert_eq!(n - first, s.items as usize);
+    for i in first..n {
+        assert_eq!(read(&r, &key("k", i)).unwrap(), value("k", i, 1024), "value of key {i}");
+    }
+    // Writing on stays within the limit.
+    for i in n..n + 20_000 {
+        assert_eq!(w.set(&key("k", i), &value("k", i, 1024), 0, 0), Ok(Store::Stored));
+    }
+    let s = w.stats();
+    assert_eq!(s.segments_parked, segments - 8);
+    assert!(s.items as usize * ITEM <= 8 * segment, "{s:?}");
+
+    // Back up: the parked segments are used again, and nothing is lost on the way.
+    let kept = s.items;
+    assert_eq!(w.set_limit(segments * segment), Ok(segments * segment));
+    assert_eq!((w.stats().segments_parked, w.stats().items), (0, kept));
+    for i in n + 20_000..n + 40_000 {
+        assert_eq!(w.set(&key("k", i), &value("k", i, 1024), 0, 0), Ok(Store::Stored));
+    }
+    assert!(w.stats().items > kept + 15_000, "the room came back: {:?}", w.stats());
+
+    // Limits it cannot keep are refused, changing nothing.
+    assert!(matches!(w.set_limit(segment), Err(LimitError::TooSmall { .. })));
+    assert!(matches!(w.set_limit((segments + 1) * segment), Err(LimitError::TooLarge { .. })));
+    assert!(w.set_limit(segment).unwrap_err().to_string().contains("two segments"));
+    assert_eq!(w.limit_bytes(), segments * segment);
 }
 
 #[test]

@@ -153,7 +153,12 @@ impl Writer {
             region,
             path: path.to_owned(),
             evict,
-            pool: Mutex::new(Pool { free: Vec::new(), fifo: VecDeque::new(), retained: None }),
+            pool: Mutex::new(Pool {
+                free: Vec::new(),
+                parked: Vec::new(),
+                fifo: VecDeque::new(),
+                retained: None,
+            }),
             classes,
             active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
             last_access: (0..slots).map(|_| AtomicU32::new(0)).collect(),

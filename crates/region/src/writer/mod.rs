@@ -118,6 +118,8 @@ pub struct Stats {
     pub segments: usize,
     /// Segments holding nothing.
     pub segments_free: usize,
+    /// Segments the memory limit holds back (not in use, memory given back).
+    pub segments_parked: usize,
     /// Size of one segment.
     pub segment_bytes: usize,
     /// Size of the index.
@@ -131,6 +133,9 @@ const NO_SEGMENT: u32 = u32::MAX;
 /// Process-local segment bookkeeping, rebuilt from the segment table at attach.
 struct Pool {
     free: Vec<usize>,
+    /// Free segments held back by the memory limit ([`Writer::set_limit`]), their pages given
+    /// back to the system.
+    parked: Vec<usize>,
     /// Sealed segments, oldest first: eviction order.
     fifo: VecDeque<usize>,
     /// Where read items evicted from the FIFO's head get their second chance.
@@ -304,10 +309,12 @@ fn file_size(file: &mut File, path: &Path) -> Result<(usize, bool), RegionError>
 
 mod attach;
 mod index;
+mod limit;
 mod ops;
 mod segments;
 mod values;
 
+pub use limit::{LimitError, MIN_LIMIT_SEGMENTS};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
 

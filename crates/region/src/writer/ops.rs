@@ -335,6 +335,10 @@ impl Writer {
             bytes = bytes.saturating_add(m.live_bytes.load(Ordering::Relaxed)); // damaged tables too
         }
         let r = Ordering::Relaxed;
+        let (segments_free, segments_parked) = {
+            let pool = self.pool();
+            (pool.free.len(), pool.parked.len())
+        };
         Stats {
             items,
             bytes,
@@ -347,7 +351,8 @@ impl Writer {
             segments_evicted: h.segments_evicted.load(r),
             segments_reclaimed: h.segments_expired.load(r),
             segments: l.segment_count,
-            segments_free: self.pool().free.len(),
+            segments_free,
+            segments_parked,
             segment_bytes: l.segment_bytes,
             index_bytes: l.index_bytes(),
             region_bytes: l.region_bytes,
