@@ -37,12 +37,16 @@ pub struct WorkerOptions {
     /// Hold each claimed task this long before running it: makes tests' and chaos runs' kills
     /// land while a claim is held. 0 in production.
     pub hold_ms: u64,
+    /// The fixed-worker mode (the original Phoenix): this process's threads are the only
+    /// workers, so claims take no lease, there is no heartbeat and no liveness check of other
+    /// processes. Only for a region no other process can join (`shoal mr run --mode fixed`).
+    pub fixed: bool,
 }
 
 impl WorkerOptions {
     /// `threads` threads, the default lease, no limit, no hold.
     pub fn threads(threads: usize) -> WorkerOptions {
-        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0 }
+        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0, fixed: false }
     }
 }
 
@@ -68,7 +72,8 @@ struct Shared {
     held: Mutex<Vec<Claim>>,
     published: AtomicU64,
     lost: AtomicU64,
-    lease_ms: u64,
+    /// The lease of a claim; `None` in the fixed-worker mode.
+    lease_ms: Option<u64>,
     max_tasks: u64,
     hold_ms: u64,
 }
@@ -76,7 +81,7 @@ struct Shared {
 impl Worker {
     /// Starts `options.threads` threads working on `region`.
     pub fn start(region: Arc<JobRegion>, options: WorkerOptions) -> Worker {
-        let lease_ms = options.lease_ms.max(10);
+        let lease_ms = (!options.fixed).then_some(options.lease_ms.max(10));
         let shared = Arc::new(Shared {
             region,
             stop: AtomicBool::new(false),
@@ -100,15 +105,17 @@ impl Worker {
             })
             .collect();
         let beat = Arc::clone(&shared);
-        let heartbeat = Some(std::thread::spawn(move || {
-            while !beat.stop.load(Ordering::Relaxed) {
-                for claim in beat.held.lock().expect("held claims").iter() {
-                    renew(&beat.region, *claim, beat.lease_ms);
+        let heartbeat = lease_ms.map(|lease_ms| {
+            std::thread::spawn(move || {
+                while !beat.stop.load(Ordering::Relaxed) {
+                    for claim in beat.held.lock().expect("held claims").iter() {
+                        renew(&beat.region, *claim, lease_ms);
+                    }
+                    // Woken early by `join`, so stopping never waits for a beat.
+                    std::thread::park_timeout(Duration::from_millis((lease_ms / 4).clamp(1, 1000)));
                 }
-                // Woken early by `join`, so stopping never waits for a beat.
-                std::thread::park_timeout(Duration::from_millis((beat.lease_ms / 4).clamp(1, 1000)));
-            }
-        }));
+            })
+        });
         Worker { threads, heartbeat, shared }
     }
 
@@ -158,7 +165,7 @@ impl Drop for Worker {
 /// another loop (and for fuzzing). A job's failure is recorded in the job; only a region this
 /// build cannot understand is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
-    let Some((view, claim)) = next_task(region, 0, lease_ms)? else { return Ok(None) };
+    let Some((view, claim)) = next_task(region, 0, Some(lease_ms))? else { return Ok(None) };
     run_or_fail(region, &view, claim.task).map(Some)
 }
 
@@ -208,13 +215,18 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
 
 /// Claims the first claimable task, in job order: map tasks, then (once all of a job's map
 /// tasks have results) its reduce tasks. Each thread starts its scan at its own place.
-fn next_task(region: &JobRegion, rotation: u64, lease_ms: u64) -> Result<Option<(JobView, Claim)>, MrError> {
+/// `lease_ms` is `None` in the fixed-worker mode (see [`try_claim`]).
+fn next_task(
+    region: &JobRegion,
+    rotation: u64,
+    lease_ms: Option<u64>,
+) -> Result<Option<(JobView, Claim)>, MrError> {
     for j in 0..JOB_SLOTS {
         if region.job_state(j)? == JobState::Free {
             break;
         }
         let Some(view) = JobView::running(region, j)? else { continue };
-        if !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+        if lease_ms.is_some() && !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
             continue; // its coordinator died: nobody would merge it
         }
         for reduce in [false, true] {

@@ -7,6 +7,7 @@
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
 
 /// The matrix multiply app.
 pub struct MatrixMultiply;
@@ -102,6 +103,15 @@ fn parse(input: &[u8]) -> Result<Parsed, String> {
     let a = take(n, m, "A")?;
     let b = take(m, p, "B")?;
     Ok((n, m, p, a, b))
+}
+
+/// The same product written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`): the input parsed once, rows of C in parallel.
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    args.only(MatrixMultiply.name(), &[])?;
+    let (_, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
+    let c: Vec<Vec<i64>> = a.par_chunks(m).map(|row| multiply_row(row, &b, p)).collect();
+    Ok(render(&c))
 }
 
 fn render(c: &[Vec<i64>]) -> Rendered {

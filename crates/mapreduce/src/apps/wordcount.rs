@@ -4,6 +4,8 @@
 use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
+use std::collections::HashMap;
 
 /// The word count app.
 pub struct WordCount;
@@ -19,15 +21,7 @@ impl App for WordCount {
 
     fn map(&self, _stage: u32, _params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
         let one = 1u64.to_le_bytes();
-        let mut word = Vec::with_capacity(32);
-        for &b in split.iter().chain(std::iter::once(&b' ')) {
-            if b.is_ascii_alphanumeric() {
-                word.push(b.to_ascii_lowercase());
-            } else if !word.is_empty() {
-                out.emit(&word, &one);
-                word.clear();
-            }
-        }
+        for_each_word(split, |word| out.emit(word, &one));
         Ok(())
     }
 
@@ -36,8 +30,7 @@ impl App for WordCount {
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        args.only(self.name(), &["top"])?;
-        let top = args.number("top", 0, 0..=u64::MAX)? as usize;
+        let top = top_argument(args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, &[])?;
         let mut counts: Vec<(String, u64)> = records
@@ -46,6 +39,51 @@ impl App for WordCount {
             .collect();
         Ok(render(&mut counts, top))
     }
+}
+
+/// The `top` argument (0: all words), after refusing others.
+fn top_argument(args: &Args) -> Result<usize, MrError> {
+    args.only(WordCount.name(), &["top"])?;
+    Ok(args.number("top", 0, 0..=u64::MAX)? as usize)
+}
+
+/// Calls `found` with each word of `text`, lowercased.
+fn for_each_word(text: &[u8], mut found: impl FnMut(&[u8])) {
+    let mut word = Vec::with_capacity(32);
+    for &b in text.iter().chain(std::iter::once(&b' ')) {
+        if b.is_ascii_alphanumeric() {
+            word.push(b.to_ascii_lowercase());
+        } else if !word.is_empty() {
+            found(&word);
+            word.clear();
+        }
+    }
+}
+
+/// The same count written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`): a hash map per piece of the text, merged.
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    let top = top_argument(args)?;
+    let counts = super::line_pieces(input)
+        .into_par_iter()
+        .map(|piece| {
+            let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+            for_each_word(piece, |word| match counts.get_mut(word) {
+                Some(n) => *n += 1,
+                None => {
+                    counts.insert(word.to_vec(), 1);
+                }
+            });
+            counts
+        })
+        .reduce(HashMap::new, |a, b| {
+            let (mut into, from) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+            from.into_iter().for_each(|(word, n)| *into.entry(word).or_default() += n);
+            into
+        });
+    let mut counts: Vec<(String, u64)> =
+        counts.into_iter().map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect();
+    Ok(render(&mut counts, top))
 }
 
 /// Most frequent first, ties alphabetically; all words, or the `top` first.
@@ -65,7 +103,6 @@ fn render(counts: &mut Vec<(String, u64)>, top: usize) -> Rendered {
 mod tests {
     use super::*;
     use crate::testing::{run_local, Rng};
-    use std::collections::HashMap;
 
     #[test]
     fn counts_equal_a_single_threaded_count() {
