@@ -10,6 +10,7 @@
 //! heartbeat: every lease/4, renew the leases of the claims this process holds
 //! ```
 
+use crate::app::SplitUnit;
 use crate::error::MrError;
 use crate::job::{fail_job, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
@@ -166,13 +167,13 @@ impl Drop for Worker {
 /// build cannot understand is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
     let Some((view, claim)) = next_task(region, 0, Some(lease_ms))? else { return Ok(None) };
-    run_or_fail(region, &view, claim.task).map(Some)
+    run_or_fail(region, &view, claim.task, &mut Params::default()).map(Some)
 }
 
 /// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
 /// reads as a lost run, a region this build cannot understand is the caller's error.
-fn run_or_fail(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
-    match run_task(region, view, t) {
+fn run_or_fail(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> Result<bool, MrError> {
+    match run_task(region, view, t, params) {
         Err(e @ MrError::Corrupt { .. }) => Err(e),
         Err(e) => {
             fail_job(region, view.index, &e);
@@ -187,6 +188,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
     let region = &*shared.region;
     let rotation = std::process::id() as u64 * 7 + thread * 13;
     let mut idle = 0u32;
+    let mut params = Params::default();
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
             break;
@@ -202,7 +204,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
         idle = 0;
         shared.held.lock().expect("held claims").push(claim);
         std::thread::sleep(Duration::from_millis(shared.hold_ms));
-        let won = run_or_fail(region, &view, claim.task);
+        let won = run_or_fail(region, &view, claim.task, &mut params);
         shared.held.lock().expect("held claims").retain(|c| *c != claim);
         if won? {
             shared.published.fetch_add(1, Ordering::Relaxed);
@@ -253,15 +255,14 @@ fn next_task(
 }
 
 /// Runs task `t` of `view` and publishes its output; `Ok(false)` if another attempt won.
-fn run_task(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
+fn run_task(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> Result<bool, MrError> {
     let split = view.check_task(region, t)?;
-    let params = region.bytes(view.params.offset, view.params.len)?;
+    let params = params.of(region, view)?;
     let app = view.app;
     let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine(view.stage, acc, value);
     let body = if t < view.first_task + view.maps {
-        let input = region.bytes(split.offset, split.len)?;
         let mut emit = Emit::new(view.reduces as usize, &combine);
-        app.map(view.stage, &params, &input, &mut emit).map_err(MrError::BadInput)?;
+        map_split(region, view, params, split, &mut emit)?;
         emit.into_payload()
     } else {
         let part = t - view.first_task - view.maps;
@@ -286,6 +287,65 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError>
     Ok(publish(region, t, area))
 }
 
+/// A worker thread's copy of the parameters of the job it last ran a task of: read once per
+/// job, not once per task (matrix multiply's parameters are all of B).
+#[derive(Default)]
+struct Params {
+    job: Option<u64>,
+    bytes: Vec<u8>,
+}
+
+impl Params {
+    /// The parameters of `view`'s job.
+    fn of(&mut self, region: &JobRegion, view: &JobView) -> Result<&[u8], MrError> {
+        if self.job != Some(view.index) {
+            self.job = None;
+            self.bytes.clear();
+            region.read_append(view.params.offset, view.params.len, &mut self.bytes)?;
+            self.job = Some(view.index);
+        }
+        Ok(&self.bytes)
+    }
+}
+
+/// Bytes of a split a map is given at a time.
+const PIECE_BYTES: usize = 1 << 20;
+
+/// Runs the map of `view`'s app over `split`, read in pieces of whole records (lines, or
+/// fixed-size records) of about [`PIECE_BYTES`] into one reused buffer: a task never holds its
+/// whole split, and the buffer stays in cache. The app's combiner makes the pieces' records
+/// one, so the output is the same as from a single call.
+fn map_split(
+    region: &JobRegion,
+    view: &JobView,
+    params: &[u8],
+    split: crate::app::InputRef,
+    emit: &mut Emit,
+) -> Result<(), MrError> {
+    let unit = view.app.split_unit(view.stage);
+    let mut buf = Vec::with_capacity(PIECE_BYTES);
+    let (mut at, end) = (split.offset, split.offset + split.len);
+    loop {
+        // A line longer than the buffer doubles it until the line fits.
+        let want = (PIECE_BYTES.max(2 * buf.len()) - buf.len()).min((end - at) as usize);
+        region.read_append(at, want as u64, &mut buf)?;
+        at += want as u64;
+        let last = at == end;
+        let cut = match unit {
+            _ if last => buf.len(),
+            SplitUnit::Fixed(record) => buf.len() - buf.len() % record.max(1),
+            SplitUnit::Lines => buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1),
+        };
+        if cut > 0 || last {
+            view.app.map(view.stage, params, &buf[..cut], emit).map_err(MrError::BadInput)?;
+            buf.drain(..cut);
+        }
+        if last {
+            return Ok(());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +354,28 @@ mod tests {
     use crate::coordinator::Coordinator;
     use crate::job::{publish_job, split_input, JobSpec};
     use crate::region::tests::TempPath;
+
+    #[test]
+    fn splits_larger_than_a_piece_are_mapped_in_whole_records() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for app in ["wordcount", "histogram", "pca"] {
+            let (mut input, args) = apps::generate(app, 5 * PIECE_BYTES as u64, 3).unwrap();
+            if app == "wordcount" {
+                // A line longer than a piece, which must not be cut.
+                let long: Vec<u8> = (0..PIECE_BYTES + 999).map(|i| [b'x', b'y', b' '][i % 3]).collect();
+                input.splice(1000..1000, long.into_iter().chain([b'\n']));
+            }
+            let args = crate::app::Args::parse(&args).unwrap();
+            let got = crate::testing::run_local_args(
+                apps::find(app).unwrap(),
+                &input,
+                &args,
+                WorkerOptions::threads(2),
+            )
+            .unwrap();
+            assert_eq!(got, pool.install(|| apps::direct(app, &input, &args)).unwrap(), "{app}");
+        }
+    }
 
     #[test]
     fn jobs_of_a_dead_coordinator_are_left_alone() {

@@ -61,13 +61,12 @@ fn for_each_word(text: &[u8], mut found: impl FnMut(&[u8])) {
 }
 
 /// The same count written directly with Rayon in one process, without the framework (the
-/// baseline of `shoal mr run --mode rayon`): a hash map per piece of the text, merged.
+/// baseline of `shoal mr run --mode rayon`): a hash map per Rayon fold, merged.
 pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
     let top = top_argument(args)?;
     let counts = super::line_pieces(input)
         .into_par_iter()
-        .map(|piece| {
-            let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+        .fold(HashMap::new, |mut counts: HashMap<Vec<u8>, u64>, piece| {
             for_each_word(piece, |word| match counts.get_mut(word) {
                 Some(n) => *n += 1,
                 None => {
