@@ -8,6 +8,7 @@ use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args,
 use crate::error::MrError;
 use crate::records::Emit;
 use rayon::prelude::*;
+use std::fmt::Write;
 
 /// The matrix multiply app.
 pub struct MatrixMultiply;
@@ -54,10 +55,12 @@ impl App for MatrixMultiply {
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         args.only(self.name(), &[])?;
         let (n, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
-        let mut rows = String::new();
+        let mut rows = String::with_capacity(input.len());
         for (i, row) in a.chunks(m.max(1)).enumerate().take(n) {
-            rows.push_str(&i.to_string());
-            row.iter().for_each(|v| rows.push_str(&format!(" {v}")));
+            let _ = write!(rows, "{i}");
+            row.iter().for_each(|v| {
+                let _ = write!(rows, " {v}");
+            });
             rows.push('\n');
         }
         let mut params = vec![m as i64, p as i64];
