@@ -124,6 +124,33 @@ fn fixed_mode_and_generate_refuse_what_they_cannot_do() {
 }
 
 #[test]
+fn workers_refuse_finished_regions_and_other_layout_versions_by_name() {
+    let input = temp("kept", b"one two\n");
+    let region = std::env::temp_dir().join(format!("shoal-mr-cli-{}-kept-region", std::process::id()));
+    let out = shoal(
+        &["mr", "run", "wordcount", input.to_str().unwrap(), "--keep-region", "--region"]
+            .into_iter()
+            .chain([region.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let worker = |says: &str| {
+        let out = shoal(&["mr", "worker", region.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+    };
+    worker("is finished: every job in it is done");
+    let mut bytes = std::fs::read(&region).unwrap();
+    bytes[8..16].copy_from_slice(&99u64.to_le_bytes()); // the header's layout version
+    std::fs::write(&region, bytes).unwrap();
+    worker("has layout version 99, this build reads version 1");
+    let out = shoal(&["mr", "run", "wordcount", std::env::temp_dir().to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read input"), "a directory");
+    let _ = std::fs::remove_file(region);
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
 fn apps_are_listed() {
     let out = shoal(&["mr", "apps", "--json"]);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
