@@ -3,7 +3,8 @@
 //!
 //! A map attempt combines as it goes (one entry per distinct key and partition: word count
 //! stores each word once per task, not once per occurrence), then writes one area, sized
-//! exactly, holding every partition's records sorted by key:
+//! exactly, holding every partition's records (in no order: a reducer combines them in a hash
+//! table, and the coordinator sorts the job's result once):
 //!
 //! ```text
 //! area: [len u64] [partitions u64] [end_0 … end_{p-1} u64] [records of partition 0][…]
@@ -53,13 +54,11 @@ impl<'a> Emit<'a> {
         }
     }
 
-    /// The payload of the task's output area: every partition sorted by key.
+    /// The payload of the task's output area: every partition's records, in no order (the
+    /// coordinator sorts the job's result once).
     pub(crate) fn into_payload(self) -> Vec<u8> {
-        let parts: Vec<Vec<u8>> = self
-            .partitions
-            .into_iter()
-            .map(|t| encode_sorted(t.into_iter().map(|(_, k, v)| (k, v)).collect()))
-            .collect();
+        let parts: Vec<Vec<u8>> =
+            self.partitions.iter().map(|t| encode(t.iter().map(|(_, k, v)| (&k[..], &v[..])))).collect();
         payload(&parts)
     }
 }
@@ -71,12 +70,11 @@ fn partition_of(hash: u64, partitions: usize) -> usize {
     (((hash & 0xffff_ffff) * partitions as u64) >> 32) as usize
 }
 
-/// Records sorted by key, encoded back to back.
-pub(crate) fn encode_sorted(mut records: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<u8> {
-    records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let size = records.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+/// Records encoded back to back, in the order given.
+pub(crate) fn encode<'r>(records: impl Iterator<Item = (&'r [u8], &'r [u8])> + Clone) -> Vec<u8> {
+    let size = records.clone().map(|(k, v)| 8 + k.len() + v.len()).sum();
     let mut out = Vec::with_capacity(size);
-    for (k, v) in &records {
+    for (k, v) in records {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
@@ -163,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn emitted_records_are_combined_partitioned_and_read_back_sorted() {
+    fn emitted_records_are_combined_partitioned_and_read_back() {
         let p = TempPath::new("records");
         let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
         let mut emit = Emit::new(3, &add);
@@ -175,7 +173,6 @@ mod tests {
         for part in 0..3 {
             let bytes = read_partition(&region, area, part).unwrap();
             let recs: Vec<_> = decode(&bytes).map(|r| r.unwrap()).collect();
-            assert!(recs.windows(2).all(|w| w[0].0 < w[1].0), "sorted within a partition");
             for (k, v) in recs {
                 assert_eq!(partition_of(xxh3_64(k), 3), part as usize);
                 all.push((String::from_utf8(k.to_vec()).unwrap(), u64::from_le_bytes(v.try_into().unwrap())));
@@ -188,7 +185,7 @@ mod tests {
 
     #[test]
     fn malformed_records_and_areas_are_errors() {
-        let good = encode_sorted(vec![(b"k".to_vec(), b"v".to_vec())]);
+        let good = encode([(&b"k"[..], &b"v"[..])].into_iter());
         for cut in 0..good.len() {
             let results: Vec<_> = decode(&good[..cut]).collect();
             assert!(cut == 0 || results.last().unwrap().is_err(), "cut at {cut}");

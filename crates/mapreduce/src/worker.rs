@@ -14,10 +14,9 @@ use crate::app::SplitUnit;
 use crate::error::MrError;
 use crate::job::{fail_job, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
-use crate::records::{decode, encode_sorted, payload, read_partition, Emit};
+use crate::records::{decode, read_partition, Emit};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -265,23 +264,19 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> 
         map_split(region, view, params, split, &mut emit)?;
         emit.into_payload()
     } else {
+        // Partition `part` of every map output, combined in one table, as a map combines.
         let part = t - view.first_task - view.maps;
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut merged = Emit::new(1, &combine);
         for m in view.tasks(false) {
             let area =
                 result(region, m).ok_or_else(|| region.corrupt(format!("map task {m} has no result")))?;
             let bytes = read_partition(region, area, part)?;
             for record in decode(&bytes) {
                 let (key, value) = record.map_err(|e| region.corrupt(format!("map task {m}: {e}")))?;
-                match merged.get_mut(key) {
-                    Some(acc) => combine(acc, value),
-                    None => {
-                        merged.insert(key.to_vec(), value.to_vec());
-                    }
-                }
+                merged.emit(key, value);
             }
         }
-        payload(&[encode_sorted(merged.into_iter().collect())])
+        merged.into_payload()
     };
     let area = region.put_area(&body)?;
     Ok(publish(region, t, area))
