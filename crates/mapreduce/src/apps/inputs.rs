@@ -22,6 +22,9 @@ impl Rng {
     }
 }
 
+/// The largest input [`generate`] makes (it builds it in memory).
+const MAX_GENERATED: u64 = 16 << 30;
+
 /// An input of about `bytes` bytes for the app called `name`, the same for the same `seed`,
 /// and the `--arg`s (`name=value`) to run it with.
 ///
@@ -32,6 +35,12 @@ impl Rng {
 /// - `kmeans`: 3-D points around six centres (k=6); `pca`: rows of 12 correlated columns.
 pub fn generate(name: &str, bytes: u64, seed: u64) -> Result<(Vec<u8>, Vec<String>), MrError> {
     let app = super::find(name)?.name();
+    if bytes > MAX_GENERATED {
+        return Err(MrError::BadInput(format!(
+            "inputs are generated in memory: at most {} GiB, not {bytes} bytes",
+            MAX_GENERATED >> 30
+        )));
+    }
     let mut rng = Rng(seed);
     let size = bytes as usize;
     let mut out = Vec::with_capacity(size + 256);
@@ -138,5 +147,6 @@ mod tests {
             assert!((8_000..12_000).contains(&a.len()), "{}: {} bytes", app.name(), a.len());
         }
         assert!(generate("nope", 10, 1).unwrap_err().to_string().contains("\"nope\""));
+        assert!(generate("linreg", 1 << 40, 1).unwrap_err().to_string().contains("at most 16 GiB"));
     }
 }
