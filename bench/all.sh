@@ -30,4 +30,8 @@ step "Gutter through the router (issue #14)"
 bench/gutter.sh | bench/rewrite-doc.sh gutter
 step "YCSB over PostgreSQL: ATRL (issue #5)"
 bench/ycsb.sh "${full[@]}" | bench/rewrite-doc.sh ycsb
+step "Elastic MapReduce: the overhead of elasticity (issue #18)"
+bench/mr-overhead.sh | bench/rewrite-doc.sh mr-overhead
+step "Elastic MapReduce: the elasticity benchmark (issue #18)"
+bench/mr-elastic.sh | bench/rewrite-doc.sh mr-elastic
 step "done: git diff docs/ shows what moved"

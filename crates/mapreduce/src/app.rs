@@ -126,7 +126,10 @@ pub fn le_u64(bytes: &[u8]) -> u64 {
 /// Adds two little-endian `u64` counters (apps' combiner for counts); a malformed value
 /// counts as 0.
 pub fn add_u64(acc: &mut Vec<u8>, value: &[u8]) {
-    *acc = le_u64(acc).wrapping_add(le_u64(value)).to_le_bytes().to_vec();
+    let sum = le_u64(acc).wrapping_add(le_u64(value)).to_le_bytes();
+    // In place: a combiner runs once per record emitted (word count: per word).
+    acc.clear();
+    acc.extend_from_slice(&sum);
 }
 
 /// Combines two equally long vectors of little-endian `i64`s (sums, counts) element-wise.

@@ -12,7 +12,7 @@ use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
 use crate::error::MrError;
 use crate::job::{job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
 use crate::layout::{job, JOB_SLOTS};
-use crate::records::{decode, encode_sorted, payload, read_partition};
+use crate::records::{decode, encode, payload, read_partition};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, result};
 use std::sync::atomic::Ordering;
@@ -144,9 +144,9 @@ impl Jobs for Coordinator<'_> {
                 records.push((k.to_vec(), v.to_vec()));
             }
         }
-        // Partitions hold disjoint keys, each sorted: one sort orders the whole result.
+        // Partitions hold disjoint keys: one sort orders the whole result.
         records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let merged = region.put_area(&payload(&[encode_sorted(records.clone())]))?;
+        let merged = region.put_area(&payload(&[encode(records.iter().map(|(k, v)| (&k[..], &v[..])))]))?;
         region.job(j, job::RESULT).store(merged, Ordering::Relaxed);
         region.job(j, job::STATE).store(JobState::Done as u64, Ordering::Release);
         Ok(records)

@@ -3,7 +3,8 @@
 //!
 //! A map attempt combines as it goes (one entry per distinct key and partition: word count
 //! stores each word once per task, not once per occurrence), then writes one area, sized
-//! exactly, holding every partition's records sorted by key:
+//! exactly, holding every partition's records (in no order: a reducer combines them in a hash
+//! table, and the coordinator sorts the job's result once):
 //!
 //! ```text
 //! area: [len u64] [partitions u64] [end_0 … end_{p-1} u64] [records of partition 0][…]
@@ -16,56 +17,64 @@
 
 use crate::error::MrError;
 use crate::region::JobRegion;
-use std::collections::HashMap;
+use hashbrown::HashTable;
 use std::sync::atomic::Ordering;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Merges `value` into `acc`, the value already held for the same key (an app's combiner).
 pub type Combine<'a> = dyn Fn(&mut Vec<u8>, &[u8]) + 'a;
 
+/// A record held by [`Emit`]: the key's hash, the key, the value.
+type Entry = (u64, Vec<u8>, Vec<u8>);
+
 /// Where a map function sends its records: combined per key at once, per reduce partition.
 pub struct Emit<'a> {
-    partitions: Vec<HashMap<Vec<u8>, Vec<u8>>>,
+    /// Per partition, `(hash, key, value)` placed by the key's XXH3, which also chose the
+    /// partition: one hash per record.
+    partitions: Vec<HashTable<Entry>>,
     combine: &'a Combine<'a>,
 }
 
 impl<'a> Emit<'a> {
     /// An empty emitter for `partitions` reduce partitions (at least one).
     pub(crate) fn new(partitions: usize, combine: &'a Combine<'a>) -> Emit<'a> {
-        Emit { partitions: (0..partitions.max(1)).map(|_| HashMap::new()).collect(), combine }
+        Emit { partitions: (0..partitions.max(1)).map(|_| HashTable::new()).collect(), combine }
     }
 
     /// Emits one record: combined with the record already held for `key`, if any.
     pub fn emit(&mut self, key: &[u8], value: &[u8]) {
-        let part = partition_of(key, self.partitions.len());
-        let map = &mut self.partitions[part];
-        match map.get_mut(key) {
-            Some(acc) => (self.combine)(acc, value),
+        let hash = xxh3_64(key);
+        let part = partition_of(hash, self.partitions.len());
+        let table = &mut self.partitions[part];
+        match table.find_mut(hash, |(h, k, _)| *h == hash && k == key) {
+            Some((_, _, acc)) => (self.combine)(acc, value),
             None => {
-                map.insert(key.to_vec(), value.to_vec());
+                table.insert_unique(hash, (hash, key.to_vec(), value.to_vec()), |e| e.0);
             }
         }
     }
 
-    /// The payload of the task's output area: every partition sorted by key.
+    /// The payload of the task's output area: every partition's records, in no order (the
+    /// coordinator sorts the job's result once).
     pub(crate) fn into_payload(self) -> Vec<u8> {
         let parts: Vec<Vec<u8>> =
-            self.partitions.into_iter().map(|m| encode_sorted(m.into_iter().collect())).collect();
+            self.partitions.iter().map(|t| encode(t.iter().map(|(_, k, v)| (&k[..], &v[..])))).collect();
         payload(&parts)
     }
 }
 
-/// The reduce partition of `key` among `partitions`.
-pub(crate) fn partition_of(key: &[u8], partitions: usize) -> usize {
-    (xxh3_64(key) % partitions as u64) as usize
+/// The reduce partition, among `partitions`, of a key whose XXH3 is `hash`: chosen by the
+/// top bits of its low half (a multiply, not a division, once per record), so that it is
+/// independent of the bits a partition's table places by (the lowest, and the top seven).
+fn partition_of(hash: u64, partitions: usize) -> usize {
+    (((hash & 0xffff_ffff) * partitions as u64) >> 32) as usize
 }
 
-/// Records sorted by key, encoded back to back.
-pub(crate) fn encode_sorted(mut records: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<u8> {
-    records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let size = records.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+/// Records encoded back to back, in the order given.
+pub(crate) fn encode<'r>(records: impl Iterator<Item = (&'r [u8], &'r [u8])> + Clone) -> Vec<u8> {
+    let size = records.clone().map(|(k, v)| 8 + k.len() + v.len()).sum();
     let mut out = Vec::with_capacity(size);
-    for (k, v) in &records {
+    for (k, v) in records {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
@@ -152,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn emitted_records_are_combined_partitioned_and_read_back_sorted() {
+    fn emitted_records_are_combined_partitioned_and_read_back() {
         let p = TempPath::new("records");
         let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
         let mut emit = Emit::new(3, &add);
@@ -164,9 +173,8 @@ mod tests {
         for part in 0..3 {
             let bytes = read_partition(&region, area, part).unwrap();
             let recs: Vec<_> = decode(&bytes).map(|r| r.unwrap()).collect();
-            assert!(recs.windows(2).all(|w| w[0].0 < w[1].0), "sorted within a partition");
             for (k, v) in recs {
-                assert_eq!(partition_of(k, 3), part as usize);
+                assert_eq!(partition_of(xxh3_64(k), 3), part as usize);
                 all.push((String::from_utf8(k.to_vec()).unwrap(), u64::from_le_bytes(v.try_into().unwrap())));
             }
         }
@@ -177,7 +185,7 @@ mod tests {
 
     #[test]
     fn malformed_records_and_areas_are_errors() {
-        let good = encode_sorted(vec![(b"k".to_vec(), b"v".to_vec())]);
+        let good = encode([(&b"k"[..], &b"v"[..])].into_iter());
         for cut in 0..good.len() {
             let results: Vec<_> = decode(&good[..cut]).collect();
             assert!(cut == 0 || results.last().unwrap().is_err(), "cut at {cut}");

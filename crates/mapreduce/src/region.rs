@@ -17,11 +17,15 @@ use crate::layout::{
 use shoal_region::Mapping;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Areas of at least this many bytes are written and read through the region's file.
+const BULK_BYTES: usize = 256 << 10;
 
 /// The life of a job entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,11 +309,22 @@ impl JobRegion {
         Ok(())
     }
 
-    /// Copies `bytes` into a new area: `[len u64][bytes]`. Returns the area's offset.
+    /// Copies `bytes` into a new area: `[len u64][bytes]`. Returns the area's offset. Bulk
+    /// bytes (an input) go through the file rather than the mapping: the kernel copies them
+    /// into the file's pages, so this process neither faults in nor zeroes a page of them, and
+    /// the copy is complete before the offset is published to anyone.
     pub(crate) fn put_area(&self, bytes: &[u8]) -> Result<u64, MrError> {
         let off = self.alloc(8 + bytes.len() as u64)?;
         self.word(off).store(bytes.len() as u64, Ordering::Relaxed);
-        self.map.write(off as usize + 8, bytes);
+        if bytes.len() >= BULK_BYTES {
+            self.file.write_all_at(bytes, off + 8).map_err(|source| MrError::Io {
+                path: self.path.clone(),
+                action: "write to job region",
+                source,
+            })?;
+        } else {
+            self.map.write(off as usize + 8, bytes);
+        }
         Ok(off)
     }
 
@@ -324,12 +339,28 @@ impl JobRegion {
 
     /// A copy of `len` bytes at `off`, which must lie inside the arena.
     pub(crate) fn bytes(&self, off: u64, len: u64) -> Result<Vec<u8>, MrError> {
+        let mut out = Vec::new();
+        self.read_append(off, len, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends a copy of the `len` bytes at `off`, which must lie inside the arena, to `out`.
+    /// Bulk reads go through the file (see [`JobRegion::put_area`]).
+    pub(crate) fn read_append(&self, off: u64, len: u64, out: &mut Vec<u8>) -> Result<(), MrError> {
         if !self.in_arena(off, len) {
             return Err(self.corrupt(format!("{len} bytes at offset {off} run outside the arena")));
         }
-        let mut out = vec![0; len as usize];
-        self.map.read(off as usize, &mut out);
-        Ok(out)
+        if len < BULK_BYTES as u64 {
+            self.map.read_append(off as usize, len as usize, out);
+            return Ok(());
+        }
+        let at = out.len();
+        out.resize(at + len as usize, 0);
+        self.file.read_exact_at(&mut out[at..], off).map_err(|source| MrError::Io {
+            path: self.path.clone(),
+            action: "read from job region",
+            source,
+        })
     }
 
     /// Takes the first free job slot for a new job of this process.

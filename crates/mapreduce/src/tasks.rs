@@ -46,13 +46,21 @@ pub(crate) fn pid_alive(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// Tries to claim task `t` for this process with a lease of `lease_ms`.
-pub(crate) fn try_claim(region: &JobRegion, t: u64, lease_ms: u64) -> Option<Claim> {
+/// Tries to claim task `t` for this process with a lease of `lease_ms`. With `None` (the
+/// fixed-worker mode: every worker is a thread of this process, as in the original Phoenix)
+/// only a task never claimed is taken and no lease is stored: no claim is ever taken over, so
+/// neither clocks nor other processes' liveness are consulted.
+pub(crate) fn try_claim(region: &JobRegion, t: u64, lease_ms: Option<u64>) -> Option<Claim> {
     if region.task(t, task::RESULT).load(Ordering::Acquire) != 0 {
         return None;
     }
     let claim = region.task(t, task::CLAIM);
     let seen = claim.load(Ordering::Acquire);
+    let Some(lease_ms) = lease_ms else {
+        let word = (std::process::id() as u64) << 32 | 1;
+        return (seen == 0 && claim.compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+            .then_some(Claim { task: t, word });
+    };
     let now = region.now_rel_ms();
     if seen != 0 && claim_live(region, t, seen, now) {
         return None;
@@ -109,18 +117,18 @@ mod tests {
     fn a_live_claim_excludes_others_until_its_lease_lapses_or_its_process_dies() {
         let p = TempPath::new("claims");
         let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 4).unwrap();
-        let first = try_claim(&region, 0, 60_000).expect("an unclaimed task is claimable");
-        assert_eq!(try_claim(&region, 0, 60_000), None, "our own live claim stands");
+        let first = try_claim(&region, 0, Some(60_000)).expect("an unclaimed task is claimable");
+        assert_eq!(try_claim(&region, 0, Some(60_000)), None, "our own live claim stands");
         renew(&region, first, 60_000);
-        assert_eq!(try_claim(&region, 0, 60_000), None);
+        assert_eq!(try_claim(&region, 0, Some(60_000)), None);
         // A lapsed lease makes it claimable again, as the next attempt.
         region.task(0, task::LEASE).store(lease_word(first.word as u32, 0), Ordering::Relaxed);
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let second = try_claim(&region, 0, 60_000).expect("a lapsed lease is re-claimable");
+        let second = try_claim(&region, 0, Some(60_000)).expect("a lapsed lease is re-claimable");
         assert_eq!(second.word as u32, 2);
         // A claim by a process that is gone is re-claimable at once.
         region.task(0, task::CLAIM).store(u64::from(i32::MAX as u32) << 32 | 7, Ordering::Relaxed);
-        assert_eq!(try_claim(&region, 0, 60_000).map(|c| c.word as u32), Some(8));
+        assert_eq!(try_claim(&region, 0, Some(60_000)).map(|c| c.word as u32), Some(8));
     }
 
     #[test]
@@ -131,7 +139,19 @@ mod tests {
         assert!(publish(&region, 1, 4096));
         assert!(!publish(&region, 1, 8192), "a second attempt loses");
         assert_eq!(result(&region, 1), Some(4096));
-        assert_eq!(try_claim(&region, 1, 1000), None);
+        assert_eq!(try_claim(&region, 1, Some(1000)), None);
+    }
+
+    #[test]
+    fn a_fixed_worker_claims_only_tasks_never_claimed_and_stores_no_lease() {
+        let p = TempPath::new("fixed-claims");
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 4).unwrap();
+        let first = try_claim(&region, 0, None).expect("an unclaimed task is claimable");
+        assert_eq!(try_claim(&region, 0, None), None, "a claim is never taken over");
+        assert_eq!(region.task(0, task::LEASE).load(Ordering::Relaxed), 0);
+        region.task(0, task::CLAIM).store(u64::from(i32::MAX as u32) << 32 | 1, Ordering::Relaxed);
+        assert_eq!(try_claim(&region, 0, None), None, "not even a dead process's");
+        assert_eq!(first.word as u32, 1);
     }
 
     #[test]

@@ -9,33 +9,26 @@ use crate::region::JobRegion;
 use crate::worker::{Worker, WorkerOptions};
 use std::sync::Arc;
 
+pub(crate) use crate::apps::Rng;
+
 /// Runs `app` over `input` with `args` (`name=value`) in a fresh region.
 pub(crate) fn run_local(app: &dyn App, input: &[u8], args: &[&str]) -> Result<Rendered, MrError> {
-    let path = TempPath::new(app.name());
-    let region = Arc::new(JobRegion::create(&path.0, 4 << 20, 1 << 30, 1 << 14)?);
-    let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(2));
     let args = Args::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())?;
-    let options = JobOptions { split_bytes: (input.len() as u64 / 9).max(64), reduce_tasks: 5 };
-    let rendered = Coordinator::new(&region, options, |_| {})?.run_app(app, input, &args);
-    worker.stop()?;
-    rendered
+    run_local_args(app, input, &args, WorkerOptions::threads(2))
 }
 
-/// SplitMix64, for generated inputs.
-pub(crate) struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
-
-    /// Uniform in `0..n` (near enough).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
+/// [`run_local`] with parsed arguments and the workers' options.
+pub(crate) fn run_local_args(
+    app: &dyn App,
+    input: &[u8],
+    args: &Args,
+    workers: WorkerOptions,
+) -> Result<Rendered, MrError> {
+    let path = TempPath::new(app.name());
+    let region = Arc::new(JobRegion::create(&path.0, 4 << 20, 1 << 30, 1 << 14)?);
+    let worker = Worker::start(Arc::clone(&region), workers);
+    let options = JobOptions { split_bytes: (input.len() as u64 / 9).max(64), reduce_tasks: 5 };
+    let rendered = Coordinator::new(&region, options, |_| {})?.run_app(app, input, args);
+    worker.stop()?;
+    rendered
 }

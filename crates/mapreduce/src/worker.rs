@@ -10,13 +10,13 @@
 //! heartbeat: every lease/4, renew the leases of the claims this process holds
 //! ```
 
+use crate::app::SplitUnit;
 use crate::error::MrError;
 use crate::job::{fail_job, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
-use crate::records::{decode, encode_sorted, payload, read_partition, Emit};
+use crate::records::{decode, read_partition, Emit};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -37,12 +37,16 @@ pub struct WorkerOptions {
     /// Hold each claimed task this long before running it: makes tests' and chaos runs' kills
     /// land while a claim is held. 0 in production.
     pub hold_ms: u64,
+    /// The fixed-worker mode (the original Phoenix): this process's threads are the only
+    /// workers, so claims take no lease, there is no heartbeat and no liveness check of other
+    /// processes. Only for a region no other process can join (`shoal mr run --mode fixed`).
+    pub fixed: bool,
 }
 
 impl WorkerOptions {
     /// `threads` threads, the default lease, no limit, no hold.
     pub fn threads(threads: usize) -> WorkerOptions {
-        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0 }
+        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0, fixed: false }
     }
 }
 
@@ -68,7 +72,8 @@ struct Shared {
     held: Mutex<Vec<Claim>>,
     published: AtomicU64,
     lost: AtomicU64,
-    lease_ms: u64,
+    /// The lease of a claim; `None` in the fixed-worker mode.
+    lease_ms: Option<u64>,
     max_tasks: u64,
     hold_ms: u64,
 }
@@ -76,7 +81,7 @@ struct Shared {
 impl Worker {
     /// Starts `options.threads` threads working on `region`.
     pub fn start(region: Arc<JobRegion>, options: WorkerOptions) -> Worker {
-        let lease_ms = options.lease_ms.max(10);
+        let lease_ms = (!options.fixed).then_some(options.lease_ms.max(10));
         let shared = Arc::new(Shared {
             region,
             stop: AtomicBool::new(false),
@@ -100,15 +105,17 @@ impl Worker {
             })
             .collect();
         let beat = Arc::clone(&shared);
-        let heartbeat = Some(std::thread::spawn(move || {
-            while !beat.stop.load(Ordering::Relaxed) {
-                for claim in beat.held.lock().expect("held claims").iter() {
-                    renew(&beat.region, *claim, beat.lease_ms);
+        let heartbeat = lease_ms.map(|lease_ms| {
+            std::thread::spawn(move || {
+                while !beat.stop.load(Ordering::Relaxed) {
+                    for claim in beat.held.lock().expect("held claims").iter() {
+                        renew(&beat.region, *claim, lease_ms);
+                    }
+                    // Woken early by `join`, so stopping never waits for a beat.
+                    std::thread::park_timeout(Duration::from_millis((lease_ms / 4).clamp(1, 1000)));
                 }
-                // Woken early by `join`, so stopping never waits for a beat.
-                std::thread::park_timeout(Duration::from_millis((beat.lease_ms / 4).clamp(1, 1000)));
-            }
-        }));
+            })
+        });
         Worker { threads, heartbeat, shared }
     }
 
@@ -158,14 +165,14 @@ impl Drop for Worker {
 /// another loop (and for fuzzing). A job's failure is recorded in the job; only a region this
 /// build cannot understand is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
-    let Some((view, claim)) = next_task(region, 0, lease_ms)? else { return Ok(None) };
-    run_or_fail(region, &view, claim.task).map(Some)
+    let Some((view, claim)) = next_task(region, 0, Some(lease_ms))? else { return Ok(None) };
+    run_or_fail(region, &view, claim.task, &mut Params::default()).map(Some)
 }
 
 /// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
 /// reads as a lost run, a region this build cannot understand is the caller's error.
-fn run_or_fail(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
-    match run_task(region, view, t) {
+fn run_or_fail(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> Result<bool, MrError> {
+    match run_task(region, view, t, params) {
         Err(e @ MrError::Corrupt { .. }) => Err(e),
         Err(e) => {
             fail_job(region, view.index, &e);
@@ -180,6 +187,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
     let region = &*shared.region;
     let rotation = std::process::id() as u64 * 7 + thread * 13;
     let mut idle = 0u32;
+    let mut params = Params::default();
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
             break;
@@ -195,7 +203,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
         idle = 0;
         shared.held.lock().expect("held claims").push(claim);
         std::thread::sleep(Duration::from_millis(shared.hold_ms));
-        let won = run_or_fail(region, &view, claim.task);
+        let won = run_or_fail(region, &view, claim.task, &mut params);
         shared.held.lock().expect("held claims").retain(|c| *c != claim);
         if won? {
             shared.published.fetch_add(1, Ordering::Relaxed);
@@ -208,13 +216,18 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
 
 /// Claims the first claimable task, in job order: map tasks, then (once all of a job's map
 /// tasks have results) its reduce tasks. Each thread starts its scan at its own place.
-fn next_task(region: &JobRegion, rotation: u64, lease_ms: u64) -> Result<Option<(JobView, Claim)>, MrError> {
+/// `lease_ms` is `None` in the fixed-worker mode (see [`try_claim`]).
+fn next_task(
+    region: &JobRegion,
+    rotation: u64,
+    lease_ms: Option<u64>,
+) -> Result<Option<(JobView, Claim)>, MrError> {
     for j in 0..JOB_SLOTS {
         if region.job_state(j)? == JobState::Free {
             break;
         }
         let Some(view) = JobView::running(region, j)? else { continue };
-        if !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+        if lease_ms.is_some() && !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
             continue; // its coordinator died: nobody would merge it
         }
         for reduce in [false, true] {
@@ -241,37 +254,91 @@ fn next_task(region: &JobRegion, rotation: u64, lease_ms: u64) -> Result<Option<
 }
 
 /// Runs task `t` of `view` and publishes its output; `Ok(false)` if another attempt won.
-fn run_task(region: &JobRegion, view: &JobView, t: u64) -> Result<bool, MrError> {
+fn run_task(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> Result<bool, MrError> {
     let split = view.check_task(region, t)?;
-    let params = region.bytes(view.params.offset, view.params.len)?;
+    let params = params.of(region, view)?;
     let app = view.app;
     let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine(view.stage, acc, value);
     let body = if t < view.first_task + view.maps {
-        let input = region.bytes(split.offset, split.len)?;
         let mut emit = Emit::new(view.reduces as usize, &combine);
-        app.map(view.stage, &params, &input, &mut emit).map_err(MrError::BadInput)?;
+        map_split(region, view, params, split, &mut emit)?;
         emit.into_payload()
     } else {
+        // Partition `part` of every map output, combined in one table, as a map combines.
         let part = t - view.first_task - view.maps;
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut merged = Emit::new(1, &combine);
         for m in view.tasks(false) {
             let area =
                 result(region, m).ok_or_else(|| region.corrupt(format!("map task {m} has no result")))?;
             let bytes = read_partition(region, area, part)?;
             for record in decode(&bytes) {
                 let (key, value) = record.map_err(|e| region.corrupt(format!("map task {m}: {e}")))?;
-                match merged.get_mut(key) {
-                    Some(acc) => combine(acc, value),
-                    None => {
-                        merged.insert(key.to_vec(), value.to_vec());
-                    }
-                }
+                merged.emit(key, value);
             }
         }
-        payload(&[encode_sorted(merged.into_iter().collect())])
+        merged.into_payload()
     };
     let area = region.put_area(&body)?;
     Ok(publish(region, t, area))
+}
+
+/// A worker thread's copy of the parameters of the job it last ran a task of: read once per
+/// job, not once per task (matrix multiply's parameters are all of B).
+#[derive(Default)]
+struct Params {
+    job: Option<u64>,
+    bytes: Vec<u8>,
+}
+
+impl Params {
+    /// The parameters of `view`'s job.
+    fn of(&mut self, region: &JobRegion, view: &JobView) -> Result<&[u8], MrError> {
+        if self.job != Some(view.index) {
+            self.job = None;
+            self.bytes.clear();
+            region.read_append(view.params.offset, view.params.len, &mut self.bytes)?;
+            self.job = Some(view.index);
+        }
+        Ok(&self.bytes)
+    }
+}
+
+/// Bytes of a split a map is given at a time.
+const PIECE_BYTES: usize = 1 << 20;
+
+/// Runs the map of `view`'s app over `split`, read in pieces of whole records (lines, or
+/// fixed-size records) of about [`PIECE_BYTES`] into one reused buffer: a task never holds its
+/// whole split, and the buffer stays in cache. The app's combiner makes the pieces' records
+/// one, so the output is the same as from a single call.
+fn map_split(
+    region: &JobRegion,
+    view: &JobView,
+    params: &[u8],
+    split: crate::app::InputRef,
+    emit: &mut Emit,
+) -> Result<(), MrError> {
+    let unit = view.app.split_unit(view.stage);
+    let mut buf = Vec::with_capacity(PIECE_BYTES);
+    let (mut at, end) = (split.offset, split.offset + split.len);
+    loop {
+        // A line longer than the buffer doubles it until the line fits.
+        let want = (PIECE_BYTES.max(2 * buf.len()) - buf.len()).min((end - at) as usize);
+        region.read_append(at, want as u64, &mut buf)?;
+        at += want as u64;
+        let last = at == end;
+        let cut = match unit {
+            _ if last => buf.len(),
+            SplitUnit::Fixed(record) => buf.len() - buf.len() % record.max(1),
+            SplitUnit::Lines => buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1),
+        };
+        if cut > 0 || last {
+            view.app.map(view.stage, params, &buf[..cut], emit).map_err(MrError::BadInput)?;
+            buf.drain(..cut);
+        }
+        if last {
+            return Ok(());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -282,6 +349,28 @@ mod tests {
     use crate::coordinator::Coordinator;
     use crate::job::{publish_job, split_input, JobSpec};
     use crate::region::tests::TempPath;
+
+    #[test]
+    fn splits_larger_than_a_piece_are_mapped_in_whole_records() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for app in ["wordcount", "histogram", "pca"] {
+            let (mut input, args) = apps::generate(app, 5 * PIECE_BYTES as u64, 3).unwrap();
+            if app == "wordcount" {
+                // A line longer than a piece, which must not be cut.
+                let long: Vec<u8> = (0..PIECE_BYTES + 999).map(|i| [b'x', b'y', b' '][i % 3]).collect();
+                input.splice(1000..1000, long.into_iter().chain([b'\n']));
+            }
+            let args = crate::app::Args::parse(&args).unwrap();
+            let got = crate::testing::run_local_args(
+                apps::find(app).unwrap(),
+                &input,
+                &args,
+                WorkerOptions::threads(2),
+            )
+            .unwrap();
+            assert_eq!(got, pool.install(|| apps::direct(app, &input, &args)).unwrap(), "{app}");
+        }
+    }
 
     #[test]
     fn jobs_of_a_dead_coordinator_are_left_alone() {

@@ -33,6 +33,7 @@ fn child_worker() {
         lease_ms: o[1],
         max_tasks: (o[2] > 0).then_some(o[2]),
         hold_ms: o[3],
+        fixed: false,
     };
     let region = Arc::new(JobRegion::attach(Path::new(&path), false).unwrap());
     let report = Worker::start(region, options).wait().unwrap();

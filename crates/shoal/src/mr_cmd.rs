@@ -2,8 +2,11 @@
 //!
 //! `run` is the coordinator (and, unless `--workers 0`, a worker too, plus `--workers − 1`
 //! worker processes it starts); `worker` joins a region's jobs from any process, at any time.
+//! `run --mode fixed` and `--mode rayon` are the benchmarks' references (the original
+//! Phoenix's fixed threads; the computation written directly with Rayon); `generate` writes
+//! their inputs.
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use shoal_mapreduce::{
     apps, Coordinator, JobOptions, JobRegion, MrError, Worker, WorkerOptions, DEFAULT_LEASE_MS,
@@ -29,6 +32,9 @@ enum MrCommand {
     Worker(WorkerArgs),
     /// Show the jobs of a region: state, tasks done, current claims.
     Info(InfoArgs),
+    /// Write a generated input for an app (reproducible from --seed), and print the --arg
+    /// options to run it with.
+    Generate(GenerateArgs),
     /// List the apps.
     Apps {
         /// Print JSON instead of text.
@@ -87,6 +93,40 @@ struct RunArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// How to run: `elastic` (workers may join and leave at any time), `fixed` (the original
+    /// Phoenix: only this process's --threads threads, no leases or heartbeats, nobody can
+    /// join), `rayon` (the computation written directly with Rayon, no framework: the
+    /// benchmarks' baseline).
+    #[arg(long, value_enum, default_value_t = Mode::Elastic)]
+    mode: Mode,
+}
+
+/// How `shoal mr run` runs an app.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// In a job region that workers join and leave at any time.
+    Elastic,
+    /// In a private job region, by a fixed set of threads of this process.
+    Fixed,
+    /// Written directly with Rayon in this process, without the framework.
+    Rayon,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// The app.
+    app: String,
+    /// The file to write.
+    output: PathBuf,
+    /// About how many bytes (K, M, G suffixes).
+    #[arg(long, value_parser = parse_size, default_value = "64M")]
+    size: u64,
+    /// The generator's seed: the same seed gives the same input.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -122,6 +162,7 @@ pub fn run(args: MrArgs) -> Result<(), String> {
         MrCommand::Run(a) => run_job(a).map_err(|e| e.to_string()),
         MrCommand::Worker(a) => worker(a).map_err(|e| e.to_string()),
         MrCommand::Info(a) => info(a).map_err(|e| e.to_string()),
+        MrCommand::Generate(a) => generate(a).map_err(|e| e.to_string()),
         MrCommand::Apps { json } => {
             if json {
                 let list: Vec<_> =
@@ -170,51 +211,21 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
         action: "read input",
         source,
     })?;
-    let path = a
-        .region
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/shoal-mr-{}", std::process::id())));
-    let input_bytes = input.len() as u64;
-    let size = a.region_size.unwrap_or((2 * input_bytes).max(64 << 20)).div_ceil(64) * 64;
-    let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
-    let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
-    let region = Arc::new(region);
-    if created && !a.keep_region {
-        remove_on_interrupt(&path)?;
-    }
-    eprintln!("shoal mr: job region {} (join with: shoal mr worker {})", path.display(), path.display());
-    let threads = threads(a.threads);
-    let lease_ms = a.lease_ms;
-    let worker = (a.workers > 0).then(|| {
-        Worker::start(Arc::clone(&region), WorkerOptions { threads, lease_ms, max_tasks: None, hold_ms: 0 })
-    });
-    let children = spawn_workers(&path, a.workers.saturating_sub(1), threads, lease_ms)?;
-    let mut options = JobOptions::for_input(input.len() as u64);
-    options.split_bytes = a.split_bytes.unwrap_or(options.split_bytes);
-    options.reduce_tasks = a.reduce_tasks;
-    let started = Instant::now();
-    let bar = shoal_bench::progress::progress_bar("mr", Some(1));
-    let outcome = Coordinator::new(&region, options, |p| {
-        bar.set_length(p.tasks);
-        bar.set_position(p.done);
-        bar.set_message(format!("job {} stage {}: {}/{} tasks", p.job, p.stage, p.done, p.tasks));
-    })
-    .and_then(|mut c| c.run_app(app, &input, &app_args));
-    bar.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
-    let report = worker.map(Worker::stop).transpose();
-    let finished = Coordinator::finish(&region);
-    for mut child in children {
-        let _ = child.wait();
-    }
-    if created && !a.keep_region && matches!(finished, Ok(true)) {
-        let _ = std::fs::remove_file(&path);
-    }
-    let rendered = outcome?;
-    report?;
+    let (rendered, seconds, region) = match a.mode {
+        Mode::Rayon => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads(a.threads))
+                .build()
+                .map_err(|e| MrError::BadInput(format!("cannot start Rayon's threads: {e}")))?;
+            let started = Instant::now();
+            let rendered = pool.install(|| apps::direct(app.name(), &input, &app_args))?;
+            (rendered, started.elapsed().as_secs_f64(), serde_json::Value::Null)
+        }
+        Mode::Elastic | Mode::Fixed => run_in_region(&a, app, &input, &app_args)?,
+    };
     let text = if a.json {
-        let region = if created && !a.keep_region { serde_json::Value::Null } else { json!(path) };
-        json!({ "app": app.name(), "region": region, "seconds": seconds, "result": rendered.json })
+        let mode = a.mode.to_possible_value().map(|v| v.get_name().to_string());
+        json!({ "app": app.name(), "mode": mode, "region": region, "seconds": seconds, "result": rendered.json })
             .to_string()
             + "\n"
     } else {
@@ -231,6 +242,99 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
             Ok(())
         }
     }
+}
+
+/// Runs `app` through the framework (`--mode elastic` or `fixed`); returns its result, the
+/// seconds its jobs took, and the region's path if it is left behind.
+fn run_in_region(
+    a: &RunArgs,
+    app: &'static dyn shoal_mapreduce::App,
+    input: &[u8],
+    app_args: &shoal_mapreduce::Args,
+) -> Result<(shoal_mapreduce::Rendered, f64, serde_json::Value), MrError> {
+    let fixed = a.mode == Mode::Fixed;
+    if fixed && (a.workers != 1 || a.region.is_some() || a.keep_region) {
+        return Err(MrError::BadInput(
+            "--mode fixed runs this process's --threads threads in a region of its own: leave out \
+             --workers, --region and --keep-region (or use --mode elastic)"
+                .into(),
+        ));
+    }
+    let path = a
+        .region
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/shoal-mr-{}", std::process::id())));
+    let input_bytes = input.len() as u64;
+    let size = a.region_size.unwrap_or((2 * input_bytes).max(64 << 20)).div_ceil(64) * 64;
+    let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
+    let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
+    let region = Arc::new(region);
+    if fixed {
+        // Nobody can join a region whose file is gone; the mapping lives on until the end.
+        let _ = std::fs::remove_file(&path);
+    } else {
+        if created && !a.keep_region {
+            remove_on_interrupt(&path)?;
+        }
+        eprintln!("shoal mr: job region {} (join with: shoal mr worker {})", path.display(), path.display());
+    }
+    let threads = threads(a.threads);
+    let lease_ms = a.lease_ms;
+    let worker = (a.workers > 0).then(|| {
+        Worker::start(
+            Arc::clone(&region),
+            WorkerOptions { threads, lease_ms, max_tasks: None, hold_ms: 0, fixed },
+        )
+    });
+    let children = spawn_workers(&path, a.workers.saturating_sub(1), threads, lease_ms)?;
+    let mut options = JobOptions::for_input(input_bytes);
+    options.split_bytes = a.split_bytes.unwrap_or(options.split_bytes);
+    options.reduce_tasks = a.reduce_tasks;
+    let started = Instant::now();
+    let bar = shoal_bench::progress::progress_bar("mr", Some(1));
+    let outcome = Coordinator::new(&region, options, |p| {
+        bar.set_length(p.tasks);
+        bar.set_position(p.done);
+        bar.set_message(format!("job {} stage {}: {}/{} tasks", p.job, p.stage, p.done, p.tasks));
+    })
+    .and_then(|mut c| c.run_app(app, input, app_args));
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let report = worker.map(Worker::stop).transpose();
+    let finished = Coordinator::finish(&region);
+    for mut child in children {
+        let _ = child.wait();
+    }
+    let removed = fixed || (created && !a.keep_region);
+    if removed && !fixed && matches!(finished, Ok(true)) {
+        let _ = std::fs::remove_file(&path);
+    }
+    let rendered = outcome?;
+    report?;
+    Ok((rendered, seconds, if removed { serde_json::Value::Null } else { json!(path) }))
+}
+
+fn generate(a: GenerateArgs) -> Result<(), MrError> {
+    let (input, args) = apps::generate(&a.app, a.size, a.seed)?;
+    std::fs::write(&a.output, &input).map_err(|source| MrError::Io {
+        path: a.output.clone(),
+        action: "write input",
+        source,
+    })?;
+    if a.json {
+        println!("{}", json!({ "path": a.output, "bytes": input.len(), "args": args }));
+    } else {
+        let options: Vec<String> = args.iter().map(|arg| format!("--arg '{arg}'")).collect();
+        println!(
+            "{}: {} bytes; run with: shoal mr run {} {} {}",
+            a.output.display(),
+            input.len(),
+            a.app,
+            a.output.display(),
+            options.join(" ")
+        );
+    }
+    Ok(())
 }
 
 /// Removes the region file when the run is interrupted (SIGINT, SIGTERM, SIGHUP), so that an
@@ -287,6 +391,7 @@ fn worker(a: WorkerArgs) -> Result<(), MrError> {
             lease_ms: a.lease_ms,
             max_tasks: a.max_tasks,
             hold_ms: 0,
+            fixed: false,
         },
     )
     .wait()?;

@@ -76,6 +76,81 @@ fn bad_apps_inputs_regions_and_arguments_get_clear_errors() {
 }
 
 #[test]
+fn generated_inputs_give_the_same_result_in_every_mode() {
+    for app in ["wordcount", "linreg", "strmatch"] {
+        let input = temp(&format!("gen-{app}"), b"");
+        let out = shoal(&["mr", "generate", app, input.to_str().unwrap(), "--size", "300K", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let generated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut results = Vec::new();
+        for mode in ["elastic", "fixed", "rayon"] {
+            let mut args = vec!["mr", "run", app, input.to_str().unwrap(), "--mode", mode, "--threads", "2"];
+            args.extend(["--split-bytes", "16K", "--json"]);
+            let app_args: Vec<String> = generated["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            app_args.iter().for_each(|a| args.extend(["--arg", a]));
+            let out = shoal(&args);
+            assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(json["mode"], mode);
+            assert!(json["region"].is_null(), "{mode}: nothing left behind");
+            results.push(json["result"].clone());
+        }
+        assert!(results.iter().all(|r| *r == results[0]), "{app}: {results:?}");
+        let _ = std::fs::remove_file(input);
+    }
+}
+
+#[test]
+fn fixed_mode_and_generate_refuse_what_they_cannot_do() {
+    let input = temp("fixed-bad", b"a b\n");
+    let path = input.to_str().unwrap();
+    for (args, says) in [
+        (vec!["mr", "run", "wordcount", path, "--mode", "fixed", "--workers", "2"], "leave out --workers"),
+        (vec!["mr", "run", "wordcount", path, "--mode", "fixed", "--region", "/dev/shm/x"], "--region"),
+        (vec!["mr", "run", "wordcount", path, "--mode", "rayon", "--arg", "k=1"], "\"k\""),
+        (vec!["mr", "generate", "nope", path], "no app named \"nope\""),
+        (vec!["mr", "generate", "linreg", "/nonexistent/dir/input"], "cannot write input"),
+    ] {
+        let out = shoal(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
+fn workers_refuse_finished_regions_and_other_layout_versions_by_name() {
+    let input = temp("kept", b"one two\n");
+    let region = std::env::temp_dir().join(format!("shoal-mr-cli-{}-kept-region", std::process::id()));
+    let out = shoal(
+        &["mr", "run", "wordcount", input.to_str().unwrap(), "--keep-region", "--region"]
+            .into_iter()
+            .chain([region.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let worker = |says: &str| {
+        let out = shoal(&["mr", "worker", region.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+    };
+    worker("is finished: every job in it is done");
+    let mut bytes = std::fs::read(&region).unwrap();
+    bytes[8..16].copy_from_slice(&99u64.to_le_bytes()); // the header's layout version
+    std::fs::write(&region, bytes).unwrap();
+    worker("has layout version 99, this build reads version 1");
+    let out = shoal(&["mr", "run", "wordcount", std::env::temp_dir().to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read input"), "a directory");
+    let _ = std::fs::remove_file(region);
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
 fn apps_are_listed() {
     let out = shoal(&["mr", "apps", "--json"]);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -5,6 +5,7 @@
 use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
 
 /// The histogram app.
 pub struct Histogram;
@@ -25,13 +26,7 @@ impl App for Histogram {
     }
 
     fn map(&self, _stage: u32, _params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
-        let mut counts = [[0u64; 256]; 3];
-        for pixel in split.chunks_exact(3) {
-            for (channel, &value) in pixel.iter().enumerate() {
-                counts[channel][value as usize] += 1;
-            }
-        }
-        for (channel, values) in counts.iter().enumerate() {
+        for (channel, values) in count(split).iter().enumerate() {
             for (value, &n) in values.iter().enumerate().filter(|(_, &n)| n > 0) {
                 out.emit(&[channel as u8, value as u8], &n.to_le_bytes());
             }
@@ -44,13 +39,7 @@ impl App for Histogram {
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        args.only(self.name(), &[])?;
-        if !input.len().is_multiple_of(3) {
-            return Err(MrError::BadInput(format!(
-                "input of {} bytes is not a whole number of RGB pixels (3 bytes each)",
-                input.len()
-            )));
-        }
+        check(input, args)?;
         let input = jobs.put_input(input)?;
         let mut counts = [[0u64; 256]; 3];
         for (key, value) in jobs.run(self, 0, input, &[])? {
@@ -60,6 +49,45 @@ impl App for Histogram {
         }
         Ok(render(&counts))
     }
+}
+
+/// Pixels per value of each channel in `pixels`.
+fn count(pixels: &[u8]) -> Counts {
+    let mut counts = [[0u64; 256]; 3];
+    for pixel in pixels.chunks_exact(3) {
+        for (channel, &value) in pixel.iter().enumerate() {
+            counts[channel][value as usize] += 1;
+        }
+    }
+    counts
+}
+
+type Counts = [[u64; 256]; 3];
+
+/// Refuses arguments and an input that is not whole pixels.
+fn check(input: &[u8], args: &Args) -> Result<(), MrError> {
+    args.only(Histogram.name(), &[])?;
+    if !input.len().is_multiple_of(3) {
+        return Err(MrError::BadInput(format!(
+            "input of {} bytes is not a whole number of RGB pixels (3 bytes each)",
+            input.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The same histogram written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`).
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    check(input, args)?;
+    let counts = input.par_chunks(3 * super::DIRECT_RECORDS).map(count).reduce(
+        || [[0u64; 256]; 3],
+        |mut a, b| {
+            a.iter_mut().flatten().zip(b.iter().flatten()).for_each(|(a, b)| *a += b);
+            a
+        },
+    );
+    Ok(render(&counts))
 }
 
 fn render(counts: &[[u64; 256]; 3]) -> Rendered {

@@ -8,6 +8,7 @@
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
 
 /// The k-means app.
 pub struct KMeans;
@@ -102,9 +103,7 @@ impl App for KMeans {
             if p.len() != d {
                 return Err(format!("point {p:?} has {} coordinates, not {d}", p.len()));
             }
-            let s = &mut sums[nearest(&p, &centroids)];
-            s[0] += 1;
-            s[1..].iter_mut().zip(&p).for_each(|(a, v)| *a = a.wrapping_add(*v));
+            assign(&mut sums, &p, &centroids);
         }
         for (i, s) in sums.iter().enumerate().filter(|(_, s)| s[0] > 0) {
             out.emit(&(i as u32).to_be_bytes(), &i64s_bytes(s));
@@ -117,17 +116,12 @@ impl App for KMeans {
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        args.only(self.name(), &["k", "iterations"])?;
-        let k = args.number("k", 3, 1..=4096)? as usize;
-        let iterations = args.number("iterations", 20, 1..=10_000)?;
-        let mut centroids = initial(input, k).map_err(MrError::BadInput)?;
+        let (k, iterations) = arguments(args)?;
+        let centroids = initial(input, k).map_err(MrError::BadInput)?;
         let input = jobs.put_input(input)?;
-        let mut sizes = vec![0i64; k];
-        let mut ran = 0;
-        while ran < iterations {
-            ran += 1;
+        lloyd(centroids, iterations, |centroids| {
             let mut sums = vec![None; k];
-            for (key, value) in jobs.run(self, 0, input, &encode(&centroids))? {
+            for (key, value) in jobs.run(self, 0, input, &encode(centroids))? {
                 let i = u32::from_be_bytes(
                     key[..].try_into().map_err(|_| MrError::JobFailed("a bad cluster key".into()))?,
                 );
@@ -135,16 +129,75 @@ impl App for KMeans {
                     *slot = Some(bytes_i64s(&value));
                 }
             }
-            sizes = sums.iter().map(|s| s.as_ref().map_or(0, |s| s[0])).collect();
-            let next = update(&centroids, &sums);
-            let moved = next != centroids;
-            centroids = next;
-            if !moved {
-                break;
-            }
-        }
-        Ok(render(&centroids, &sizes, ran))
+            Ok(sums)
+        })
     }
+}
+
+/// k and the most iterations, after refusing other arguments.
+fn arguments(args: &Args) -> Result<(usize, u64), MrError> {
+    args.only(KMeans.name(), &["k", "iterations"])?;
+    Ok((args.number("k", 3, 1..=4096)? as usize, args.number("iterations", 20, 1..=10_000)?))
+}
+
+/// Adds `point` to the `[count, sums…]` of its nearest centroid.
+fn assign(sums: &mut [Vec<i64>], point: &[i64], centroids: &[Vec<f64>]) {
+    let s = &mut sums[nearest(point, centroids)];
+    s[0] += 1;
+    s[1..].iter_mut().zip(point).for_each(|(a, v)| *a = a.wrapping_add(*v));
+}
+
+/// Lloyd's iterations from `centroids`, each `sums` giving every cluster's `[count, sums…]`
+/// (`None`: no point) for the centroids it is given; until they stop moving or `iterations`.
+fn lloyd(
+    mut centroids: Vec<Vec<f64>>,
+    iterations: u64,
+    mut sums: impl FnMut(&[Vec<f64>]) -> Result<Vec<Option<Vec<i64>>>, MrError>,
+) -> Result<Rendered, MrError> {
+    let mut sizes = vec![0i64; centroids.len()];
+    let mut ran = 0;
+    while ran < iterations {
+        ran += 1;
+        let sums = sums(&centroids)?;
+        sizes = sums.iter().map(|s| s.as_ref().map_or(0, |s| s[0])).collect();
+        let next = update(&centroids, &sums);
+        let moved = next != centroids;
+        centroids = next;
+        if !moved {
+            break;
+        }
+    }
+    Ok(render(&centroids, &sizes, ran))
+}
+
+/// The same clustering written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`): points parsed once, each iteration one parallel
+/// pass.
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    let (k, iterations) = arguments(args)?;
+    let centroids = initial(input, k).map_err(MrError::BadInput)?;
+    let d = centroids[0].len();
+    let points = super::parse_rows(input)?;
+    if let Some(p) = points.iter().find(|p| p.len() != d) {
+        return Err(MrError::BadInput(format!("point {p:?} has {} coordinates, not {d}", p.len())));
+    }
+    lloyd(centroids, iterations, |centroids| {
+        let sums = points
+            .par_chunks(super::DIRECT_RECORDS)
+            .map(|chunk| {
+                let mut sums = vec![vec![0i64; d + 1]; k];
+                chunk.iter().for_each(|p| assign(&mut sums, p, centroids));
+                sums
+            })
+            .reduce(
+                || vec![vec![0i64; d + 1]; k],
+                |mut a, b| {
+                    a.iter_mut().flatten().zip(b.iter().flatten()).for_each(|(a, b)| *a = a.wrapping_add(*b));
+                    a
+                },
+            );
+        Ok(sums.into_iter().map(|s| (s[0] > 0).then_some(s)).collect())
+    })
 }
 
 fn render(centroids: &[Vec<f64>], sizes: &[i64], iterations: u64) -> Rendered {

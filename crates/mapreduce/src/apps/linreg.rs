@@ -5,6 +5,7 @@
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
 
 /// The linear regression app.
 pub struct LinearRegression;
@@ -46,19 +47,39 @@ impl App for LinearRegression {
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        args.only(self.name(), &[])?;
-        if input.len() < 4 || !input.len().is_multiple_of(2) {
-            return Err(MrError::BadInput(format!(
-                "input of {} bytes is not at least two points of 2 bytes (x, y)",
-                input.len()
-            )));
-        }
+        check(input, args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, &[])?;
         let s: Vec<i64> = records.first().map(|(_, v)| bytes_i64s(v)).unwrap_or_default();
         let s: Sums = s.try_into().map_err(|_| MrError::JobFailed("linreg's job returned no sums".into()))?;
         Ok(render(&s))
     }
+}
+
+/// Refuses arguments and an input that is not at least two whole points.
+fn check(input: &[u8], args: &Args) -> Result<(), MrError> {
+    args.only(LinearRegression.name(), &[])?;
+    if input.len() < 4 || !input.len().is_multiple_of(2) {
+        return Err(MrError::BadInput(format!(
+            "input of {} bytes is not at least two points of 2 bytes (x, y)",
+            input.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The same fit written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`).
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    check(input, args)?;
+    let s = input.par_chunks(2 * super::DIRECT_RECORDS).map(sums).reduce(
+        || [0i64; 6],
+        |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+            a
+        },
+    );
+    Ok(render(&s))
 }
 
 fn render(s: &Sums) -> Rendered {

@@ -7,6 +7,8 @@
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
+use std::fmt::Write;
 
 /// The matrix multiply app.
 pub struct MatrixMultiply;
@@ -21,14 +23,20 @@ impl App for MatrixMultiply {
     }
 
     fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
-        let b = bytes_i64s(params);
-        let (m, p) = match b[..] {
-            [m, p, ..] if m > 0 && p > 0 && m.checked_mul(p) == Some(b.len() as i64 - 2) => {
+        // B is read in place, as little-endian bytes: a map is called per piece of its split.
+        let numbers = params.len() / 8;
+        let (m, p) = match bytes_i64s(&params[..16.min(params.len())])[..] {
+            [m, p]
+                if m > 0
+                    && p > 0
+                    && params.len().is_multiple_of(8)
+                    && m.checked_mul(p) == Some(numbers as i64 - 2) =>
+            {
                 (m as usize, p as usize)
             }
-            _ => return Err(format!("matmul's parameters hold {} numbers, not m, p and B", b.len())),
+            _ => return Err(format!("matmul's parameters hold {numbers} numbers, not m, p and B")),
         };
-        let b = &b[2..];
+        let b = &params[16..];
         for line in lines(split) {
             let row = parse_ints(line)?;
             let (&i, a) = row.split_first().ok_or("an empty row")?;
@@ -47,10 +55,12 @@ impl App for MatrixMultiply {
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         args.only(self.name(), &[])?;
         let (n, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
-        let mut rows = String::new();
+        let mut rows = String::with_capacity(input.len());
         for (i, row) in a.chunks(m.max(1)).enumerate().take(n) {
-            rows.push_str(&i.to_string());
-            row.iter().for_each(|v| rows.push_str(&format!(" {v}")));
+            let _ = write!(rows, "{i}");
+            row.iter().for_each(|v| {
+                let _ = write!(rows, " {v}");
+            });
             rows.push('\n');
         }
         let mut params = vec![m as i64, p as i64];
@@ -65,11 +75,13 @@ impl App for MatrixMultiply {
     }
 }
 
-/// One row of A times B (p columns), wrapping on overflow.
-fn multiply_row(a: &[i64], b: &[i64], p: usize) -> Vec<i64> {
+/// One row of A times B (p columns, its numbers as little-endian bytes), wrapping on
+/// overflow.
+fn multiply_row(a: &[i64], b: &[u8], p: usize) -> Vec<i64> {
     let mut row = vec![0i64; p];
     for (k, &x) in a.iter().enumerate() {
-        for (c, &y) in row.iter_mut().zip(&b[k * p..(k + 1) * p]) {
+        for (c, y) in row.iter_mut().zip(b[8 * k * p..8 * (k + 1) * p].chunks_exact(8)) {
+            let y = i64::from_le_bytes(y.try_into().expect("8 bytes"));
             *c = c.wrapping_add(x.wrapping_mul(y));
         }
     }
@@ -102,6 +114,16 @@ fn parse(input: &[u8]) -> Result<Parsed, String> {
     let a = take(n, m, "A")?;
     let b = take(m, p, "B")?;
     Ok((n, m, p, a, b))
+}
+
+/// The same product written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`): the input parsed once, rows of C in parallel.
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    args.only(MatrixMultiply.name(), &[])?;
+    let (_, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
+    let b = i64s_bytes(&b);
+    let c: Vec<Vec<i64>> = a.par_chunks(m).map(|row| multiply_row(row, &b, p)).collect();
+    Ok(render(&c))
 }
 
 fn render(c: &[Vec<i64>]) -> Rendered {

@@ -1,6 +1,9 @@
-//! The Phoenix applications, written against [`crate::App`].
+//! The Phoenix applications, written against [`crate::App`]; for each, the same computation
+//! written directly with Rayon in one process ([`direct`], the no-framework baseline the
+//! benchmarks compare against) and a generator of inputs ([`generate`]).
 
 mod histogram;
+mod inputs;
 mod kmeans;
 mod linreg;
 mod matmul;
@@ -8,8 +11,12 @@ mod pca;
 mod strmatch;
 mod wordcount;
 
-use crate::app::App;
+use crate::app::{lines, parse_ints, App, Args, Rendered};
 use crate::error::MrError;
+pub use inputs::generate;
+#[cfg(test)]
+pub(crate) use inputs::Rng;
+use rayon::prelude::*;
 
 /// Every app, in the order `shoal mr apps` lists them.
 pub static ALL: &[&dyn App] = &[
@@ -28,6 +35,55 @@ pub fn find(name: &str) -> Result<&'static dyn App, MrError> {
         name: name.to_string(),
         known: ALL.iter().map(|a| a.name()).collect(),
     })
+}
+
+/// Runs the app called `name` over `input` written directly with Rayon, in the current Rayon
+/// pool, without the framework: no region, tasks or records. Its result equals the app's
+/// through the framework (the test below checks every app), so timing both is honest.
+pub fn direct(name: &str, input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    let direct: fn(&[u8], &Args) -> Result<Rendered, MrError> = match find(name)?.name() {
+        "wordcount" => wordcount::direct,
+        "histogram" => histogram::direct,
+        "linreg" => linreg::direct,
+        "matmul" => matmul::direct,
+        "strmatch" => strmatch::direct,
+        "kmeans" => kmeans::direct,
+        "pca" => pca::direct,
+        other => return Err(MrError::BadInput(format!("app {other} has no direct Rayon version"))),
+    };
+    direct(input, args)
+}
+
+/// Records (pixels, points, rows) per piece of work in the direct versions: enough to make a
+/// piece's overhead negligible, few enough to balance the threads.
+const DIRECT_RECORDS: usize = 1 << 16;
+
+/// `text` cut after newlines into pieces for the direct versions (about 64 KiB each, at least
+/// 8 per thread), each a whole number of lines.
+fn line_pieces(text: &[u8]) -> Vec<&[u8]> {
+    let size = (text.len() / (8 * rayon::current_num_threads())).clamp(4096, 64 << 10);
+    let mut pieces = Vec::with_capacity(text.len() / size + 1);
+    let mut rest = text;
+    while !rest.is_empty() {
+        let cut = rest[size.min(rest.len())..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| size + i + 1);
+        let (piece, tail) = rest.split_at(cut);
+        pieces.push(piece);
+        rest = tail;
+    }
+    pieces
+}
+
+/// The non-blank lines of `text` as rows of integers, parsed in parallel.
+fn parse_rows(text: &[u8]) -> Result<Vec<Vec<i64>>, MrError> {
+    let pieces: Vec<Vec<Vec<i64>>> = line_pieces(text)
+        .into_par_iter()
+        .map(|piece| lines(piece).map(parse_ints).collect::<Result<_, _>>())
+        .collect::<Result<_, _>>()
+        .map_err(MrError::BadInput)?;
+    Ok(pieces.concat())
 }
 
 #[cfg(test)]
@@ -52,6 +108,38 @@ mod tests {
                 app.combine(round % 2, &mut acc, &params);
             }
         }
+    }
+
+    #[test]
+    fn every_app_written_directly_with_rayon_or_run_by_fixed_workers_equals_the_elastic_run() {
+        use crate::testing::run_local_args;
+        use crate::worker::WorkerOptions;
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for app in ALL {
+            let (input, args) = generate(app.name(), 40_000, 5).unwrap();
+            let args = Args::parse(&args).unwrap();
+            let elastic = run_local_args(*app, &input, &args, WorkerOptions::threads(2)).unwrap();
+            let fixed = WorkerOptions { fixed: true, ..WorkerOptions::threads(2) };
+            assert_eq!(run_local_args(*app, &input, &args, fixed).unwrap(), elastic, "{}", app.name());
+            assert_eq!(
+                pool.install(|| direct(app.name(), &input, &args)).unwrap(),
+                elastic,
+                "{}",
+                app.name()
+            );
+        }
+        let err = direct("wordcount", b"x", &Args::parse(&["k=1".into()]).unwrap()).unwrap_err();
+        assert!(err.to_string().contains("\"k\""), "{err}");
+        assert!(direct("nope", b"", &Args::default()).is_err());
+    }
+
+    #[test]
+    fn pieces_of_text_are_whole_lines_that_cover_it() {
+        let text: Vec<u8> = (0..50_000u32).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+        let pieces = line_pieces(&text);
+        assert!(pieces.len() > 4 && pieces.iter().all(|p| p.ends_with(b"\n")));
+        assert_eq!(pieces.concat(), text);
+        assert_eq!(line_pieces(b"no newline").concat(), b"no newline");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
 
 /// The PCA app.
 pub struct Pca;
@@ -48,34 +49,18 @@ impl App for Pca {
             // Key: the column count (so every task's sums meet); value: count, then sums.
             let rows = rows(split, 0)?;
             let Some(d) = rows.first().map(Vec::len) else { return Ok(()) };
-            let mut sums = vec![0i64; d + 1];
-            for r in &rows {
-                sums[0] += 1;
-                sums[1..].iter_mut().zip(r).for_each(|(s, v)| *s = s.wrapping_add(*v));
-            }
-            out.emit(&(d as u32).to_be_bytes(), &i64s_bytes(&sums));
+            out.emit(&(d as u32).to_be_bytes(), &i64s_bytes(&column_sums(&rows, d)));
             return Ok(());
         }
         let sums = bytes_i64s(params);
         let Some((&n, s)) = sums.split_first() else {
             return Err("pca's parameters hold no column sums".into());
         };
-        let n = n as i128;
         let d = s.len();
         if d > MAX_COLUMNS {
             return Err(format!("pca handles up to {MAX_COLUMNS} columns, not {d}"));
         }
-        let mut products = vec![0i128; d * d];
-        for r in rows(split, d)? {
-            // Exact for any real input (|n·x| < 2^127); wrapping only for a damaged region's.
-            let c: Vec<i128> =
-                r.iter().zip(s).map(|(&x, &s)| n.wrapping_mul(x as i128).wrapping_sub(s as i128)).collect();
-            for j in 0..d {
-                for k in j..d {
-                    products[j * d + k] = products[j * d + k].wrapping_add(c[j].wrapping_mul(c[k]));
-                }
-            }
-        }
+        let products = centred_products(&rows(split, d)?, n, s);
         for j in 0..d {
             out.emit(
                 &(j as u32).to_be_bytes(),
@@ -104,15 +89,7 @@ impl App for Pca {
             )));
         };
         let sums = bytes_i64s(sums);
-        if sums[0] < 2 {
-            return Err(MrError::BadInput(format!("pca needs at least 2 rows, the input has {}", sums[0])));
-        }
-        let d = sums.len() - 1;
-        if d > MAX_COLUMNS {
-            return Err(MrError::BadInput(format!(
-                "pca handles up to {MAX_COLUMNS} columns, the input has {d}"
-            )));
-        }
+        let d = check_sums(&sums)?;
         let mut products = vec![vec![0i128; d]; d];
         for (key, value) in jobs.run(self, PRODUCTS, input, &i64s_bytes(&sums))? {
             let j = u32::from_be_bytes(
@@ -124,6 +101,73 @@ impl App for Pca {
         }
         Ok(render(&sums, &products))
     }
+}
+
+/// `[count, column sums…]` of `rows` of `d` values.
+fn column_sums(rows: &[Vec<i64>], d: usize) -> Vec<i64> {
+    let mut sums = vec![0i64; d + 1];
+    for r in rows {
+        sums[0] += 1;
+        sums[1..].iter_mut().zip(r).for_each(|(s, v)| *s = s.wrapping_add(*v));
+    }
+    sums
+}
+
+/// The column count, if `sums` (`[count, column sums…]`) are of an input pca handles.
+fn check_sums(sums: &[i64]) -> Result<usize, MrError> {
+    if sums[0] < 2 {
+        return Err(MrError::BadInput(format!("pca needs at least 2 rows, the input has {}", sums[0])));
+    }
+    let d = sums.len() - 1;
+    if d > MAX_COLUMNS {
+        return Err(MrError::BadInput(format!("pca handles up to {MAX_COLUMNS} columns, the input has {d}")));
+    }
+    Ok(d)
+}
+
+/// The upper triangle (row-major, d·d) of `Σ (n·x_j − S_j)(n·x_k − S_k)` over `rows`, given
+/// the row count `n` and column sums `s`.
+fn centred_products(rows: &[Vec<i64>], n: i64, s: &[i64]) -> Vec<i128> {
+    let (n, d) = (n as i128, s.len());
+    let mut products = vec![0i128; d * d];
+    for r in rows {
+        // Exact for any real input (|n·x| < 2^127); wrapping only for a damaged region's.
+        let c: Vec<i128> =
+            r.iter().zip(s).map(|(&x, &s)| n.wrapping_mul(x as i128).wrapping_sub(s as i128)).collect();
+        for j in 0..d {
+            for k in j..d {
+                products[j * d + k] = products[j * d + k].wrapping_add(c[j].wrapping_mul(c[k]));
+            }
+        }
+    }
+    products
+}
+
+/// The same means and covariance written directly with Rayon in one process, without the
+/// framework (the baseline of `shoal mr run --mode rayon`): rows parsed once, two parallel
+/// passes.
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    args.only(Pca.name(), &[])?;
+    let rows = super::parse_rows(input)?;
+    let d = rows.first().map_or(0, Vec::len);
+    if let Some(r) = rows.iter().find(|r| r.len() != d) {
+        return Err(MrError::BadInput(format!("row {r:?} has {} values, not {d}", r.len())));
+    }
+    let add = |mut a: Vec<i64>, b: Vec<i64>| {
+        a.iter_mut().zip(b).for_each(|(a, b)| *a = a.wrapping_add(b));
+        a
+    };
+    let chunks = || rows.par_chunks(super::DIRECT_RECORDS);
+    let sums = chunks().map(|c| column_sums(c, d)).reduce(|| vec![0; d + 1], add);
+    check_sums(&sums)?;
+    let products = chunks().map(|c| centred_products(c, sums[0], &sums[1..])).reduce(
+        || vec![0; d * d],
+        |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(a, b)| *a = a.wrapping_add(b));
+            a
+        },
+    );
+    Ok(render(&sums, &products.chunks(d.max(1)).map(<[i128]>::to_vec).collect::<Vec<_>>()))
 }
 
 /// Means and the (symmetric) covariance matrix from column sums and centred products.

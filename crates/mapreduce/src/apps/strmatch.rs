@@ -4,6 +4,7 @@
 use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use rayon::prelude::*;
 
 /// The string match app.
 pub struct StringMatch;
@@ -19,15 +20,7 @@ impl App for StringMatch {
 
     fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
         let patterns: Vec<&[u8]> = params.split(|&b| b == 0).filter(|p| !p.is_empty()).collect();
-        let mut counts = vec![0u64; patterns.len()];
-        for line in split.split(|&b| b == b'\n') {
-            for (count, pattern) in counts.iter_mut().zip(&patterns) {
-                if line.windows(pattern.len()).any(|w| w == *pattern) {
-                    *count += 1;
-                }
-            }
-        }
-        for (pattern, count) in patterns.iter().zip(counts) {
+        for (pattern, count) in patterns.iter().zip(count_lines(split, &patterns)) {
             out.emit(pattern, &count.to_le_bytes());
         }
         Ok(())
@@ -38,18 +31,52 @@ impl App for StringMatch {
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        args.only(self.name(), &["pattern"])?;
-        let patterns = args.values("pattern");
-        if patterns.is_empty() || patterns.iter().any(|p| p.is_empty() || p.contains(['\0', '\n'])) {
-            return Err(MrError::BadInput(format!(
-                "strmatch needs one or more --arg pattern=TEXT (non-empty, no newline or NUL), got {patterns:?}"
-            )));
-        }
+        let patterns = patterns(args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, patterns.join("\0").as_bytes())?;
         let count = |p: &str| records.iter().find(|(k, _)| k == p.as_bytes()).map_or(0, |(_, v)| le_u64(v));
         Ok(render(&patterns.iter().map(|p| (p.to_string(), count(p))).collect::<Vec<_>>()))
     }
+}
+
+/// The patterns given, after refusing other arguments and unusable patterns.
+fn patterns(args: &Args) -> Result<Vec<&str>, MrError> {
+    args.only(StringMatch.name(), &["pattern"])?;
+    let patterns = args.values("pattern");
+    if patterns.is_empty() || patterns.iter().any(|p| p.is_empty() || p.contains(['\0', '\n'])) {
+        return Err(MrError::BadInput(format!(
+            "strmatch needs one or more --arg pattern=TEXT (non-empty, no newline or NUL), got {patterns:?}"
+        )));
+    }
+    Ok(patterns)
+}
+
+/// How many lines of `text` contain each of `patterns` (none may be empty).
+fn count_lines(text: &[u8], patterns: &[&[u8]]) -> Vec<u64> {
+    let mut counts = vec![0u64; patterns.len()];
+    for line in text.split(|&b| b == b'\n') {
+        for (count, pattern) in counts.iter_mut().zip(patterns) {
+            if line.windows(pattern.len()).any(|w| w == *pattern) {
+                *count += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// The same counts written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`).
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    let patterns = patterns(args)?;
+    let bytes: Vec<&[u8]> = patterns.iter().map(|p| p.as_bytes()).collect();
+    let counts = super::line_pieces(input).into_par_iter().map(|piece| count_lines(piece, &bytes)).reduce(
+        || vec![0; bytes.len()],
+        |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+            a
+        },
+    );
+    Ok(render(&patterns.iter().map(|p| p.to_string()).zip(counts).collect::<Vec<_>>()))
 }
 
 fn render(counts: &[(String, u64)]) -> Rendered {

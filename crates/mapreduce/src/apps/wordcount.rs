@@ -4,6 +4,9 @@
 use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
 use crate::error::MrError;
 use crate::records::Emit;
+use hashbrown::HashTable;
+use rayon::prelude::*;
+use xxhash_rust::xxh3::xxh3_64;
 
 /// The word count app.
 pub struct WordCount;
@@ -19,15 +22,7 @@ impl App for WordCount {
 
     fn map(&self, _stage: u32, _params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
         let one = 1u64.to_le_bytes();
-        let mut word = Vec::with_capacity(32);
-        for &b in split.iter().chain(std::iter::once(&b' ')) {
-            if b.is_ascii_alphanumeric() {
-                word.push(b.to_ascii_lowercase());
-            } else if !word.is_empty() {
-                out.emit(&word, &one);
-                word.clear();
-            }
-        }
+        for_each_word(split, |word| out.emit(word, &one));
         Ok(())
     }
 
@@ -36,8 +31,7 @@ impl App for WordCount {
     }
 
     fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        args.only(self.name(), &["top"])?;
-        let top = args.number("top", 0, 0..=u64::MAX)? as usize;
+        let top = top_argument(args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, &[])?;
         let mut counts: Vec<(String, u64)> = records
@@ -46,6 +40,56 @@ impl App for WordCount {
             .collect();
         Ok(render(&mut counts, top))
     }
+}
+
+/// The `top` argument (0: all words), after refusing others.
+fn top_argument(args: &Args) -> Result<usize, MrError> {
+    args.only(WordCount.name(), &["top"])?;
+    Ok(args.number("top", 0, 0..=u64::MAX)? as usize)
+}
+
+/// Calls `found` with each word of `text`, lowercased.
+fn for_each_word(text: &[u8], mut found: impl FnMut(&[u8])) {
+    let mut word = Vec::with_capacity(32);
+    for &b in text.iter().chain(std::iter::once(&b' ')) {
+        if b.is_ascii_alphanumeric() {
+            word.push(b.to_ascii_lowercase());
+        } else if !word.is_empty() {
+            found(&word);
+            word.clear();
+        }
+    }
+}
+
+/// The same count written directly with Rayon in one process, without the framework (the
+/// baseline of `shoal mr run --mode rayon`): a hash map per Rayon fold, merged.
+pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    let top = top_argument(args)?;
+    // The table the framework's `Emit` uses (one XXH3 per word), so that the comparison
+    // measures the framework, not a choice of hash.
+    fn add(counts: &mut HashTable<(u64, Vec<u8>, u64)>, word: &[u8], n: u64) {
+        let hash = xxh3_64(word);
+        match counts.find_mut(hash, |(h, w, _)| *h == hash && w == word) {
+            Some((_, _, count)) => *count += n,
+            None => {
+                counts.insert_unique(hash, (hash, word.to_vec(), n), |e| e.0);
+            }
+        }
+    }
+    let counts = super::line_pieces(input)
+        .into_par_iter()
+        .fold(HashTable::new, |mut counts, piece| {
+            for_each_word(piece, |word| add(&mut counts, word, 1));
+            counts
+        })
+        .reduce(HashTable::new, |a, b| {
+            let (mut into, from) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+            from.into_iter().for_each(|(_, word, n)| add(&mut into, &word, n));
+            into
+        });
+    let mut counts: Vec<(String, u64)> =
+        counts.into_iter().map(|(_, k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect();
+    Ok(render(&mut counts, top))
 }
 
 /// Most frequent first, ties alphabetically; all words, or the `top` first.
