@@ -16,7 +16,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use shoal_proto::ShutdownMode;
 use socket2::{Domain, Socket, Type};
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -249,10 +249,8 @@ fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
     if open as usize >= shared.settings.max_connections {
         shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
         let message = b"ERROR Too many open connections\r\n";
-        let _ = match &mut conn.stream {
-            Stream::Tcp(s) => s.write(message),
-            Stream::Unix(s) => s.write(message),
-        };
+        let _ = conn.stream.write(message); // plain: TLS starts on the worker
+
         return None;
     }
     shared.curr_connections.fetch_add(1, Ordering::Relaxed);
@@ -349,7 +347,33 @@ impl<'a> Worker<'a> {
     }
 
     fn take_arrivals(&mut self) {
-        while let Ok(Accepted { mut stream, addr }) = self.arrivals.try_recv() {
+        while let Ok(Accepted { stream, addr }) = self.arrivals.try_recv() {
+            let id = match &stream {
+                Stream::Tcp(s) => s.as_raw_fd(),
+                Stream::Tls(s) => s.tcp.as_raw_fd(),
+                Stream::Unix(s) => s.as_raw_fd(),
+            } as u64;
+            let listen_addr = match &stream {
+                Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+                Stream::Tls(s) => s.tcp.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+                Stream::Unix(_) => {
+                    let path =
+                        self.shared.settings.unix_socket.as_ref().map(|(p, _)| p.display().to_string());
+                    format!("unix:{}", path.unwrap_or_default())
+                }
+            };
+            // -Z: TCP connections speak TLS (unix sockets cannot be opened with -Z, and UDP
+            // stays plain, as in memcached).
+            let mut stream = match (stream, &self.shared.tls) {
+                (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp) {
+                    Ok(session) => Stream::Tls(Box::new(session)),
+                    Err(_) => {
+                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
+                },
+                (stream, _) => stream,
+            };
             let i = self.free.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.conns.len() - 1
@@ -360,18 +384,6 @@ impl<'a> Worker<'a> {
                 self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            let id = match &stream {
-                Stream::Tcp(s) => s.as_raw_fd(),
-                Stream::Unix(s) => s.as_raw_fd(),
-            } as u64;
-            let listen_addr = match &stream {
-                Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
-                Stream::Unix(_) => {
-                    let path =
-                        self.shared.settings.unix_socket.as_ref().map(|(p, _)| p.display().to_string());
-                    format!("unix:{}", path.unwrap_or_default())
-                }
-            };
             if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{id} new auto-negotiating client connection");
             }
@@ -420,6 +432,7 @@ impl<'a> Worker<'a> {
 
     fn close(&mut self, i: usize) {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        conn.stream().close();
         let _ = self.poll.registry().deregister(conn.stream().source());
         if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
             trace::closed(conn.id);
