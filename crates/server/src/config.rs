@@ -371,7 +371,9 @@ impl ServerArgs {
         if self.reqs_per_event == 0 {
             return Err("-R 0: at least one request per event".into());
         }
-        if tls.enabled && tcp.is_empty() {
+        // memcached's check is on -p alone: `-Z -s <path>` with a port serves the unix socket
+        // in plaintext.
+        if tls.enabled && tcp_port.is_none() {
             return Err("ERROR: You cannot enable SSL without a TCP port.".into());
         }
         if self.conn_limit == 0 {
@@ -574,7 +576,7 @@ mod tests {
             "options without -Z only show"
         );
         assert_eq!(
-            settings(&["-Z", "-s", "/tmp/s"]).unwrap_err(),
+            settings(&["-Z", "-s", "/tmp/s", "-p", "0"]).unwrap_err(),
             "ERROR: You cannot enable SSL without a TCP port."
         );
         assert!(settings(&["-o", "ssl_verify_mode=4"]).unwrap_err().starts_with("Invalid ssl_verify_mode"));
