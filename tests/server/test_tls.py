@@ -283,6 +283,30 @@ def test_unix_sockets_stay_plain_with_tls_on(tmp_path, pki):
             proc.wait()
 
 
+def test_a_notls_listener_stays_plain(pki):
+    """memcached's `-l notls:<addr>:<port>`: that listener speaks plaintext, the others TLS."""
+    as_root = ["-u", "root"] if os.geteuid() == 0 else []
+    for argv0 in ([MEMCACHED, *as_root], [SHOAL, "server"]):
+        tls_port, plain_port = free_port(), free_port()
+        listen = f"127.0.0.1:{tls_port},notls:127.0.0.1:{plain_port}"
+        proc = subprocess.Popen([*argv0, "-U", "0", "-l", listen, *tls_options(pki)])
+        try:
+            server = Server([], tls_port, "tls")
+            for _ in range(500):  # until it listens
+                try:
+                    socket.create_connection(("127.0.0.1", plain_port), timeout=5).close()
+                    break
+                except ConnectionRefusedError:
+                    time.sleep(0.01)
+            with socket.create_connection(("127.0.0.1", plain_port), timeout=5) as sock:
+                assert exchange(sock, b"set p 0 0 1\r\nx\r\n") == b"STORED\r\n", argv0
+            with tls_connect(server, pki) as sock:
+                assert exchange(sock, b"get p\r\n") == b"VALUE p 0 1\r\nx\r\nEND\r\n", argv0
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["-Z"], "Error loading the certificate chain: (null)"),
     (["-Z", "-o", "ssl_chain_cert=/nonexistent.pem,ssl_key=/nonexistent.key"],

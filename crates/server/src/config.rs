@@ -67,7 +67,8 @@ pub struct ServerArgs {
     /// access mask for the unix socket, in octal (default: 700)
     #[arg(short = 'a', long = "unix-mask", default_value = "700", value_name = "MASK")]
     pub unix_mask: String,
-    /// interface to listen on (default: INADDR_ANY); a comma-separated list of addr[:port]
+    /// interface to listen on (default: INADDR_ANY); a comma-separated list of addr[:port];
+    /// with -Z, a `notls:` prefix keeps that listener plaintext
     #[arg(short = 'l', long = "listen", value_name = "ADDR")]
     pub listen: Option<String>,
     /// item memory in megabytes: the whole region, index included (default: 64)
@@ -209,6 +210,8 @@ impl Protocol {
 pub struct Settings {
     /// TCP listen addresses (host, port); empty = TCP off.
     pub tcp: Vec<(String, u16)>,
+    /// The TCP listeners that stay plaintext under `-Z` (`-l notls:<addr>:<port>`).
+    pub notls: Vec<(String, u16)>,
     /// UDP port (None = off).
     pub udp: Option<(String, u16)>,
     pub unix_socket: Option<(PathBuf, u32)>,
@@ -326,17 +329,28 @@ impl ServerArgs {
                 _ => Err(format!("{what} port {p} is out of range (1-65535, 0 = off, -1 = any free port)")),
             }
         };
-        let hosts: Vec<(String, Option<u16>)> = match &self.listen {
-            None => vec![("0.0.0.0".to_string(), None)],
-            Some(list) => list.split(',').map(split_host_port).collect::<Result<_, _>>()?,
+        // memcached's `notls:` prefix keeps one listener plaintext under -Z.
+        let hosts: Vec<(String, Option<u16>, bool)> = match &self.listen {
+            None => vec![("0.0.0.0".to_string(), None, false)],
+            Some(list) => list
+                .split(',')
+                .map(|item| {
+                    let (item, plain) =
+                        item.strip_prefix("notls:").map_or((item, false), |rest| (rest, true));
+                    split_host_port(item).map(|(host, port)| (host, port, plain))
+                })
+                .collect::<Result<_, _>>()?,
         };
         let network = self.unix_socket.is_none();
         let tcp_port = port(self.port, "TCP")?;
-        let tcp = if network {
-            hosts.iter().filter_map(|(h, p)| p.or(tcp_port).map(|p| (h.clone(), p))).collect()
-        } else {
-            Vec::new()
+        let listen = |plain_only: bool| -> Vec<(String, u16)> {
+            hosts
+                .iter()
+                .filter(|(_, _, plain)| network && (!plain_only || *plain))
+                .filter_map(|(h, p, _)| p.or(tcp_port).map(|p| (h.clone(), p)))
+                .collect()
         };
+        let (tcp, notls) = (listen(false), listen(true));
         let udp = port(self.udp_port, "UDP")?.filter(|_| network).map(|p| (hosts[0].0.clone(), p));
         let unix_socket = match &self.unix_socket {
             Some(path) => {
@@ -381,6 +395,7 @@ impl ServerArgs {
         }
         Ok(Settings {
             tcp,
+            notls,
             udp,
             unix_socket,
             region_bytes: self.memory_mb.checked_mul(1 << 20).ok_or("-m: too large")?,

@@ -32,6 +32,8 @@ const WAKE: Token = Token(usize::MAX);
 pub struct Listeners {
     poll: Poll,
     tcp: Vec<TcpListener>,
+    /// Whether each TCP listener's connections speak TLS (`-Z`, less `notls:` ones).
+    tcp_tls: Vec<bool>,
     unix: Option<(UnixListener, PathBuf)>,
     udp: Option<UdpSocket>,
     waker: Arc<Waker>,
@@ -57,7 +59,9 @@ impl Listeners {
     /// Binds every listener the settings ask for; an error names the address and the fix.
     pub fn bind(settings: &crate::config::Settings) -> Result<Listeners, String> {
         let mut tcp = Vec::new();
+        let mut tcp_tls = Vec::new();
         for (host, port) in &settings.tcp {
+            let tls = settings.tls.enabled && !settings.notls.contains(&(host.clone(), *port));
             for addr in resolve(host, *port)? {
                 let listener = tcp_listener(addr, settings.backlog).map_err(|e| {
                     format!(
@@ -65,6 +69,7 @@ impl Listeners {
                     )
                 })?;
                 tcp.push(listener);
+                tcp_tls.push(tls);
             }
         }
         let unix = match &settings.unix_socket {
@@ -100,7 +105,7 @@ impl Listeners {
         let waker = Arc::new(
             Waker::new(poll.registry(), WAKE).map_err(|e| format!("could not create a waker: {e}"))?,
         );
-        Ok(Listeners { poll, tcp, unix, udp, waker })
+        Ok(Listeners { poll, tcp, tcp_tls, unix, udp, waker })
     }
 
     /// Wakes the acceptor (to notice a stop).
@@ -155,6 +160,8 @@ impl Listeners {
 struct Accepted {
     stream: Stream,
     addr: String,
+    /// Whether it must speak TLS (it came in on a `-Z` TCP listener).
+    tls: bool,
 }
 
 /// The acceptor's handle on a worker.
@@ -192,15 +199,17 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
             let token = event.token();
             loop {
                 let accepted = if token.0 < listeners.tcp.len() {
+                    let tls = listeners.tcp_tls[token.0];
                     listeners.tcp[token.0].accept().map(|(s, addr)| {
                         let _ = s.set_nodelay(true);
-                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}") }
+                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}"), tls }
                     })
                 } else if token == unix_token {
                     let Some((l, path)) = &listeners.unix else { break };
                     l.accept().map(|(s, _)| Accepted {
                         stream: Stream::Unix(s),
                         addr: format!("unix:{}", path.display()),
+                        tls: false,
                     })
                 } else {
                     break; // the waker
@@ -347,7 +356,7 @@ impl<'a> Worker<'a> {
     }
 
     fn take_arrivals(&mut self) {
-        while let Ok(Accepted { stream, addr }) = self.arrivals.try_recv() {
+        while let Ok(Accepted { stream, addr, tls }) = self.arrivals.try_recv() {
             let id = match &stream {
                 Stream::Tcp(s) => s.as_raw_fd(),
                 Stream::Tls(s) => s.tcp.as_raw_fd(),
@@ -362,10 +371,10 @@ impl<'a> Worker<'a> {
                     format!("unix:{}", path.unwrap_or_default())
                 }
             };
-            // -Z: TCP connections speak TLS (unix sockets cannot be opened with -Z, and UDP
-            // stays plain, as in memcached).
+            // -Z: TCP connections speak TLS, but for `notls:` listeners (unix sockets and UDP
+            // stay plain, as in memcached).
             let mut stream = match (stream, &self.shared.tls) {
-                (Stream::Tcp(tcp), Some(tls)) => match tls.accept(tcp) {
+                (Stream::Tcp(tcp), Some(session)) if tls => match session.accept(tcp) {
                     Ok(session) => Stream::Tls(Box::new(session)),
                     Err(_) => {
                         self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
