@@ -8,6 +8,7 @@ plaintext client, a client without the certificate `ssl_verify_mode=2` requires)
 import os
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import time
@@ -123,6 +124,36 @@ def test_requests_behind_a_large_value_in_one_burst_are_answered(servers, pki):
         answer = exchange(sock, burst)
     value = b"VALUE big%d 0 %d\r\n%s\r\nEND\r\n"
     assert answer == b"".join(b"STORED\r\n" + value % (i, len(BIG), BIG) for i in range(4))
+
+
+def binary_packet(opcode, key=b"", extras=b"", value=b""):
+    body = len(extras) + len(key) + len(value)
+    return struct.pack(">BBHBBHIIQ", 0x80, opcode, len(key), len(extras), 0, 0, body, 7, 0) + extras + key + value
+
+
+def binary_replies(sock, count):
+    """`count` binary replies, each with its CAS zeroed (the servers' CAS values differ)."""
+    replies, data = [], b""
+    while len(replies) < count:
+        chunk = sock.recv(4096)
+        assert chunk, f"closed after {replies!r}"
+        data += chunk
+        while len(data) >= 24 and len(data) >= 24 + struct.unpack(">I", data[8:12])[0]:
+            end = 24 + struct.unpack(">I", data[8:12])[0]
+            replies.append(data[:16] + bytes(8) + data[24:end])
+            data = data[end:]
+    return replies
+
+
+def test_the_binary_protocol_over_tls_as_memcached(servers, pki):
+    """-B auto picks the protocol by the first decrypted byte: a binary set, get and noop."""
+    burst = binary_packet(0x01, b"bin", struct.pack(">II", 3, 0), b"value") + binary_packet(0x00, b"bin")
+    answers = []
+    for server in servers:
+        with tls_connect(server, pki) as sock:
+            sock.sendall(burst + binary_packet(0x0a))
+            answers.append(binary_replies(sock, 3))
+    assert answers[0] == answers[1]
 
 
 def stat_lines(server, pki, command: bytes):
