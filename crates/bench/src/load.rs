@@ -323,8 +323,8 @@ fn prefill(clients: &mut Clients, options: &LoadOptions, space: KeySpace) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::ServerAddress;
     use crate::protocol::Protocol;
+    use crate::target::ServerAddress;
 
     #[test]
     fn options_have_usable_defaults_and_refuse_nonsense() {

@@ -108,9 +108,9 @@ impl TlsOptions {
                 }
                 _ => Err("Missing ssl_ciphers argument".into()),
             },
-            "ssl_wbuf_size" => match value.and_then(|v| v.parse::<usize>().ok()) {
-                Some(kilobytes) => {
-                    self.wbuf_bytes = kilobytes << 10;
+            "ssl_wbuf_size" => match value.and_then(|v| v.parse::<usize>().ok()?.checked_mul(1024)) {
+                Some(bytes) => {
+                    self.wbuf_bytes = bytes;
                     Ok(())
                 }
                 None => Err("could not parse argument to ssl_wbuf_size".into()),
