@@ -246,6 +246,23 @@ def test_a_required_client_certificate_refuses_clients_without_one(verifying_ser
             assert exchange(sock, b"get who\r\n") == b"VALUE who 0 4\r\ncert\r\nEND\r\n", server.kind
 
 
+@pytest.mark.parametrize("cache", [False, True])
+def test_ssl_session_cache_lets_clients_resume(pki, cache):
+    """With `ssl_session_cache` a second connection resumes the first one's session (no
+    certificate exchange); without it every connection makes a full handshake."""
+    extra = ["ssl_session_cache"] if cache else []
+    with Server.shoal(*tls_options(pki, *extra)) as server:
+        ctx = client_context(pki)
+        with ctx.wrap_socket(socket.create_connection(server.address, timeout=5),
+                             server_hostname="localhost") as first:
+            exchange(first, b"")  # TLS 1.3 tickets arrive after the handshake
+            session = first.session
+        with ctx.wrap_socket(socket.create_connection(server.address, timeout=5),
+                             server_hostname="localhost", session=session) as second:
+            exchange(second, b"")
+            assert second.session_reused == cache
+
+
 def peer_subject(server, pki):
     with tls_connect(server, pki) as sock:
         return dict(item[0] for item in sock.getpeercert()["subject"])["commonName"]
@@ -283,6 +300,12 @@ def test_refresh_certs_without_tls_and_udp_stays_plain(pki):
             with server.connect() as sock:
                 answers.append(exchange(sock, b"refresh_certs\r\n"))
         assert answers == [b"Error TLS not enabled\r\n"] * 2
+        settings = []
+        for server in (memcached, shoal):
+            with server.connect() as sock:
+                text = exchange(sock, b"stats settings\r\n").decode()
+            settings.append([line for line in text.splitlines() if line.startswith("STAT ssl_")])
+        assert settings[1] == settings[0] and "STAT ssl_enabled no" in settings[0]
     # memcached's -Z leaves UDP in plaintext; so does Shoal's.
     with Server.shoal(*tls_options(pki), "-U", str(udp)):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
