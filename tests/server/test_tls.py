@@ -263,6 +263,16 @@ def test_ssl_session_cache_lets_clients_resume(pki, cache):
             assert second.session_reused == cache
 
 
+def test_a_requested_client_certificate_is_optional(pki):
+    """ssl_verify_mode=1 asks for a certificate and lets clients without one in."""
+    opts = tls_options(pki, f"ssl_ca_cert={pki / 'ca.pem'}", "ssl_verify_mode=1")
+    with Server.memcached(*opts) as memcached, Server.shoal(*opts) as shoal:
+        for server in (memcached, shoal):
+            for cert in (False, True):
+                with tls_connect(server, pki, cert=cert) as sock:
+                    assert exchange(sock, b"set opt 0 0 1\r\nx\r\n") == b"STORED\r\n", (server.kind, cert)
+
+
 def peer_subject(server, pki):
     with tls_connect(server, pki) as sock:
         return dict(item[0] for item in sock.getpeercert()["subject"])["commonName"]
