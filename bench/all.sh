@@ -16,6 +16,8 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "Shoal vs memcached: CPU per request and items that fit (issue #3)"
 bench/server-vs-memcached.sh | bench/rewrite-doc.sh server-vs-memcached
+step "TLS: shoal server -Z vs memcached -Z (issue #12)"
+bench/tls-vs-memcached.sh | bench/rewrite-doc.sh tls-vs-memcached
 step "the kernel's floor per request"
 bench/kernel-floor.sh | bench/rewrite-doc.sh kernel-floor
 step "client reads: shared memory vs TCP (issue #4)"

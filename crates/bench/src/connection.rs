@@ -4,11 +4,14 @@
 use crate::protocol::{Parsed, Protocol, RequestKind};
 use crate::tally::Tally;
 use crate::target::{ServerAddress, Stream};
+use crate::tls::TlsStream;
 use crate::workload::RequestSource;
 use mio::event::Source;
 use mio::{Interest, Registry, Token};
+use rustls::ClientConfig;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Initial size of the input buffer; it doubles when a reply does not fit.
@@ -18,6 +21,7 @@ const INPUT_BUFFER_BYTES: usize = 16 << 10;
 enum NetStream {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
+    Tls(Box<TlsStream<mio::net::TcpStream>>),
 }
 
 /// A request sent (or queued to be sent) and not yet answered.
@@ -43,9 +47,9 @@ pub struct Connection {
 impl Connection {
     /// Connects (blocking, so that a refusal is reported at once) and switches to
     /// non-blocking I/O.
-    pub fn open(address: &ServerAddress) -> Result<Self, String> {
+    pub fn open(address: &ServerAddress, tls: Option<&Arc<ClientConfig>>) -> Result<Self, String> {
         let nonblocking = |result: io::Result<()>| result.map_err(|e| format!("{address}: {e}"));
-        let stream = match address.connect()? {
+        let stream = match address.connect_with(tls)? {
             Stream::Tcp(stream) => {
                 nonblocking(stream.set_nonblocking(true))?;
                 NetStream::Tcp(mio::net::TcpStream::from_std(stream))
@@ -53,6 +57,10 @@ impl Connection {
             Stream::Unix(stream) => {
                 nonblocking(stream.set_nonblocking(true))?;
                 NetStream::Unix(mio::net::UnixStream::from_std(stream))
+            }
+            Stream::Tls(session) => {
+                nonblocking(session.tcp.set_nonblocking(true))?;
+                NetStream::Tls(Box::new(session.map(mio::net::TcpStream::from_std)))
             }
         };
         Ok(Connection {
@@ -71,6 +79,7 @@ impl Connection {
         match &mut self.stream {
             NetStream::Tcp(stream) => stream.register(registry, token, interest),
             NetStream::Unix(stream) => stream.register(registry, token, interest),
+            NetStream::Tls(session) => session.tcp.register(registry, token, interest),
         }
     }
 
@@ -104,6 +113,9 @@ impl Connection {
         }
         self.outgoing.clear();
         self.sent = 0;
+        if let NetStream::Tls(session) = &mut self.stream {
+            session.push()?; // what the socket did not take goes on the writable event
+        }
         Ok(())
     }
 
@@ -112,6 +124,7 @@ impl Connection {
         match &mut self.stream {
             NetStream::Tcp(stream) => stream.write(bytes),
             NetStream::Unix(stream) => stream.write(bytes),
+            NetStream::Tls(session) => session.write(bytes),
         }
     }
 
@@ -127,16 +140,19 @@ impl Connection {
             }
             let space = &mut self.incoming[self.received..];
             let room = space.len();
-            let read = match &mut self.stream {
-                NetStream::Tcp(stream) => stream.read(space),
-                NetStream::Unix(stream) => stream.read(space),
+            // A TLS session may hold decrypted bytes the socket no longer signals: read on
+            // until it would block.
+            let (read, drains) = match &mut self.stream {
+                NetStream::Tcp(stream) => (stream.read(space), true),
+                NetStream::Unix(stream) => (stream.read(space), true),
+                NetStream::Tls(session) => (session.read(space), false),
             };
             match read {
                 Ok(0) => return Err("the server closed the connection".into()),
                 Ok(read) => {
                     self.received += read;
                     self.complete_replies(protocol, tally)?;
-                    if read < room {
+                    if drains && read < room {
                         return Ok(());
                     }
                 }

@@ -110,8 +110,9 @@ impl Clients {
             .map(|_| Ok(Group { poll: Poll::new()?, connections: Vec::new() }))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| format!("cannot create a poller: {e}"))?;
+        let tls = target.tls()?;
         for index in 0..connections {
-            let mut connection = Connection::open(address)?;
+            let mut connection = Connection::open(address, tls.as_ref())?;
             let group = &mut groups[index % threads];
             connection
                 .register(group.poll.registry(), Token(group.connections.len()))

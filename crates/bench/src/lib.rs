@@ -42,6 +42,7 @@ pub mod random;
 pub mod shm_load;
 pub mod tally;
 pub mod target;
+pub mod tls;
 pub mod workload;
 pub mod ycsb;
 

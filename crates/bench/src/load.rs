@@ -6,7 +6,7 @@ use crate::keys::{Distribution, KeyChooser, KeySpace};
 use crate::pin::CpuList;
 use crate::progress::progress_bar;
 use crate::tally::Tally;
-use crate::target::{CpuTime, ServerAddress, Target};
+use crate::target::{CpuTime, Target};
 use crate::workload::{Mix, Order, RequestSource, ValueSize};
 use clap::Parser;
 use serde_json::{json, Value};
@@ -234,7 +234,7 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
     if options.prefill {
         prefill(&mut clients, options, space)?;
     }
-    let cpu_before = cpu_time(&options.target.server);
+    let cpu_before = cpu_time(&options.target);
     let phase = Phase {
         pipeline: options.pipeline,
         schedule: options.rate.map_or(Schedule::ClosedLoop, |rate| Schedule::OpenLoop { rate }),
@@ -271,7 +271,7 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
     };
     bar.finish_and_clear();
     let outcome = outcome?;
-    let cpu_after = cpu_time(&options.target.server);
+    let cpu_after = cpu_time(&options.target);
     Ok(LoadReport {
         options: options.clone(),
         tally: outcome.tally,
@@ -281,8 +281,9 @@ pub fn run_load(options: &LoadOptions) -> Result<LoadReport, String> {
 }
 
 /// The server's CPU time so far, or `None` (with a warning) if it does not say.
-fn cpu_time(server: &ServerAddress) -> Option<CpuTime> {
-    match server.stats().map(|stats| stats.cpu_time()) {
+fn cpu_time(target: &Target) -> Option<CpuTime> {
+    let server = &target.server;
+    match target.tls().and_then(|tls| server.stats_with(tls.as_ref())).map(|stats| stats.cpu_time()) {
         Ok(Some(seconds)) => Some(seconds),
         Ok(None) => {
             eprintln!("warning: {server} reports no rusage_user/rusage_system in `stats`");
@@ -323,6 +324,7 @@ fn prefill(clients: &mut Clients, options: &LoadOptions, space: KeySpace) -> Res
 mod tests {
     use super::*;
     use crate::protocol::Protocol;
+    use crate::target::ServerAddress;
 
     #[test]
     fn options_have_usable_defaults_and_refuse_nonsense() {

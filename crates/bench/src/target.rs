@@ -2,6 +2,8 @@
 //! reading its `stats` (for the CPU time it spent, and its item counts).
 
 use crate::protocol::Protocol;
+use crate::tls::TlsStream;
+use rustls::ClientConfig;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -9,6 +11,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The server under load and the protocol to speak to it (options of every subcommand).
@@ -20,6 +23,16 @@ pub struct Target {
     /// Protocol of the requests.
     #[arg(long, value_enum, default_value_t = Protocol::Text)]
     pub protocol: Protocol,
+    /// Speak TLS (to a server started with `-Z`), trusting the CAs in this PEM file.
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl Target {
+    /// The TLS client configuration `--tls-ca` asks for, if any.
+    pub fn tls(&self) -> Result<Option<Arc<ClientConfig>>, String> {
+        self.tls_ca.as_deref().map(crate::tls::client_config).transpose()
+    }
 }
 
 /// Where the server listens (`--server`): `host:port`, or the path of a unix socket (anything
@@ -64,6 +77,8 @@ pub enum Stream {
     Tcp(TcpStream),
     /// Over a unix socket.
     Unix(UnixStream),
+    /// TLS over TCP, handshake done.
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 /// How long a `stats` exchange may take before the server is declared unresponsive.
@@ -73,9 +88,27 @@ impl ServerAddress {
     /// Opens one connection; the error names the address and, when nothing listens there,
     /// says that the server must be started first.
     pub fn connect(&self) -> Result<Stream, String> {
-        let stream = match self {
-            ServerAddress::Tcp(address) => self.connect_tcp(address).map(Stream::Tcp),
-            ServerAddress::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+        self.connect_with(None)
+    }
+
+    /// [`ServerAddress::connect`], over TLS when `tls` is given (TCP only).
+    pub fn connect_with(&self, tls: Option<&Arc<ClientConfig>>) -> Result<Stream, String> {
+        let stream = match (self, tls) {
+            (ServerAddress::Tcp(address), None) => self.connect_tcp(address).map(Stream::Tcp),
+            (ServerAddress::Tcp(address), Some(config)) => {
+                let tcp = self.connect_tcp(address).map_err(|error| self.explain(&error))?;
+                let host = address.rsplit_once(':').map_or(address.as_str(), |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                return crate::tls::handshake(config, host, tcp)
+                    .map(|session| Stream::Tls(Box::new(session)))
+                    .map_err(|error| format!("TLS handshake with {self}: {error}"));
+            }
+            (ServerAddress::Unix(path), None) => UnixStream::connect(path).map(Stream::Unix),
+            (ServerAddress::Unix(_), Some(_)) => {
+                return Err(format!(
+                    "{self}: TLS (--tls-ca) is for TCP servers; memcached's -Z leaves unix sockets plain"
+                ))
+            }
         };
         stream.map_err(|error| self.explain(&error))
     }
@@ -119,12 +152,20 @@ impl ServerAddress {
 
     /// Reads the server's general-purpose `stats` over a connection of its own.
     pub fn stats(&self) -> Result<ServerStats, String> {
-        let exchanged = match self.connect()? {
+        self.stats_with(None)
+    }
+
+    /// [`ServerAddress::stats`], over TLS when `tls` is given.
+    pub fn stats_with(&self, tls: Option<&Arc<ClientConfig>>) -> Result<ServerStats, String> {
+        let exchanged = match self.connect_with(tls)? {
             Stream::Tcp(stream) => {
                 stream.set_read_timeout(Some(STATS_TIMEOUT)).and_then(|()| ServerStats::exchange(stream))
             }
             Stream::Unix(stream) => {
                 stream.set_read_timeout(Some(STATS_TIMEOUT)).and_then(|()| ServerStats::exchange(stream))
+            }
+            Stream::Tls(stream) => {
+                stream.tcp.set_read_timeout(Some(STATS_TIMEOUT)).and_then(|()| ServerStats::exchange(stream))
             }
         };
         exchanged.map_err(|error| format!("reading `stats` from {self}: {error}"))

@@ -71,6 +71,8 @@ pub enum Request<'a> {
     Shutdown(ShutdownMode),
     /// `stats [args…]`: the server interprets the arguments.
     Stats(Tokens<'a>),
+    /// `refresh_certs`: reload the TLS certificates (arguments are ignored, as in memcached).
+    RefreshCerts,
     /// Shoal extension `shm`: locality discovery (region path, cookie).
     Shm,
     /// Shoal extension `shm hints <path>`: a client that reads through shared memory names

@@ -161,6 +161,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             _ => ShutdownMode::Invalid,
         })),
         b"stats" => done(Request::Stats(args)),
+        b"refresh_certs" => done(Request::RefreshCerts),
         b"shm" => match split::<2>(args) {
             (_, 0) => done(Request::Shm),
             ([b"hints", path], 2) => done(Request::ShmHints(path)),
@@ -523,6 +524,8 @@ mod tests {
         assert_eq!(args.collect::<Vec<_>>(), [&b"detail"[..], b"on"]);
         assert_eq!(request(b"stats\r\n"), Request::Stats(Tokens::default()));
         assert_eq!(request(b"shm\r\n"), Request::Shm);
+        assert_eq!(request(b"refresh_certs\r\n"), Request::RefreshCerts);
+        assert_eq!(request(b"refresh_certs now\r\n"), Request::RefreshCerts);
         assert_eq!(request(b"digest\r\n"), Request::Digest);
         assert_eq!(request(b"curve\r\n"), Request::Curve);
         assert_eq!(request(b"shm hints /proc/1/fd/3\r\n"), Request::ShmHints(b"/proc/1/fd/3"));

@@ -1,6 +1,7 @@
 //! The command line: memcached's flags with memcached's meanings, plus Shoal's own long
 //! options, turned into [`Settings`].
 
+use crate::tls::TlsOptions;
 use clap::{ArgAction, Args};
 use std::path::PathBuf;
 
@@ -66,7 +67,8 @@ pub struct ServerArgs {
     /// access mask for the unix socket, in octal (default: 700)
     #[arg(short = 'a', long = "unix-mask", default_value = "700", value_name = "MASK")]
     pub unix_mask: String,
-    /// interface to listen on (default: INADDR_ANY); a comma-separated list of addr[:port]
+    /// interface to listen on (default: INADDR_ANY); a comma-separated list of addr[:port];
+    /// with -Z, a `notls:` prefix keeps that listener plaintext
     #[arg(short = 'l', long = "listen", value_name = "ADDR")]
     pub listen: Option<String>,
     /// item memory in megabytes: the whole region, index included (default: 64)
@@ -168,6 +170,10 @@ pub struct ServerArgs {
     #[arg(long = "stale-ttl", value_name = "SECONDS", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=86_400))]
     pub stale_ttl: u32,
+    /// enable TLS on TCP connections (needs -o ssl_chain_cert=<PEM file>,ssl_key=<PEM file>;
+    /// the other ssl_* options are in docs/PROTOCOL.md)
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
     /// test mode: enables `debugtime <seconds>`, which moves the server clock forward
     #[arg(long = "test-mode")]
     pub test_mode: bool,
@@ -204,6 +210,8 @@ impl Protocol {
 pub struct Settings {
     /// TCP listen addresses (host, port); empty = TCP off.
     pub tcp: Vec<(String, u16)>,
+    /// The TCP listeners that stay plaintext under `-Z` (`-l notls:<addr>:<port>`).
+    pub notls: Vec<(String, u16)>,
     /// UDP port (None = off).
     pub udp: Option<(String, u16)>,
     pub unix_socket: Option<(PathBuf, u32)>,
@@ -239,6 +247,8 @@ pub struct Settings {
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
     pub stale_ttl: u32,
     pub test_mode: bool,
+    /// `-Z` and the `ssl_*` options.
+    pub tls: TlsOptions,
     pub protocol: Protocol,
     /// `-S`: binary connections authenticate with SASL PLAIN.
     pub sasl: bool,
@@ -290,9 +300,14 @@ impl ServerArgs {
     /// Checks the flags and turns them into settings; the error says what to fix.
     pub fn settings(&self) -> Result<Settings, String> {
         let mut idle_timeout = None;
+        let mut tls = TlsOptions { enabled: self.enable_ssl, ..TlsOptions::default() };
         for opts in &self.extended {
             for opt in opts.split(',').filter(|o| !o.is_empty()) {
                 let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
+                if let Some(taken) = tls.suboption(name, opt.split_once('=').map(|(_, v)| v)) {
+                    taken?;
+                    continue;
+                }
                 match name {
                     "idle_timeout" => {
                         let seconds: u32 = value.parse().map_err(|_| {
@@ -314,17 +329,28 @@ impl ServerArgs {
                 _ => Err(format!("{what} port {p} is out of range (1-65535, 0 = off, -1 = any free port)")),
             }
         };
-        let hosts: Vec<(String, Option<u16>)> = match &self.listen {
-            None => vec![("0.0.0.0".to_string(), None)],
-            Some(list) => list.split(',').map(split_host_port).collect::<Result<_, _>>()?,
+        // memcached's `notls:` prefix keeps one listener plaintext under -Z.
+        let hosts: Vec<(String, Option<u16>, bool)> = match &self.listen {
+            None => vec![("0.0.0.0".to_string(), None, false)],
+            Some(list) => list
+                .split(',')
+                .map(|item| {
+                    let (item, plain) =
+                        item.strip_prefix("notls:").map_or((item, false), |rest| (rest, true));
+                    split_host_port(item).map(|(host, port)| (host, port, plain))
+                })
+                .collect::<Result<_, _>>()?,
         };
         let network = self.unix_socket.is_none();
         let tcp_port = port(self.port, "TCP")?;
-        let tcp = if network {
-            hosts.iter().filter_map(|(h, p)| p.or(tcp_port).map(|p| (h.clone(), p))).collect()
-        } else {
-            Vec::new()
+        let listen = |plain_only: bool| -> Vec<(String, u16)> {
+            hosts
+                .iter()
+                .filter(|(_, _, plain)| network && (!plain_only || *plain))
+                .filter_map(|(h, p, _)| p.or(tcp_port).map(|p| (h.clone(), p)))
+                .collect()
         };
+        let (tcp, notls) = (listen(false), listen(true));
         let udp = port(self.udp_port, "UDP")?.filter(|_| network).map(|p| (hosts[0].0.clone(), p));
         let unix_socket = match &self.unix_socket {
             Some(path) => {
@@ -359,11 +385,17 @@ impl ServerArgs {
         if self.reqs_per_event == 0 {
             return Err("-R 0: at least one request per event".into());
         }
+        // memcached's check is on -p alone: `-Z -s <path>` with a port serves the unix socket
+        // in plaintext.
+        if tls.enabled && tcp_port.is_none() {
+            return Err("ERROR: You cannot enable SSL without a TCP port.".into());
+        }
         if self.conn_limit == 0 {
             return Err("-c 0: allow at least one connection".into());
         }
         Ok(Settings {
             tcp,
+            notls,
             udp,
             unix_socket,
             region_bytes: self.memory_mb.checked_mul(1 << 20).ok_or("-m: too large")?,
@@ -389,6 +421,7 @@ impl ServerArgs {
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,
+            tls,
             protocol,
             sasl: self.enable_sasl,
             sasl_pwdb: std::env::var_os("MEMCACHED_SASL_PWDB").map(PathBuf::from),
@@ -469,6 +502,7 @@ fn split_host_port(item: &str) -> Result<(String, Option<u16>), String> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::path::Path;
 
     #[derive(Parser)]
     struct Cli {
@@ -534,6 +568,37 @@ mod tests {
         let s = settings(&["--region-group", "0", "--region-mode", "640"]).unwrap();
         assert_eq!((s.region_group, s.region_mode), (Some(0), 0o640));
         assert!(settings(&["-Y", "/f"]).unwrap().auth_required());
+    }
+
+    #[test]
+    fn tls_options_are_memcached_ones() {
+        let s = settings(&[
+            "-Z",
+            "-o",
+            "ssl_chain_cert=/c.pem,ssl_key=/k.pem,ssl_verify_mode=1",
+            "-o",
+            "ssl_session_cache,ssl_min_version=3",
+        ])
+        .unwrap();
+        assert!(s.tls.enabled && s.tls.session_cache);
+        assert_eq!(
+            (s.tls.chain_cert.as_deref(), s.tls.key.as_deref()),
+            (Some(Path::new("/c.pem")), Some(Path::new("/k.pem")))
+        );
+        assert_eq!((s.tls.verify_mode, s.tls.min_version), (1, 3));
+        assert!(
+            !settings(&["-o", "ssl_chain_cert=/c.pem"]).unwrap().tls.enabled,
+            "options without -Z only show"
+        );
+        assert_eq!(
+            settings(&["-Z", "-s", "/tmp/s", "-p", "0"]).unwrap_err(),
+            "ERROR: You cannot enable SSL without a TCP port."
+        );
+        assert!(settings(&["-o", "ssl_verify_mode=4"]).unwrap_err().starts_with("Invalid ssl_verify_mode"));
+        assert!(settings(&["-o", "ssl_min_version=x"]).unwrap_err().starts_with("Invalid ssl_min_version"));
+        assert!(settings(&["-o", "ssl_keyformat=3"]).unwrap_err().contains("engine"));
+        assert!(settings(&["-o", "ssl_kernel_tls"]).unwrap_err().contains("remove the option"));
+        assert!(settings(&["-o", "ssl_chain_cert"]).unwrap_err().contains("Missing ssl_chain_cert"));
     }
 
     #[test]

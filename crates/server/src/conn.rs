@@ -10,6 +10,7 @@ use crate::config::{Protocol, Settings};
 use crate::exec::{binary, Context, Flow};
 use crate::server::ConnInfo;
 use crate::stats::Counters;
+use crate::tls::TlsStream;
 use crate::trace;
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
@@ -27,24 +28,45 @@ pub const MAX_REQUEST: usize = 4 << 20;
 /// Requests are not executed while this much output waits to be sent.
 pub const OUTPUT_HIGH_WATER: usize = 4 << 20;
 
-/// A TCP or unix-socket stream.
+/// A TCP, TLS-over-TCP (`-Z`) or unix-socket stream.
 pub enum Stream {
     Tcp(TcpStream),
+    Tls(Box<TlsStream>),
     Unix(UnixStream),
 }
 
 impl Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Reads (plaintext); returns the bytes read and whether nothing more is waiting.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        let n = match self {
+            Stream::Tcp(s) => s.read(buf)?,
+            Stream::Tls(s) => return s.read(buf),
+            Stream::Unix(s) => s.read(buf)?,
+        };
+        Ok((n, n < buf.len()))
+    }
+
+    /// Writes (plaintext; TLS encrypts it).
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
         }
     }
 
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+    /// Sends what TLS still holds; `Ok(false)` if the socket cannot take it all now.
+    fn push(&mut self) -> io::Result<bool> {
         match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.push(),
+            Stream::Tcp(_) | Stream::Unix(_) => Ok(true),
+        }
+    }
+
+    /// Ends a TLS session politely (close_notify); plain streams need nothing.
+    pub fn close(&mut self) {
+        if let Stream::Tls(s) = self {
+            s.close();
         }
     }
 
@@ -52,6 +74,7 @@ impl Stream {
     pub fn source(&mut self) -> &mut dyn Source {
         match self {
             Stream::Tcp(s) => s,
+            Stream::Tls(s) => &mut s.tcp,
             Stream::Unix(s) => s,
         }
     }
@@ -315,11 +338,10 @@ impl Conn {
             let grown = (self.buf.len() * 2).min(self.max_request);
             self.buf.resize(grown, 0);
         }
-        let room = self.buf.len() - self.end;
-        let n = self.stream.read(&mut self.buf[self.end..])?;
+        let (n, drained) = self.stream.read(&mut self.buf[self.end..])?;
         self.end += n;
         Counters::add(&counters.bytes_read, n as u64);
-        Ok((n, n < room))
+        Ok((n, drained))
     }
 
     /// Writes pending answers; `Ok(false)` if the socket cannot take them all now.
@@ -341,6 +363,7 @@ impl Conn {
         if self.out.capacity() > OUTPUT_HIGH_WATER {
             self.out.shrink_to(READ_BUFFER); // give back what one large answer needed
         }
-        Ok(true)
+        // TLS may still hold records the socket did not take: the writable event sends them.
+        self.stream.push()
     }
 }

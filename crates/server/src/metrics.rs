@@ -22,6 +22,7 @@ const GAUGES: &[&str] = &[
     "pid",
     "uptime",
     "time",
+    "time_since_server_cert_refresh",
     "pointer_size",
     "rusage_user",
     "rusage_system",

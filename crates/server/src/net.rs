@@ -16,7 +16,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use shoal_proto::ShutdownMode;
 use socket2::{Domain, Socket, Type};
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -32,6 +32,8 @@ const WAKE: Token = Token(usize::MAX);
 pub struct Listeners {
     poll: Poll,
     tcp: Vec<TcpListener>,
+    /// Whether each TCP listener's connections speak TLS (`-Z`, less `notls:` ones).
+    tcp_tls: Vec<bool>,
     unix: Option<(UnixListener, PathBuf)>,
     udp: Option<UdpSocket>,
     waker: Arc<Waker>,
@@ -57,7 +59,9 @@ impl Listeners {
     /// Binds every listener the settings ask for; an error names the address and the fix.
     pub fn bind(settings: &crate::config::Settings) -> Result<Listeners, String> {
         let mut tcp = Vec::new();
+        let mut tcp_tls = Vec::new();
         for (host, port) in &settings.tcp {
+            let tls = settings.tls.enabled && !settings.notls.contains(&(host.clone(), *port));
             for addr in resolve(host, *port)? {
                 let listener = tcp_listener(addr, settings.backlog).map_err(|e| {
                     format!(
@@ -65,6 +69,7 @@ impl Listeners {
                     )
                 })?;
                 tcp.push(listener);
+                tcp_tls.push(tls);
             }
         }
         let unix = match &settings.unix_socket {
@@ -100,7 +105,7 @@ impl Listeners {
         let waker = Arc::new(
             Waker::new(poll.registry(), WAKE).map_err(|e| format!("could not create a waker: {e}"))?,
         );
-        Ok(Listeners { poll, tcp, unix, udp, waker })
+        Ok(Listeners { poll, tcp, tcp_tls, unix, udp, waker })
     }
 
     /// Wakes the acceptor (to notice a stop).
@@ -155,6 +160,8 @@ impl Listeners {
 struct Accepted {
     stream: Stream,
     addr: String,
+    /// Whether it must speak TLS (it came in on a `-Z` TCP listener).
+    tls: bool,
 }
 
 /// The acceptor's handle on a worker.
@@ -192,15 +199,17 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
             let token = event.token();
             loop {
                 let accepted = if token.0 < listeners.tcp.len() {
+                    let tls = listeners.tcp_tls[token.0];
                     listeners.tcp[token.0].accept().map(|(s, addr)| {
                         let _ = s.set_nodelay(true);
-                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}") }
+                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}"), tls }
                     })
                 } else if token == unix_token {
                     let Some((l, path)) = &listeners.unix else { break };
                     l.accept().map(|(s, _)| Accepted {
                         stream: Stream::Unix(s),
                         addr: format!("unix:{}", path.display()),
+                        tls: false,
                     })
                 } else {
                     break; // the waker
@@ -249,10 +258,8 @@ fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
     if open as usize >= shared.settings.max_connections {
         shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
         let message = b"ERROR Too many open connections\r\n";
-        let _ = match &mut conn.stream {
-            Stream::Tcp(s) => s.write(message),
-            Stream::Unix(s) => s.write(message),
-        };
+        let _ = conn.stream.write(message); // plain: TLS starts on the worker
+
         return None;
     }
     shared.curr_connections.fetch_add(1, Ordering::Relaxed);
@@ -349,7 +356,33 @@ impl<'a> Worker<'a> {
     }
 
     fn take_arrivals(&mut self) {
-        while let Ok(Accepted { mut stream, addr }) = self.arrivals.try_recv() {
+        while let Ok(Accepted { stream, addr, tls }) = self.arrivals.try_recv() {
+            let id = match &stream {
+                Stream::Tcp(s) => s.as_raw_fd(),
+                Stream::Tls(s) => s.tcp.as_raw_fd(),
+                Stream::Unix(s) => s.as_raw_fd(),
+            } as u64;
+            let listen_addr = match &stream {
+                Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+                Stream::Tls(s) => s.tcp.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+                Stream::Unix(_) => {
+                    let path =
+                        self.shared.settings.unix_socket.as_ref().map(|(p, _)| p.display().to_string());
+                    format!("unix:{}", path.unwrap_or_default())
+                }
+            };
+            // -Z: TCP connections speak TLS, but for `notls:` listeners (unix sockets and UDP
+            // stay plain, as in memcached).
+            let mut stream = match (stream, &self.shared.tls) {
+                (Stream::Tcp(tcp), Some(session)) if tls => match session.accept(tcp) {
+                    Ok(session) => Stream::Tls(Box::new(session)),
+                    Err(_) => {
+                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
+                },
+                (stream, _) => stream,
+            };
             let i = self.free.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.conns.len() - 1
@@ -360,18 +393,6 @@ impl<'a> Worker<'a> {
                 self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            let id = match &stream {
-                Stream::Tcp(s) => s.as_raw_fd(),
-                Stream::Unix(s) => s.as_raw_fd(),
-            } as u64;
-            let listen_addr = match &stream {
-                Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
-                Stream::Unix(_) => {
-                    let path =
-                        self.shared.settings.unix_socket.as_ref().map(|(p, _)| p.display().to_string());
-                    format!("unix:{}", path.unwrap_or_default())
-                }
-            };
             if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{id} new auto-negotiating client connection");
             }
@@ -420,6 +441,7 @@ impl<'a> Worker<'a> {
 
     fn close(&mut self, i: usize) {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        conn.stream().close();
         let _ = self.poll.registry().deregister(conn.stream().source());
         if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
             trace::closed(conn.id);

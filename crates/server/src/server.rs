@@ -17,6 +17,7 @@ use crate::digest::ServerDigest;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
 use crate::stats::Counters;
+use crate::tls::Tls;
 use shoal_region::{Config, Writer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -102,6 +103,8 @@ pub struct Shared {
     pub digest: Option<Arc<ServerDigest>>,
     /// The requests' hit-ratio curve (`--hit-curve`).
     pub curve: Option<CurveTracker>,
+    /// TLS for TCP connections (`-Z`).
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Shared {
@@ -202,6 +205,9 @@ pub fn run(settings: Settings) -> Result<(), String> {
         (Some(path), true) => Users::load(path, true)?,
         _ => Users::default(),
     };
+    // Certificates are read before binding (and before -u drops root, which may own them).
+    let clock = Clock::new();
+    let tls = settings.tls.enabled.then(|| Tls::load(&settings.tls, clock.now())).transpose()?.map(Arc::new);
     let listeners = Listeners::bind(&settings)?;
     let (writer, temporary) = open_region(&settings)?;
     set_region_access(writer.path(), &settings)?;
@@ -223,7 +229,6 @@ pub fn run(settings: Settings) -> Result<(), String> {
         drop_privileges(user, writer.path())?;
     }
     listeners.write_port_file()?;
-    let clock = Clock::new();
     writer.tick(clock.now());
     let digest = settings.digest.map(|(keys, fp)| ServerDigest::attach(&writer, keys, fp)).transpose()?;
     let curve = settings.hit_curve.then(|| CurveTracker::new(writer.stats().region_bytes as u64));
@@ -244,6 +249,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         ascii_users: ascii_users.unwrap_or_default(),
         digest,
         curve,
+        tls,
     });
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;

@@ -148,10 +148,12 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
             "log_watcher_skipped",
             "log_watcher_sent",
             "log_watchers",
-            "unexpected_napi_ids",
-            "round_robin_fallback",
         ],
     );
+    if let Some(tls) = &shared.tls {
+        tls.stats_lines(now, |name, value| line(out, name, value));
+    }
+    zeros(out, &["unexpected_napi_ids", "round_robin_fallback"]);
     line(out, "bytes", store.bytes);
     line(out, "curr_items", store.items);
     line(out, "total_items", store.total_items);
@@ -228,6 +230,7 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "item_size_max", s.max_item_bytes);
     line(out, "flush_enabled", on(s.enable_flush));
     line(out, "shutdown_command", on(s.enable_shutdown));
+    s.tls.settings_lines(|name, value| line(out, name, value));
     line(out, "memory_file", shared.writer.path().display());
     line(out, "region_bytes", s.region_bytes);
     line(out, "avg_item_bytes", s.avg_item_bytes);

@@ -1,5 +1,5 @@
 //! Commands about the server rather than items: `stats`, `flush_all`, `version`, `verbosity`,
-//! `quit`, `shutdown`, and Shoal's `shm` and `debugtime`.
+//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm` and `debugtime`.
 
 use super::{push_u64, reply, reply_unless, Context, Flow, NO_CONNECTION};
 use crate::stats::{self, Counters};
@@ -120,6 +120,14 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 }
             }
         }
+        // memcached's answers: OK, the loading error, or TLS being off.
+        Request::RefreshCerts => match &shared.tls {
+            Some(tls) => match tls.refresh(shared.clock.now()) {
+                Ok(()) => reply(out, b"OK"),
+                Err(why) => reply(out, why.as_bytes()),
+            },
+            None => reply(out, b"Error TLS not enabled"),
+        },
         Request::DebugTime(seconds) => {
             if !shared.settings.test_mode {
                 reply(out, b"ERROR");
