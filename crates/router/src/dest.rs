@@ -35,6 +35,8 @@ pub struct Health {
     /// Requests answered, and failed, through this destination.
     pub sent: AtomicU64,
     pub failed: AtomicU64,
+    /// Requests sent to this destination (by any worker) and not answered yet.
+    pub pending: AtomicU64,
 }
 
 impl Health {
@@ -186,7 +188,10 @@ impl Ctx {
                 format!("{} has too many requests in flight", destination.address),
             );
         }
-        let result = match tokio::time::timeout(destination.server_timeout, wait).await {
+        health.pending.fetch_add(1, Ordering::Relaxed);
+        let waited = tokio::time::timeout(destination.server_timeout, wait).await;
+        health.pending.fetch_sub(1, Ordering::Relaxed);
+        let result = match waited {
             Ok(Ok(Ok(answer))) => Ok(answer),
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err((ErrorKind::Connect, format!("connection to {} closed", destination.address))),
