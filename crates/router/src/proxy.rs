@@ -131,9 +131,6 @@ fn local_answer(request: &Parsed<'_>, router: &Router, ctx: &Ctx) -> Answer {
         Parsed::Verbosity { noreply: true, .. } => Answer::Silent,
         Parsed::Verbosity { .. } => Answer::Bytes(b"OK\r\n".to_vec()),
         Parsed::Meta(m) if m.cmd == shoal_proto::MetaCmd::Noop => Answer::Bytes(b"MN\r\n".to_vec()),
-        Parsed::Meta(m) if m.flags.has(b'b') => {
-            Answer::Bytes(b"CLIENT_ERROR base64 keys are not routed by shoal router\r\n".to_vec())
-        }
         _ => Answer::Bytes(b"ERROR\r\n".to_vec()),
     }
 }
@@ -169,15 +166,15 @@ fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
     )
 }
 
-/// The route of one key's request: by its routing prefix (a broadcast goes to every matching
-/// route, spooled when it is a delete).
-fn routes_for(request: &Request, ctx: &Ctx) -> Vec<Child> {
+/// The route(s) of one key's request, by its routing prefix, and whether the prefix was a
+/// wildcard (a broadcast: every matching route, its deletes spooled so none is lost).
+fn routes_for(request: &Request, ctx: &Ctx) -> (Vec<Child>, bool) {
     let routed = shoal_route::Routed::parse(&request.key);
     if routed.is_broadcast() || routed.region == Some(b"*") || routed.cluster == Some(b"*") {
         let (region, cluster) = (routed.region.unwrap_or(b"*"), routed.cluster.unwrap_or(b"*"));
-        return ctx.config.routes_matching(region, cluster).into_iter().cloned().collect();
+        return (ctx.config.routes_matching(region, cluster).into_iter().cloned().collect(), true);
     }
-    ctx.config.route_for(routed.region, routed.cluster).into_iter().cloned().collect()
+    (ctx.config.route_for(routed.region, routed.cluster).into_iter().cloned().collect(), false)
 }
 
 /// Routes every pending request at once, and encodes each answer.
@@ -211,18 +208,16 @@ async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
 
 /// One key's request along its route(s).
 async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
-    let routes = routes_for(request, ctx);
-    match routes.len() {
-        0 => Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into()),
-        1 => routes[0].execute(request, ctx).await,
-        _ => {
-            // A broadcast: every matching cluster; deletes are spooled so none is lost.
-            let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
-            let replies =
-                futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
-            replies.into_iter().find(Reply::is_error).unwrap_or_else(|| crate::route::ok_reply(request))
-        }
+    let (routes, broadcast) = routes_for(request, ctx);
+    if routes.is_empty() {
+        return Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into());
     }
+    if !broadcast {
+        return routes[0].execute(request, ctx).await;
+    }
+    let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
+    let replies = futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
+    replies.into_iter().find(Reply::is_error).unwrap_or_else(|| crate::route::ok_reply(request))
 }
 
 /// Encodes replies for the client: a get's hits joined and closed with `END`; any other
