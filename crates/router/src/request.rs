@@ -105,11 +105,13 @@ enum Body {
     LeaseGet {
         stale: bool,
     },
-    /// Meta flags (without `q` and the key), and `ms`'s data.
+    /// Meta flags (without `q` and the key), `ms`'s data, and whether the client sent the key
+    /// in base64 (`b`: the request's key is the decoded one, sent on in base64 again).
     Meta {
         cmd: MetaCmd,
         flags: Vec<Vec<u8>>,
         data: Option<Vec<u8>>,
+        base64: bool,
     },
 }
 
@@ -133,6 +135,12 @@ impl Request {
     /// The key without its routing prefix.
     pub fn routed_key(&self) -> &[u8] {
         &self.key[self.prefix_len..]
+    }
+
+    /// Whether the key can be sent in a text command (a base64 key may decode to spaces or
+    /// control bytes, or to more than memcached's 250 bytes).
+    pub fn has_text_key(&self) -> bool {
+        self.key.len() <= 250 && self.key.iter().all(|&b| b > b' ' && b != 0x7f)
     }
 
     /// The same request with another expiry.
@@ -229,7 +237,11 @@ impl Request {
             out.extend_from_slice(format!(" {}", self.exptime).as_bytes());
         }
         out.push(b' ');
-        out.extend_from_slice(key);
+        if let Body::Meta { base64: true, .. } = self.body {
+            shoal_proto::encode_base64(key, &mut out);
+        } else {
+            out.extend_from_slice(key);
+        }
         match &self.body {
             Body::Get => {}
             Body::Store { flags, data, extra } => {
@@ -414,7 +426,8 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
     })
 }
 
-/// A meta command with a key; `mn`, `me` and base64 keys are the router's to answer.
+/// A meta command with a key (`mn` and `me` are the router's to answer). A base64 key (`b`)
+/// is decoded: routing prefixes and hashing apply to the key itself, as for a text key.
 fn meta_request(meta: &Meta<'_>) -> Option<Request> {
     let op = match meta.cmd {
         MetaCmd::Get => Op::MetaGet,
@@ -423,9 +436,6 @@ fn meta_request(meta: &Meta<'_>) -> Option<Request> {
         MetaCmd::Arithmetic => Op::MetaArithmetic,
         _ => return None,
     };
-    if meta.flags.has(b'b') {
-        return None;
-    }
     let mut flags = Vec::new();
     let mut quiet = false;
     let mut exptime = 0;
@@ -440,14 +450,17 @@ fn meta_request(meta: &Meta<'_>) -> Option<Request> {
         flags.push(token.to_vec());
     }
     let data = (op == Op::MetaSet).then(|| meta.data.to_vec());
-    let prefix_len = prefix_len(meta.key);
+    let mut scratch = [0; shoal_proto::KEY_MAX];
+    let key = meta.key(&mut scratch).to_vec();
+    let prefix_len = prefix_len(&key);
+    let base64 = meta.flags.has(b'b');
     Some(Request {
         op,
-        key: meta.key.to_vec(),
+        key,
         prefix_len,
         exptime,
         quiet,
-        body: Body::Meta { cmd: meta.cmd, flags, data },
+        body: Body::Meta { cmd: meta.cmd, flags, data, base64 },
     })
 }
 

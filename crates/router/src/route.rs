@@ -360,6 +360,9 @@ async fn warm_up(cold: &Child, warm: &Child, exptime: i64, request: &Request, ct
             {
                 return first;
             }
+            if !request.has_text_key() {
+                return first; // a base64 key that no text `get` can carry: cold only
+            }
             let from_warm = warm.execute(&request.as_get(), ctx).await;
             let Some((flags, data)) = from_warm.value() else { return first };
             let copy = request.as_add(flags, data, exptime);

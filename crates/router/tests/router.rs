@@ -371,3 +371,62 @@ fn the_regional_pool_example_sends_rare_keys_to_the_regional_pool() {
     let common = router.raw(b"get __mcrouter__.route(get,user:7)\r\n", b"END\r\n");
     assert!(common.contains("10.0.1.") && !common.contains("10.0.9."), "{common}");
 }
+
+#[test]
+fn meta_commands_with_base64_keys_route_on_the_decoded_key_and_answer_as_the_server_does() {
+    let shoal_backend = Server::shoal("base64-0", 0, &[]);
+    let memcached = Server::memcached("base64-1", 0);
+    let backends = [&shoal_backend, &memcached];
+    let addresses: Vec<String> = backends.iter().map(|s| s.address()).collect();
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}", "{}"] }} }},
+             "routes": [ {{ "aliases": ["/r/c/"], "route": {} }} ] }}"#,
+        addresses[0],
+        addresses[1],
+        pool_route("A")
+    );
+    let router = Router::start("base64", &config);
+    let placement = jump(&addresses);
+    let b64 = |key: &[u8]| {
+        let mut out = Vec::new();
+        shoal_proto::encode_base64(key, &mut out);
+        String::from_utf8(out).unwrap()
+    };
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    // Keys no text command could carry (spaces, control bytes) and plain ones, with and
+    // without a routing prefix (which is part of the decoded key, and comes off).
+    let keys: Vec<Vec<u8>> = (0..40u8)
+        .map(|i| match i % 3 {
+            0 => format!("plain:{i}").into_bytes(),
+            1 => vec![b'k', b' ', i, 0, 0xff, b'\r', b'\n'],
+            _ => format!("with space {i}").into_bytes(),
+        })
+        .collect();
+    let mut owners = [0usize; 2];
+    for (i, key) in keys.iter().enumerate() {
+        let owner = backends[placement.owner(key)];
+        owners[placement.owner(key)] += 1;
+        let sent = if i % 2 == 0 { [&b"/r/c/"[..], key].concat() } else { key.clone() };
+        let value_end = format!("\r\nv{}\r\n", i % 10);
+        let set = format!("ms {} 2 b T0 F7{value_end}", b64(&sent));
+        assert_eq!(router.raw(set.as_bytes(), b"\r\n"), "HD\r\n", "{key:?}");
+        // Stored on the owner of the decoded key, without the prefix: the router's answer to
+        // a read is the owner's own answer to the same read.
+        let read = format!("mg {} b v f k t\r\n", b64(key));
+        let direct = text(owner.raw(read.as_bytes(), value_end.as_bytes()));
+        assert!(direct.starts_with("VA 2 "), "on its owner: {key:?} {direct}");
+        let through = format!("mg {} b v f k t\r\n", b64(&sent));
+        assert_eq!(router.raw(through.as_bytes(), value_end.as_bytes()), direct, "{key:?}");
+        // md and ma with base64 keys too; their answers are the owner's.
+        let counter = [key.as_slice(), b"#n"].concat();
+        let arith = format!("ma {} b N0 J5 v\r\n", b64(&counter));
+        assert_eq!(router.raw(arith.as_bytes(), b"\r\n5\r\n"), "VA 1\r\n5\r\n", "{key:?}");
+        let delete = format!("md {} b q\r\nmn\r\n", b64(&sent));
+        assert_eq!(router.raw(delete.as_bytes(), b"MN\r\n"), "MN\r\n", "quiet delete: {key:?}");
+        assert!(text(owner.raw(read.as_bytes(), b"\r\n")).starts_with("EN"), "deleted on its owner");
+    }
+    assert!(owners.iter().all(|&n| n > 0), "both servers own keys: {owners:?}");
+    // A key that is not base64 is refused as memcached refuses it.
+    let bad = b"mg !!notbase64 b v\r\n";
+    assert_eq!(router.raw(bad, b"\r\n").as_bytes(), memcached.raw(bad, b"\r\n"));
+}
