@@ -19,6 +19,7 @@
 mod config;
 mod dest;
 mod metrics;
+mod multiget;
 mod proxy;
 mod reply;
 mod request;

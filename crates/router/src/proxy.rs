@@ -6,6 +6,7 @@
 //! multiget's keys, travel in parallel), then answered in order. A client's buffered input is
 //! bounded by the largest item plus one request line: past that the connection is closed.
 
+use crate::config::Config;
 use crate::dest::{Ctx, Worker};
 use crate::request::{split, Op, Reply, Request, Shape};
 use crate::route::Child;
@@ -166,15 +167,23 @@ fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
     )
 }
 
-/// The route(s) of one key's request, by its routing prefix, and whether the prefix was a
-/// wildcard (a broadcast: every matching route, its deletes spooled so none is lost).
-fn routes_for(request: &Request, ctx: &Ctx) -> (Vec<Child>, bool) {
+/// The route(s) of one key's request, by its routing prefix.
+pub enum Routes<'a> {
+    /// The route the prefix (or its absence) selects, if any.
+    One(Option<&'a Child>),
+    /// A wildcard prefix: every matching route (a broadcast: its deletes are spooled so none
+    /// is lost).
+    Broadcast(Vec<&'a Child>),
+}
+
+/// The route(s) of `request` in `config`.
+pub fn routes_for<'a>(request: &Request, config: &'a Config) -> Routes<'a> {
     let routed = shoal_route::Routed::parse(&request.key);
     if routed.is_broadcast() || routed.region == Some(b"*") || routed.cluster == Some(b"*") {
         let (region, cluster) = (routed.region.unwrap_or(b"*"), routed.cluster.unwrap_or(b"*"));
-        return (ctx.config.routes_matching(region, cluster).into_iter().cloned().collect(), true);
+        return Routes::Broadcast(config.routes_matching(region, cluster));
     }
-    (ctx.config.route_for(routed.region, routed.cluster).into_iter().cloned().collect(), false)
+    Routes::One(config.route_for(routed.region, routed.cluster))
 }
 
 /// Routes every pending request at once, and encodes each answer.
@@ -197,6 +206,11 @@ async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
                     answer
                 }
             }
+            Answer::Routed { joined: true, keys }
+                if keys.len() > 1 && matches!(keys[0].op, Op::Get | Op::Gets) =>
+            {
+                crate::multiget::get_many(&keys, ctx).await
+            }
             Answer::Routed { joined, keys } => {
                 let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
                 encode(joined, &keys, replies, ctx)
@@ -207,17 +221,22 @@ async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
 }
 
 /// One key's request along its route(s).
-async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
-    let (routes, broadcast) = routes_for(request, ctx);
-    if routes.is_empty() {
-        return Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into());
+pub async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
+    match routes_for(request, &ctx.config) {
+        Routes::One(Some(route)) => route.execute(request, ctx).await,
+        Routes::One(None) => no_route(),
+        Routes::Broadcast(routes) if routes.is_empty() => no_route(),
+        Routes::Broadcast(routes) => {
+            let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
+            let replies =
+                futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
+            replies.into_iter().find(Reply::is_error).unwrap_or_else(|| crate::route::ok_reply(request))
+        }
     }
-    if !broadcast {
-        return routes[0].execute(request, ctx).await;
-    }
-    let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
-    let replies = futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
-    replies.into_iter().find(Reply::is_error).unwrap_or_else(|| crate::route::ok_reply(request))
+}
+
+fn no_route() -> Reply {
+    Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into())
 }
 
 /// Encodes replies for the client: a get's hits joined and closed with `END`; any other

@@ -101,6 +101,15 @@ pub enum Route {
     Error(String),
 }
 
+/// A request's one destination under a placement-only route ([`Route::direct`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Direct {
+    pub dest: usize,
+    pub keep_routing_prefix: bool,
+    /// Its pool is mostly TKO: send regardless of the marks.
+    pub fail_open: bool,
+}
+
 /// A future a route handle returns.
 pub type Routing<'a> = Pin<Box<dyn Future<Output = Reply> + 'a>>;
 
@@ -189,6 +198,28 @@ impl Route {
                 Route::Error(message) => Reply::Error(ErrorKind::Route, message.clone()),
             }
         })
+    }
+
+    /// Where `request` goes when this route is nothing but placement (a server, or a
+    /// `PoolRoute`/`HashRoute` over servers), so that a multiget's keys for one server can
+    /// travel together; `None` for any other handle.
+    pub fn direct(&self, request: &Request, ctx: &Ctx) -> Option<Direct> {
+        match self {
+            Route::Destination { dest, keep_routing_prefix } => Some(Direct {
+                dest: *dest,
+                keep_routing_prefix: *keep_routing_prefix,
+                fail_open: ctx.fail_open,
+            }),
+            Route::Hash { children, placement } => match &*children[placement.owner(request.routed_key())] {
+                Route::Destination { dest, keep_routing_prefix } => Some(Direct {
+                    dest: *dest,
+                    keep_routing_prefix: *keep_routing_prefix,
+                    fail_open: ctx.fail_open || mostly_tko(children, ctx),
+                }),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// The destinations `request` would be sent to (the route lookup of `stats` and
