@@ -33,26 +33,32 @@ enum Answer {
 }
 
 /// Serves one client until it leaves.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, router: Arc<Router>, worker: Rc<Worker>) {
-    let (mut read, mut write) = tokio::io::split(stream);
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    router: Arc<Router>,
+    worker: Rc<Worker>,
+) {
     let mut parser = Parser::new(router.max_item_bytes);
+    // Requests are read straight into `buf` and answers gathered in `out`; both are kept
+    // (with their capacity) for the connection's life. A client is read, then answered, so
+    // the stream needs no split into halves.
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
     let limit = router.max_item_bytes + (64 << 10);
-    let mut chunk = vec![0u8; 64 << 10];
     let mut skip = 0usize; // bytes of an oversized value still to swallow
     loop {
-        let n = match read.read(&mut chunk).await {
+        let start = buf.len();
+        buf.reserve(16 << 10);
+        let n = match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let mut fresh = &chunk[..n];
         if skip > 0 {
-            let s = skip.min(fresh.len());
+            let s = skip.min(n);
             skip -= s;
-            fresh = &fresh[s..];
+            buf.drain(start..start + s);
         }
-        buf.extend_from_slice(fresh);
-        let mut out = Vec::new();
+        out.clear();
         let mut consumed = 0;
         let mut close = false;
         let config = router.config();
@@ -96,14 +102,11 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, router: Arc<Rou
         }
         buf.drain(..consumed);
         if buf.len() > limit {
-            let _ = write.write_all(b"SERVER_ERROR request too large\r\n").await;
+            let _ = stream.write_all(b"SERVER_ERROR request too large\r\n").await;
             return;
         }
-        let answers = carry_out(pending, &ctx).await;
-        for answer in answers {
-            out.extend_from_slice(&answer);
-        }
-        if !out.is_empty() && write.write_all(&out).await.is_err() {
+        carry_out(pending, &ctx, &mut out).await;
+        if !out.is_empty() && stream.write_all(&out).await.is_err() {
             return;
         }
         if close {
@@ -186,44 +189,65 @@ pub fn routes_for<'a>(request: &Request, config: &'a Config) -> Routes<'a> {
     Routes::One(config.route_for(routed.region, routed.cluster))
 }
 
-/// Routes every pending request at once, and encodes each answer.
-async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
-    futures::future::join_all(pending.into_iter().map(|answer| async move {
-        match answer {
-            Answer::Bytes(b) | Answer::Close(b) => b,
-            Answer::Silent => Vec::new(),
-            Answer::FlushAll(request) => {
-                let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
-                let replies = futures::future::join_all(all).await;
-                let answer = match replies.into_iter().find(Reply::is_error) {
-                    Some(Reply::Error(_, why)) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
-                    Some(Reply::Answer(a)) => a,
-                    None => b"OK\r\n".to_vec(),
-                };
-                if request.quiet && answer == b"OK\r\n" {
-                    Vec::new()
-                } else {
-                    answer
-                }
-            }
-            Answer::Routed { joined: true, keys }
-                if keys.len() > 1 && matches!(keys[0].op, Op::Get | Op::Gets) =>
-            {
-                crate::multiget::get_many(&keys, ctx).await
-            }
-            Answer::Routed { joined, keys } => {
-                let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
-                encode(joined, &keys, replies, ctx)
+/// Routes every pending request at once, and appends each answer to `out` in order.
+async fn carry_out(pending: Vec<Answer>, ctx: &Ctx, out: &mut Vec<u8>) {
+    if pending.len() == 1 {
+        // The common case (one request per read): no joining.
+        let answer = pending.into_iter().next().expect("one");
+        return out.extend_from_slice(&carry_out_one(answer, ctx).await);
+    }
+    for answer in
+        futures::future::join_all(pending.into_iter().map(|answer| carry_out_one(answer, ctx))).await
+    {
+        out.extend_from_slice(&answer);
+    }
+}
+
+/// One answer, routed if it must be.
+async fn carry_out_one(answer: Answer, ctx: &Ctx) -> Vec<u8> {
+    match answer {
+        Answer::Bytes(b) | Answer::Close(b) => b,
+        Answer::Silent => Vec::new(),
+        Answer::FlushAll(request) => {
+            let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
+            let replies = futures::future::join_all(all).await;
+            let answer = match replies.into_iter().find(Reply::is_error) {
+                Some(Reply::Error(_, why)) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
+                Some(Reply::Answer(a)) => a,
+                None => b"OK\r\n".to_vec(),
+            };
+            if request.quiet && answer == b"OK\r\n" {
+                Vec::new()
+            } else {
+                answer
             }
         }
-    }))
-    .await
+        Answer::Routed { joined: true, keys }
+            if keys.len() > 1 && matches!(keys[0].op, Op::Get | Op::Gets) =>
+        {
+            crate::multiget::get_many(&keys, ctx).await
+        }
+        Answer::Routed { joined, keys } if keys.len() == 1 => {
+            let reply = route_one(&keys[0], ctx).await;
+            encode(joined, &keys, vec![reply], ctx)
+        }
+        Answer::Routed { joined, keys } => {
+            let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
+            encode(joined, &keys, replies, ctx)
+        }
+    }
 }
 
 /// One key's request along its route(s).
 pub async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
     match routes_for(request, &ctx.config) {
-        Routes::One(Some(route)) => route.execute(request, ctx).await,
+        Routes::One(Some(route)) => match route.direct(request, ctx) {
+            // Placement only (a PoolRoute over servers): straight to the server.
+            Some(to) if to.fail_open == ctx.fail_open => {
+                ctx.send(to.dest, request, to.keep_routing_prefix).await
+            }
+            _ => route.execute(request, ctx).await,
+        },
         Routes::One(None) => no_route(),
         Routes::Broadcast(routes) if routes.is_empty() => no_route(),
         Routes::Broadcast(routes) => {

@@ -7,6 +7,7 @@
 //! connection carries exactly one reply per request, in order, whoever sent it.
 
 use shoal_proto::{Meta, MetaCmd, Request as Parsed, StoreCmd};
+use std::io::Write;
 
 /// An operation, as route handles select on it (`OperationSelectorRoute`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -234,7 +235,7 @@ impl Request {
         };
         out.extend_from_slice(word.as_bytes());
         if matches!(self.op, Op::Gat | Op::Gats) {
-            out.extend_from_slice(format!(" {}", self.exptime).as_bytes());
+            write!(out, " {}", self.exptime).expect("writing to a Vec");
         }
         out.push(b' ');
         if let Body::Meta { base64: true, .. } = self.body {
@@ -246,19 +247,19 @@ impl Request {
             Body::Get => {}
             Body::Store { flags, data, extra } => {
                 if let (Op::LeaseSet, Some(token)) = (self.op, extra) {
-                    out.extend_from_slice(format!(" {token}").as_bytes());
+                    write!(out, " {token}").expect("writing to a Vec");
                 }
-                out.extend_from_slice(format!(" {flags} {} {}", self.exptime, data.len()).as_bytes());
+                write!(out, " {flags} {} {}", self.exptime, data.len()).expect("writing to a Vec");
                 if let (Op::Cas, Some(unique)) = (self.op, extra) {
-                    out.extend_from_slice(format!(" {unique}").as_bytes());
+                    write!(out, " {unique}").expect("writing to a Vec");
                 }
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(data);
             }
-            Body::Delete { hold } if *hold > 0 => out.extend_from_slice(format!(" hold {hold}").as_bytes()),
+            Body::Delete { hold } if *hold > 0 => write!(out, " hold {hold}").expect("writing to a Vec"),
             Body::Delete { .. } => {}
-            Body::Arith { delta } => out.extend_from_slice(format!(" {delta}").as_bytes()),
-            Body::Touch => out.extend_from_slice(format!(" {}", self.exptime).as_bytes()),
+            Body::Arith { delta } => write!(out, " {delta}").expect("writing to a Vec"),
+            Body::Touch => write!(out, " {}", self.exptime).expect("writing to a Vec"),
             Body::LeaseGet { stale } => {
                 if *stale {
                     out.extend_from_slice(b" stale");
@@ -266,12 +267,12 @@ impl Request {
             }
             Body::Meta { flags, data, .. } => {
                 if let Some(d) = data {
-                    out.extend_from_slice(format!(" {}", d.len()).as_bytes());
+                    write!(out, " {}", d.len()).expect("writing to a Vec");
                 }
                 for flag in flags {
                     out.push(b' ');
                     if flag.first() == Some(&b'T') && self.op.sets_expiry() {
-                        out.extend_from_slice(format!("T{}", self.exptime).as_bytes());
+                        write!(out, "T{}", self.exptime).expect("writing to a Vec");
                     } else {
                         out.extend_from_slice(flag);
                     }
