@@ -16,8 +16,9 @@ struct Batch {
     keys: Vec<usize>,
 }
 
-/// Answers a multiget (`get`/`gets` of several keys): hits in the order asked, then `END`.
-pub async fn get_many(keys: &[Request], ctx: &Ctx) -> Vec<u8> {
+/// Answers a multiget (`get`/`gets` of several keys) into `out`: hits in the order asked,
+/// then `END`.
+pub async fn get_many(keys: &[Request], ctx: &Ctx, out: &mut Vec<u8>) {
     let mut batches: Vec<Batch> = Vec::new();
     let mut own = Vec::new();
     for (i, key) in keys.iter().enumerate() {
@@ -65,7 +66,7 @@ pub async fn get_many(keys: &[Request], ctx: &Ctx) -> Vec<u8> {
         }
     }
     ctx.shared.errors.fetch_add(errors, Ordering::Relaxed);
-    let mut out = Vec::with_capacity(answers.iter().map(answer_len).sum::<usize>() + 5);
+    out.reserve(answers.iter().map(answer_len).sum::<usize>() + 5);
     for i in 0..keys.len() {
         if let Some((n, start, end)) = hits[i] {
             if let Reply::Answer(bytes) = &answers[n] {
@@ -76,7 +77,6 @@ pub async fn get_many(keys: &[Request], ctx: &Ctx) -> Vec<u8> {
         }
     }
     out.extend_from_slice(b"END\r\n");
-    out
 }
 
 fn answer_len(reply: &Reply) -> usize {

@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::dest::{Ctx, Worker};
-use crate::request::{split, Op, Reply, Request, Shape};
+use crate::request::{is_error_answer, split, Op, Reply, Request, Shape};
 use crate::route::Child;
 use crate::Router;
 use shoal_proto::{Parse, Parser, Request as Parsed};
@@ -192,48 +192,49 @@ pub fn routes_for<'a>(request: &Request, config: &'a Config) -> Routes<'a> {
 /// Routes every pending request at once, and appends each answer to `out` in order.
 async fn carry_out(pending: Vec<Answer>, ctx: &Ctx, out: &mut Vec<u8>) {
     if pending.len() == 1 {
-        // The common case (one request per read): no joining.
+        // The common case (one request per read): no joining, answered straight into `out`.
         let answer = pending.into_iter().next().expect("one");
-        return out.extend_from_slice(&carry_out_one(answer, ctx).await);
+        return carry_out_one(answer, ctx, out).await;
     }
-    for answer in
-        futures::future::join_all(pending.into_iter().map(|answer| carry_out_one(answer, ctx))).await
-    {
+    let answers = futures::future::join_all(pending.into_iter().map(|answer| async move {
+        let mut bytes = Vec::new();
+        carry_out_one(answer, ctx, &mut bytes).await;
+        bytes
+    }));
+    for answer in answers.await {
         out.extend_from_slice(&answer);
     }
 }
 
-/// One answer, routed if it must be.
-async fn carry_out_one(answer: Answer, ctx: &Ctx) -> Vec<u8> {
+/// One answer, routed if it must be, appended to `out`.
+async fn carry_out_one(answer: Answer, ctx: &Ctx, out: &mut Vec<u8>) {
     match answer {
-        Answer::Bytes(b) | Answer::Close(b) => b,
-        Answer::Silent => Vec::new(),
+        Answer::Bytes(b) | Answer::Close(b) => out.extend_from_slice(&b),
+        Answer::Silent => {}
         Answer::FlushAll(request) => {
             let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
             let replies = futures::future::join_all(all).await;
-            let answer = match replies.into_iter().find(Reply::is_error) {
-                Some(Reply::Error(_, why)) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
-                Some(Reply::Answer(a)) => a,
-                None => b"OK\r\n".to_vec(),
-            };
-            if request.quiet && answer == b"OK\r\n" {
-                Vec::new()
-            } else {
-                answer
+            match replies.into_iter().find(Reply::is_error) {
+                Some(Reply::Error(_, why)) => {
+                    out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes())
+                }
+                Some(Reply::Answer(a)) => out.extend_from_slice(&a),
+                None if request.quiet => {}
+                None => out.extend_from_slice(b"OK\r\n"),
             }
         }
         Answer::Routed { joined: true, keys }
             if keys.len() > 1 && matches!(keys[0].op, Op::Get | Op::Gets) =>
         {
-            crate::multiget::get_many(&keys, ctx).await
+            crate::multiget::get_many(&keys, ctx, out).await
         }
         Answer::Routed { joined, keys } if keys.len() == 1 => {
             let reply = route_one(&keys[0], ctx).await;
-            encode(joined, &keys, vec![reply], ctx)
+            encode(joined, &keys, std::iter::once(reply), ctx, out)
         }
         Answer::Routed { joined, keys } => {
             let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
-            encode(joined, &keys, replies, ctx)
+            encode(joined, &keys, replies, ctx, out)
         }
     }
 }
@@ -263,41 +264,45 @@ fn no_route() -> Reply {
     Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into())
 }
 
-/// Encodes replies for the client: a get's hits joined and closed with `END`; any other
-/// request's single reply as it came (or silence when the client asked for quiet).
-fn encode(joined: bool, keys: &[Request], replies: Vec<Reply>, ctx: &Ctx) -> Vec<u8> {
-    let errors = replies.iter().filter(|r| r.is_error()).count() as u64;
+/// Encodes replies for the client into `out`: a get's hits joined and closed with `END`;
+/// any other request's single reply as it came (or nothing when the client asked for quiet).
+fn encode(
+    joined: bool,
+    keys: &[Request],
+    replies: impl IntoIterator<Item = Reply>,
+    ctx: &Ctx,
+    out: &mut Vec<u8>,
+) {
+    let mut replies = replies.into_iter().peekable();
+    if !joined {
+        let (request, reply) = (&keys[0], replies.next().expect("one reply"));
+        if reply.is_error() {
+            ctx.shared.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        match reply {
+            Reply::Error(_, why) => out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes()),
+            Reply::Answer(a) if request.quiet && quiet_hides(request, &a) => {}
+            Reply::Answer(a) => out.extend_from_slice(&a),
+        }
+        return;
+    }
+    if keys.len() == 1 {
+        if let Some(Reply::Error(_, why)) = replies.peek() {
+            ctx.shared.errors.fetch_add(1, Ordering::Relaxed);
+            out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes());
+            return;
+        }
+    }
+    let mut errors = 0;
+    for reply in replies {
+        // In a multiget, a key whose route failed is a miss (the others still answer).
+        match reply {
+            Reply::Answer(a) if !is_error_answer(&a) => out.extend_from_slice(&a),
+            _ => errors += 1,
+        }
+    }
     ctx.shared.errors.fetch_add(errors, Ordering::Relaxed);
-    if joined {
-        if keys.len() == 1 {
-            if let Some(Reply::Error(_, why)) = replies.first() {
-                return format!("SERVER_ERROR {why}\r\n").into_bytes();
-            }
-        }
-        let mut out = Vec::new();
-        for reply in replies {
-            // In a multiget, a key whose route failed is a miss (the others still answer).
-            if let Reply::Answer(a) = reply {
-                if !a.starts_with(b"SERVER_ERROR")
-                    && !a.starts_with(b"CLIENT_ERROR")
-                    && !a.starts_with(b"ERROR")
-                {
-                    out.extend_from_slice(&a);
-                }
-            }
-        }
-        out.extend_from_slice(b"END\r\n");
-        return out;
-    }
-    let (request, reply) = (&keys[0], replies.into_iter().next().expect("one reply"));
-    let bytes = match reply {
-        Reply::Answer(a) => a,
-        Reply::Error(_, why) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
-    };
-    if request.quiet && quiet_hides(request, &bytes) {
-        return Vec::new();
-    }
-    bytes
+    out.extend_from_slice(b"END\r\n");
 }
 
 /// Whether a quiet request's answer is one the client asked not to see: everything for

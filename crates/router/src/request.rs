@@ -330,14 +330,17 @@ pub enum ErrorKind {
     Route,
 }
 
+/// Whether a server's answer is an error (`SERVER_ERROR`, `CLIENT_ERROR`, `ERROR`).
+pub fn is_error_answer(answer: &[u8]) -> bool {
+    answer.starts_with(b"SERVER_ERROR") || answer.starts_with(b"ERROR") || answer.starts_with(b"CLIENT_ERROR")
+}
+
 impl Reply {
     /// Whether this is an error, routed or remote (`SERVER_ERROR`, `ERROR`).
     pub fn is_error(&self) -> bool {
         match self {
             Reply::Error(..) => true,
-            Reply::Answer(a) => {
-                a.starts_with(b"SERVER_ERROR") || a.starts_with(b"ERROR") || a.starts_with(b"CLIENT_ERROR")
-            }
+            Reply::Answer(a) => is_error_answer(a),
         }
     }
 

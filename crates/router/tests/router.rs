@@ -430,3 +430,49 @@ fn meta_commands_with_base64_keys_route_on_the_decoded_key_and_answer_as_the_ser
     let bad = b"mg !!notbase64 b v\r\n";
     assert_eq!(router.raw(bad, b"\r\n").as_bytes(), memcached.raw(bad, b"\r\n"));
 }
+
+#[test]
+fn a_multiget_batched_per_server_answers_in_order_with_repeats_and_a_dead_server_as_misses() {
+    let backends = servers("batch", 2);
+    let dead = format!("127.0.0.1:{}", free_port());
+    let mut addresses: Vec<String> = backends.iter().map(Server::address).collect();
+    addresses.push(dead.clone());
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}", "{}", "{}"], "server_timeout": 300, "connect_timeout": 300 }} }},
+             "route": {} }}"#,
+        addresses[0],
+        addresses[1],
+        addresses[2],
+        pool_route("A")
+    );
+    let router = Router::start("batch", &config);
+    let placement = jump(&addresses);
+    let mut c = router.client();
+    let keys: Vec<String> = (0..30).map(|i| format!("b:{i}")).collect();
+    for key in &keys {
+        if placement.owner(key.as_bytes()) < 2 {
+            c.set(key.as_bytes(), key.as_bytes(), 0, 0).unwrap();
+        }
+    }
+    // Every key twice, interleaved: hits come back in the order asked, repeats included;
+    // the dead server's keys are misses and the others still answer.
+    let asked: Vec<&str> = keys.iter().chain(keys.iter().rev()).map(String::as_str).collect();
+    let live: Vec<&str> = asked.iter().copied().filter(|k| placement.owner(k.as_bytes()) < 2).collect();
+    assert!(live.len() < asked.len(), "some keys are on the dead server");
+    for command in ["get", "gets"] {
+        let answer = router.raw(format!("{command} {}\r\n", asked.join(" ")).as_bytes(), b"END\r\n");
+        let hits: Vec<&str> = answer
+            .lines()
+            .filter_map(|l| l.strip_prefix("VALUE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(hits, live, "{command}");
+        for key in &live {
+            assert!(answer.contains(&format!("\r\n{key}\r\n")), "{key}'s value: {answer}");
+        }
+    }
+    assert!(
+        router.stat("errors_total").parse::<u64>().unwrap() > 0,
+        "the dead server's keys count as errors"
+    );
+}
