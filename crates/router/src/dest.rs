@@ -331,14 +331,21 @@ async fn serve(address: String, connect_timeout: Duration, mut jobs: mpsc::Recei
     let writer = async {
         let mut batch = Vec::new();
         while let Some(job) = jobs.recv().await {
-            batch.clear();
-            batch.extend_from_slice(&job.bytes);
             let _ = in_flight.send((job.shape, job.answer));
-            while let Ok(more) = jobs.try_recv() {
-                batch.extend_from_slice(&more.bytes);
-                let _ = in_flight.send((more.shape, more.answer));
-            }
-            if write.write_all(&batch).await.is_err() {
+            let mut more = jobs.try_recv().ok();
+            let bytes = if more.is_none() {
+                &job.bytes // alone: written as it is
+            } else {
+                batch.clear();
+                batch.extend_from_slice(&job.bytes);
+                while let Some(next) = more {
+                    batch.extend_from_slice(&next.bytes);
+                    let _ = in_flight.send((next.shape, next.answer));
+                    more = jobs.try_recv().ok();
+                }
+                &batch
+            };
+            if write.write_all(bytes).await.is_err() {
                 return;
             }
         }

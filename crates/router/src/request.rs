@@ -7,7 +7,6 @@
 //! connection carries exactly one reply per request, in order, whoever sent it.
 
 use shoal_proto::{Meta, MetaCmd, Request as Parsed, StoreCmd};
-use std::io::Write;
 
 /// An operation, as route handles select on it (`OperationSelectorRoute`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -209,7 +208,12 @@ impl Request {
             };
         }
         let key = if keep_prefix { &self.key[..] } else { self.routed_key() };
-        let mut out = Vec::with_capacity(key.len() + 64);
+        let data_len = match &self.body {
+            Body::Store { data, .. } | Body::Meta { data: Some(data), .. } => data.len(),
+            _ => 0,
+        };
+        // Base64 makes a key 4/3 as long; the words and numbers fit in the 80.
+        let mut out = Vec::with_capacity(key.len() * 4 / 3 + data_len + 80);
         let word = match self.op {
             Op::Get => "get",
             Op::Gets => "gets",
@@ -235,7 +239,7 @@ impl Request {
         };
         out.extend_from_slice(word.as_bytes());
         if matches!(self.op, Op::Gat | Op::Gats) {
-            write!(out, " {}", self.exptime).expect("writing to a Vec");
+            push_field(&mut out, b"", self.exptime);
         }
         out.push(b' ');
         if let Body::Meta { base64: true, .. } = self.body {
@@ -247,19 +251,23 @@ impl Request {
             Body::Get => {}
             Body::Store { flags, data, extra } => {
                 if let (Op::LeaseSet, Some(token)) = (self.op, extra) {
-                    write!(out, " {token}").expect("writing to a Vec");
+                    push_field(&mut out, b"", *token);
                 }
-                write!(out, " {flags} {} {}", self.exptime, data.len()).expect("writing to a Vec");
+                push_field(&mut out, b"", *flags);
+                push_field(&mut out, b"", self.exptime);
+                push_field(&mut out, b"", data.len() as u64);
                 if let (Op::Cas, Some(unique)) = (self.op, extra) {
-                    write!(out, " {unique}").expect("writing to a Vec");
+                    push_field(&mut out, b"", *unique);
                 }
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(data);
             }
-            Body::Delete { hold } if *hold > 0 => write!(out, " hold {hold}").expect("writing to a Vec"),
+            Body::Delete { hold } if *hold > 0 => {
+                push_field(&mut out, b"hold ", *hold);
+            }
             Body::Delete { .. } => {}
-            Body::Arith { delta } => write!(out, " {delta}").expect("writing to a Vec"),
-            Body::Touch => write!(out, " {}", self.exptime).expect("writing to a Vec"),
+            Body::Arith { delta } => push_field(&mut out, b"", *delta),
+            Body::Touch => push_field(&mut out, b"", self.exptime),
             Body::LeaseGet { stale } => {
                 if *stale {
                     out.extend_from_slice(b" stale");
@@ -267,13 +275,13 @@ impl Request {
             }
             Body::Meta { flags, data, .. } => {
                 if let Some(d) = data {
-                    write!(out, " {}", d.len()).expect("writing to a Vec");
+                    push_field(&mut out, b"", d.len() as u64);
                 }
                 for flag in flags {
-                    out.push(b' ');
                     if flag.first() == Some(&b'T') && self.op.sets_expiry() {
-                        write!(out, "T{}", self.exptime).expect("writing to a Vec");
+                        push_field(&mut out, b"T", self.exptime);
                     } else {
+                        out.push(b' ');
                         out.extend_from_slice(flag);
                     }
                 }
@@ -294,6 +302,55 @@ impl Request {
             Op::MetaGet | Op::MetaSet | Op::MetaDelete | Op::MetaArithmetic => Shape::Meta,
             _ => Shape::Line,
         }
+    }
+}
+
+/// Appends a space, `prefix` and `n` in decimal (as `format!` would write it, without its
+/// machinery: this is on every request's path).
+fn push_field(out: &mut Vec<u8>, prefix: &[u8], n: impl Into<Number>) {
+    let (negative, mut magnitude) = match n.into() {
+        Number::Signed(v) => (v < 0, v.unsigned_abs()),
+        Number::Unsigned(v) => (false, v),
+    };
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    out.push(b' ');
+    out.extend_from_slice(prefix);
+    if negative {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A number [`push_field`] writes: any of the protocol's integer fields.
+enum Number {
+    Signed(i64),
+    Unsigned(u64),
+}
+
+impl From<i64> for Number {
+    fn from(v: i64) -> Self {
+        Number::Signed(v)
+    }
+}
+
+impl From<u64> for Number {
+    fn from(v: u64) -> Self {
+        Number::Unsigned(v)
+    }
+}
+
+impl From<u32> for Number {
+    fn from(v: u32) -> Self {
+        Number::Unsigned(u64::from(v))
     }
 }
 
@@ -513,6 +570,28 @@ mod tests {
         assert_eq!(m.with_exptime(5).encode(false), b"ms k 2 T5 F3\r\nhi\r\n");
         assert_eq!(requests(b"delete k hold 30\r\n")[0].encode(false), b"delete k hold 30\r\n");
         assert_eq!(requests(b"gat 60 a\r\n")[0].encode(false), b"gat 60 a\r\n");
+    }
+
+    #[test]
+    fn numbers_are_written_as_sent_negative_and_largest_included() {
+        assert_eq!(
+            requests(b"set k 4294967295 -1 0\r\n\r\n")[0].encode(false),
+            b"set k 4294967295 -1 0\r\n\r\n"
+        );
+        assert_eq!(
+            requests(b"incr k 18446744073709551615\r\n")[0].encode(false),
+            b"incr k 18446744073709551615\r\n"
+        );
+        assert_eq!(requests(b"touch k 0\r\n")[0].encode(false), b"touch k 0\r\n");
+        assert_eq!(requests(b"ms k 1 T-1\r\nx\r\n")[0].encode(false), b"ms k 1 T-1\r\nx\r\n");
+        let mut b64 = Vec::new();
+        shoal_proto::encode_base64(b"/r/c/a b", &mut b64);
+        let mut line = b"mg ".to_vec();
+        line.extend_from_slice(&b64);
+        line.extend_from_slice(b" b v\r\n");
+        let r = requests(&line).remove(0);
+        assert_eq!((r.routed_key(), r.prefix_len), (&b"a b"[..], 5));
+        assert_eq!(r.encode(false), b"mg YSBi b v\r\n");
     }
 
     #[test]
