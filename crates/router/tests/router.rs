@@ -476,3 +476,47 @@ fn a_multiget_batched_per_server_answers_in_order_with_repeats_and_a_dead_server
         "the dead server's keys count as errors"
     );
 }
+
+#[test]
+fn a_multiget_across_routes_keeps_each_pools_prefix_rule_and_the_order_asked() {
+    let kept = Server::shoal("mixed-kept", 0, &[]);
+    let stripped = servers("mixed-stripped", 2);
+    let failover = servers("mixed-failover", 2);
+    let config = format!(
+        r#"{{ "pools": {{ "K": {{ "servers": ["{}"], "keep_routing_prefix": true }},
+                       "S": {{ "servers": [{}] }},
+                       "F1": {{ "servers": ["{}"] }}, "F2": {{ "servers": ["{}"] }} }},
+             "routes": [ {{ "aliases": ["/k/k/"], "route": {} }},
+                         {{ "aliases": ["/s/s/"], "route": {} }},
+                         {{ "aliases": ["/f/f/"], "route": {{ "type": "FailoverRoute",
+                            "children": ["PoolRoute|F1", "PoolRoute|F2"] }} }} ] }}"#,
+        kept.address(),
+        list(&stripped),
+        failover[0].address(),
+        failover[1].address(),
+        pool_route("K"),
+        pool_route("S")
+    );
+    let router = Router::start("mixed", &config);
+    let mut c = router.client();
+    let mut asked = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..12 {
+        let (key, answered_as) = match i % 3 {
+            0 => (format!("/k/k/key{i}"), format!("/k/k/key{i}")), // kept: stored and answered with it
+            1 => (format!("/s/s/key{i}"), format!("key{i}")),
+            _ => (format!("/f/f/key{i}"), format!("key{i}")), // not placement only: one by one
+        };
+        c.set(key.as_bytes(), answered_as.as_bytes(), 0, 0).unwrap();
+        asked.push(key);
+        expected.push(answered_as);
+    }
+    assert!(direct(&kept).get(b"/k/k/key0").unwrap().is_some(), "the kept pool stores the prefix");
+    let answer = router.raw(format!("get {}\r\n", asked.join(" ")).as_bytes(), b"END\r\n");
+    let hits: Vec<&str> = answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("VALUE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(hits, expected.iter().map(String::as_str).collect::<Vec<_>>(), "{answer}");
+}
