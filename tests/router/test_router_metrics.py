@@ -68,7 +68,7 @@ def test_router_metrics_follow_requests_destinations_and_reloads(tmp_path):
     with Server.shoal() as shoal_server, Server.memcached() as memcached:
         live = [f"127.0.0.1:{shoal_server.port}", f"127.0.0.1:{memcached.port}"]
         servers = ", ".join(f'"{a}"' for a in live + [dead])
-        config = (f'{{ "pools": {{ "A": {{ "servers": [{servers}], "server_timeout": 300, "connect_timeout": 300 }} }},'
+        config = (f'{{ "pools": {{ "A": {{ "servers": [{servers}], "server_timeout": 2000, "connect_timeout": 2000 }} }},'
                   f' "routes": [ {{ "aliases": ["/r/c/"], "route": {{ "type": "PoolRoute", "pool": "A", "hash": "jump" }} }} ] }}')
         with router_with_metrics(tmp_path, config) as (port, metrics_port, path):
             owner = {}

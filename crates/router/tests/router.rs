@@ -438,7 +438,7 @@ fn a_multiget_batched_per_server_answers_in_order_with_repeats_and_a_dead_server
     let mut addresses: Vec<String> = backends.iter().map(Server::address).collect();
     addresses.push(dead.clone());
     let config = format!(
-        r#"{{ "pools": {{ "A": {{ "servers": ["{}", "{}", "{}"], "server_timeout": 300, "connect_timeout": 300 }} }},
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}", "{}", "{}"], "server_timeout": 2000, "connect_timeout": 2000 }} }},
              "route": {} }}"#,
         addresses[0],
         addresses[1],
