@@ -37,6 +37,15 @@ report() {
   echo
   echo "The killed server's former hits/s are estimated as a quarter of all reads that hit before"
   echo "the outage (reads are 95 % of operations). Reports and the plot's data: \`$out/\`"
+  local model
+  model=$(python3 bench/gutter-model.py --records "$records" --ops-per-second $((rate * 3)) --ttl 10 --share)
+  echo
+  jq -r --argjson at "$kill_at" --argjson rate "$rate" --argjson model "$model" '
+    .datastore_reads_per_second as $t
+    | ($t[(if $at > 22 then $at - 20 else 2 end):($at - 1)] | add / length) as $before
+    | ($before / ($rate * 3 * 0.95)) as $missed
+    | "Model (`bench/gutter-model.py --ops-per-second \($rate * 3)`): \($model) % of the killed server'"'"'s reads miss in Gutter at this rate (10 s TTL, updates deleting), a rise of about \((($model / 100 - $missed) / (1 - $missed) * 100) | round) % of its former hits given the \(($missed * 100) | round) % of reads that missed before the outage."' \
+    "$out/with-gutter.ycsb.json"
 }
 }
 

@@ -5,13 +5,18 @@
 # connections) on CPU 1. Rows: get, set and a 10-key multiget, against each proxy and, for the
 # added latency, against one backend directly. A proxy's CPU per request comes from its
 # /proc/<pid>/stat (user + system ticks) around the row.
+# Each row is run BENCH_REPEAT times, direct / twemproxy / router in turn each time, and the
+# table gives the medians (a machine shared with other work drifts between runs; interleaving
+# keeps both proxies under the same drift, the median drops the outliers).
 # Prints markdown (`| bench/rewrite-doc.sh router` puts it into docs/BENCHMARKS.md).
 #   BENCH_SECS   seconds per row (default 5)
+#   BENCH_REPEAT runs of each row per proxy (default 3)
 #   BENCH_HASHING  the router pool's hashing (default ketama_weighted, twemproxy's md5 ketama)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${BENCH_SECS:-5}
+repeat=${BENCH_REPEAT:-3}
 hashing=${BENCH_HASHING:-ketama_weighted}
 out=target/bench/router-$(date -u +%Y%m%dT%H%M%SZ)
 say() { printf '%s\n' "$*" >&2; }
@@ -69,20 +74,30 @@ row() {
   jq -r --arg cpu "$cpu" '"\(.latency_us.p50) \(.latency_us.p99) \(.requests) \($cpu)"' "$out/$name.json"
 }
 
+# median N...: the median of its arguments.
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
 echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty), $secs s per row, 50 connections;" \
-  "4 backends and the proxies on CPU 0, load on CPU 1; load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  "4 backends and the proxies on CPU 0, load on CPU 1; medians of $repeat interleaved runs per row; load average $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-echo "| row | proxy | CPU µs/request | ÷ twemproxy | p50 µs | p99 µs | added p99 µs (vs direct) |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| row | proxy | CPU µs/request | ÷ twemproxy | p50 µs | p99 µs | added p99 µs (vs direct) | router ÷ twemproxy, each run |"
+echo "|---|---|---:|---:|---:|---:|---:|---|"
 for spec in "get:--get-ratio 1" "set:--get-ratio 0" "10-key multiget:--get-ratio 1 --multiget 10"; do
   name=${spec%%:*}; args=${spec#*:}
-  say "$name"
-  read -r d50 d99 _ _ < <(row "direct-${name// /-}" "${backends[0]#*:}" "" $args)
-  read -r t50 t99 _ tcpu < <(row "twemproxy-${name// /-}" "$twemproxy_port" "$twemproxy_pid" $args)
-  read -r r50 r99 _ rcpu < <(row "router-${name// /-}" "$router_port" "$router_pid" $args)
-  awk -v n="$name" -v tc="$tcpu" -v rc="$rcpu" -v t50="$t50" -v t99="$t99" -v r50="$r50" -v r99="$r99" -v d99="$d99" 'BEGIN {
-    printf "| %s | twemproxy | %.2f | 1 | %.0f | %.0f | %.0f |\n", n, tc, t50, t99, t99 - d99
-    printf "| %s | shoal router | %.2f | %.2f | %.0f | %.0f | %.0f |\n", n, rc, rc / tc, r50, r99, r99 - d99 }'
+  d99s=() t50s=() t99s=() tcpus=() r50s=() r99s=() rcpus=() ratios=()
+  for run in $(seq "$repeat"); do
+    say "$name, run $run of $repeat"
+    read -r _ d99 _ _ < <(row "direct-${name// /-}-$run" "${backends[0]#*:}" "" $args)
+    read -r t50 t99 _ tcpu < <(row "twemproxy-${name// /-}-$run" "$twemproxy_port" "$twemproxy_pid" $args)
+    read -r r50 r99 _ rcpu < <(row "router-${name// /-}-$run" "$router_port" "$router_pid" $args)
+    d99s+=("$d99") t50s+=("$t50") t99s+=("$t99") tcpus+=("$tcpu") r50s+=("$r50") r99s+=("$r99") rcpus+=("$rcpu")
+    ratios+=("$(awk -v r="$rcpu" -v t="$tcpu" 'BEGIN { printf "%.2f", r / t }')")
+  done
+  awk -v n="$name" -v tc="$(median "${tcpus[@]}")" -v rc="$(median "${rcpus[@]}")" \
+    -v t50="$(median "${t50s[@]}")" -v t99="$(median "${t99s[@]}")" -v r50="$(median "${r50s[@]}")" \
+    -v r99="$(median "${r99s[@]}")" -v d99="$(median "${d99s[@]}")" -v each="${ratios[*]}" 'BEGIN {
+    printf "| %s | twemproxy | %.2f | 1 | %.0f | %.0f | %.0f | |\n", n, tc, t50, t99, t99 - d99
+    printf "| %s | shoal router | %.2f | %.2f | %.0f | %.0f | %.0f | %s |\n", n, rc, rc / tc, r50, r99, r99 - d99, each }'
 done
 echo
 echo "Reports: \`$out/\`"

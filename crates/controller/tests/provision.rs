@@ -65,11 +65,11 @@ fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
     assert!(eventually(10, || router.stat("pool").contains("active=3")), "{}", router.stat("pool"));
     let scrape = |path: &str| http_get(&metrics, path);
     assert!(
-        eventually(10, || scrape("/metrics").contains("shoal_provision_active 3\n")),
+        eventually(10, || scrape("/metrics").contains("shoal_provision_active 3.0\n")),
         "{}",
         scrape("/metrics")
     );
-    assert!(scrape("/metrics").contains("shoal_provision_in_transition 0\n"));
+    assert!(scrape("/metrics").contains("shoal_provision_in_transition 0.0\n"));
     assert!(scrape("/status").contains("\"active\":3"), "{}", scrape("/status"));
     let mut c = router.client();
     for i in 0..100 {

@@ -3,11 +3,10 @@
 
 use crate::delivery::Delivery;
 use crate::Counters;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use shoal_metrics::prometheus_client::metrics::counter::Counter;
+use shoal_metrics::prometheus_client::metrics::family::Family;
+use shoal_metrics::prometheus_client::metrics::gauge::Gauge;
+use shoal_metrics::prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -15,31 +14,16 @@ type Labels = Vec<(String, String)>;
 
 /// Starts serving on `address`.
 pub fn spawn(address: &str, delivery: Arc<Delivery>, counters: Arc<Counters>) -> Result<(), String> {
-    let http = tiny_http::Server::http(address)
-        .map_err(|e| format!("--metrics-listen {address}: cannot listen there ({e})"))?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            for request in http.incoming_requests() {
-                let (body, kind) = match request.url() {
-                    "/metrics" => (
-                        render(&delivery, &counters),
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    ),
-                    "/status" => (status(&delivery, &counters).to_string(), "application/json"),
-                    _ => {
-                        let missing = "not found: see /metrics and /status\n";
-                        let _ =
-                            request.respond(tiny_http::Response::from_string(missing).with_status_code(404));
-                        continue;
-                    }
-                };
-                let header =
-                    format!("Content-Type: {kind}").parse::<tiny_http::Header>().expect("a valid header");
-                let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
-            }
-        })
-        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+    shoal_metrics::spawn(
+        address,
+        "not found: see /metrics and /status\n",
+        move |url| match url {
+            "/metrics" => Some((render(&delivery, &counters), shoal_metrics::OPENMETRICS)),
+            "/status" => Some((status(&delivery, &counters).to_string(), "application/json")),
+            _ => None,
+        },
+        || true,
+    )?;
     Ok(())
 }
 
@@ -102,9 +86,7 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
     registry.register("backlog_deletes", "deletes waiting in the destination's spool", backlog);
     registry.register("backlog_full", "1 while the destination's spool is full and the log is held", full);
     registry.register("lag_seconds", "commit to acknowledged delete, since start", lag);
-    let mut text = String::new();
-    encode(&mut text, &registry).expect("writing to a String cannot fail");
-    text
+    shoal_metrics::text(&registry)
 }
 
 /// The `/status` JSON.

@@ -35,6 +35,8 @@ pub struct Health {
     /// Requests answered, and failed, through this destination.
     pub sent: AtomicU64,
     pub failed: AtomicU64,
+    /// Requests sent to this destination (by any worker) and not answered yet.
+    pub pending: AtomicU64,
 }
 
 impl Health {
@@ -111,12 +113,26 @@ struct Job {
     answer: oneshot::Sender<Result<Vec<u8>, (ErrorKind, String)>>,
 }
 
-/// A worker thread's connections and its view of their health, by destination address
-/// (so a request takes no lock shared with other workers).
+/// A worker thread's connections by destination address (kept across reloads), and, for the
+/// configuration it last served, each destination's health and connection by index (so a
+/// request hashes no address and takes no lock shared with other workers).
 #[derive(Default)]
 pub struct Worker {
     connections: RefCell<HashMap<String, mpsc::Sender<Job>>>,
-    health: RefCell<HashMap<String, Arc<Health>>>,
+    links: RefCell<Links>,
+}
+
+/// The worker's view of one configuration's destinations, by index.
+#[derive(Default)]
+struct Links {
+    config: Option<Arc<Config>>,
+    by_dest: Vec<Link>,
+}
+
+/// One destination as a worker sees it.
+struct Link {
+    health: Arc<Health>,
+    connection: Option<mpsc::Sender<Job>>,
 }
 
 /// What a route handle needs to carry out a request: the configuration it started with, the
@@ -140,19 +156,24 @@ impl Ctx {
         request.op == crate::request::Op::Delete
     }
 
-    /// Whether destination `dest` is marked TKO.
-    pub fn is_tko(&self, dest: usize) -> bool {
-        self.health(&self.config.destinations[dest].address).is_tko()
+    /// The worker's links for this context's configuration (rebuilt when it changed).
+    fn links(&self) -> std::cell::RefMut<'_, Links> {
+        let mut links = self.worker.links.borrow_mut();
+        if !links.config.as_ref().is_some_and(|c| Arc::ptr_eq(c, &self.config)) {
+            links.by_dest = self
+                .config
+                .destinations
+                .iter()
+                .map(|d| Link { health: self.shared.health(&d.address), connection: None })
+                .collect();
+            links.config = Some(self.config.clone());
+        }
+        links
     }
 
-    /// `address`'s health, from the worker's own map (filled from the shared one once).
-    fn health(&self, address: &str) -> Arc<Health> {
-        if let Some(health) = self.worker.health.borrow().get(address) {
-            return health.clone();
-        }
-        let health = self.shared.health(address);
-        self.worker.health.borrow_mut().insert(address.to_string(), health.clone());
-        health
+    /// Whether destination `dest` is marked TKO.
+    pub fn is_tko(&self, dest: usize) -> bool {
+        self.links().by_dest[dest].health.is_tko()
     }
 
     /// Runs `request` along `route` in the background; its answer is dropped.
@@ -165,28 +186,47 @@ impl Ctx {
 
     /// Sends `request` to destination `dest` and waits for its answer (or spools a delete).
     pub async fn send(&self, dest: usize, request: &Request, keep_routing_prefix: bool) -> Reply {
-        let destination = &self.config.destinations[dest];
         let bytes = request.encode(keep_routing_prefix);
         if self.spool && self.spools(request) {
-            return match self.shared.spools.append(&destination.address, &bytes) {
+            let address = &self.config.destinations[dest].address;
+            return match self.shared.spools.append(address, &bytes) {
                 Ok(()) => Reply::Answer(b"DELETED\r\n".to_vec()),
-                Err(e) => Reply::Error(ErrorKind::Connect, format!("spool for {}: {e}", destination.address)),
+                Err(e) => Reply::Error(ErrorKind::Connect, format!("spool for {address}: {e}")),
             };
         }
-        let health = self.health(&destination.address);
-        if health.is_tko() && !self.fail_open {
-            return Reply::Error(ErrorKind::Tko, format!("{} is marked down (TKO)", destination.address));
-        }
-        let sender = self.connection(&destination.address, destination.connect_timeout);
+        self.exchange(dest, bytes, request.shape(), self.fail_open).await
+    }
+
+    /// Sends request bytes whose answer has `shape` to destination `dest` and waits for the
+    /// answer (at once an error if it is TKO, unless `fail_open`); counts it in the
+    /// destination's health (failures towards TKO).
+    pub async fn exchange(&self, dest: usize, bytes: Vec<u8>, shape: Shape, fail_open: bool) -> Reply {
+        let destination = &self.config.destinations[dest];
         let (answer, wait) = oneshot::channel();
-        let sent = sender.try_send(Job { bytes, shape: request.shape(), answer });
-        if sent.is_err() {
-            return Reply::Error(
-                ErrorKind::Timeout,
-                format!("{} has too many requests in flight", destination.address),
-            );
-        }
-        let result = match tokio::time::timeout(destination.server_timeout, wait).await {
+        let health = {
+            let mut links = self.links();
+            let link = &mut links.by_dest[dest];
+            if link.health.is_tko() && !fail_open {
+                return Reply::Error(ErrorKind::Tko, format!("{} is marked down (TKO)", destination.address));
+            }
+            let connection = match &link.connection {
+                Some(c) if !c.is_closed() => c,
+                _ => {
+                    link.connection.insert(self.connection(&destination.address, destination.connect_timeout))
+                }
+            };
+            if connection.try_send(Job { bytes, shape, answer }).is_err() {
+                return Reply::Error(
+                    ErrorKind::Timeout,
+                    format!("{} has too many requests in flight", destination.address),
+                );
+            }
+            link.health.clone()
+        };
+        health.pending.fetch_add(1, Ordering::Relaxed);
+        let waited = tokio::time::timeout(destination.server_timeout, wait).await;
+        health.pending.fetch_sub(1, Ordering::Relaxed);
+        let result = match waited {
             Ok(Ok(Ok(answer))) => Ok(answer),
             Ok(Ok(Err(e))) => Err(e),
             Ok(Err(_)) => Err((ErrorKind::Connect, format!("connection to {} closed", destination.address))),
@@ -291,14 +331,21 @@ async fn serve(address: String, connect_timeout: Duration, mut jobs: mpsc::Recei
     let writer = async {
         let mut batch = Vec::new();
         while let Some(job) = jobs.recv().await {
-            batch.clear();
-            batch.extend_from_slice(&job.bytes);
             let _ = in_flight.send((job.shape, job.answer));
-            while let Ok(more) = jobs.try_recv() {
-                batch.extend_from_slice(&more.bytes);
-                let _ = in_flight.send((more.shape, more.answer));
-            }
-            if write.write_all(&batch).await.is_err() {
+            let mut more = jobs.try_recv().ok();
+            let bytes = if more.is_none() {
+                &job.bytes // alone: written as it is
+            } else {
+                batch.clear();
+                batch.extend_from_slice(&job.bytes);
+                while let Some(next) = more {
+                    batch.extend_from_slice(&next.bytes);
+                    let _ = in_flight.send((next.shape, next.answer));
+                    more = jobs.try_recv().ok();
+                }
+                &batch
+            };
+            if write.write_all(bytes).await.is_err() {
                 return;
             }
         }

@@ -18,6 +18,8 @@
 
 mod config;
 mod dest;
+mod metrics;
+mod multiget;
 mod provisioned;
 mod proxy;
 mod reply;
@@ -69,6 +71,10 @@ pub struct RouterArgs {
     /// How long a changed configuration file must stay unchanged before it is loaded.
     #[arg(long, default_value_t = 200)]
     pub reload_settle_ms: u64,
+    /// Serve Prometheus metrics (the `stats` counters, each destination's state) at
+    /// http://ADDR:PORT/metrics.
+    #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 /// The running router's state, shared by its threads.
@@ -116,10 +122,11 @@ impl Router {
             stat(
                 "destination",
                 format!(
-                    "{address} {} sent={} failed={} spooled={spooled}",
+                    "{address} {} sent={} failed={} spooled={spooled} pending={}",
                     if health.is_tko() { "tko" } else { "up" },
                     health.sent.load(Ordering::Relaxed),
                     health.failed.load(Ordering::Relaxed),
+                    health.pending.load(Ordering::Relaxed),
                 ),
             );
         }
@@ -192,6 +199,9 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
     };
     if tcp.is_none() && unix.is_none() {
         return Err("nothing to listen on: give -p <port> or -s <unix socket>".into());
+    }
+    if let Some(address) = &args.metrics_listen {
+        metrics::spawn(address, router.clone())?;
     }
     {
         let router = router.clone();

@@ -92,6 +92,11 @@ impl Provisioned {
         });
     }
 
+    /// Whether a transition is under way (old owners may be asked).
+    pub fn in_transition(&self) -> bool {
+        self.transition.as_ref().is_some_and(Transition::in_progress)
+    }
+
     /// Whether the digest of old owner `server` says it cannot hold `key`.
     fn digest_lacks(transition: &Transition, server: usize, key: &[u8]) -> bool {
         let digests = transition.digests.get();

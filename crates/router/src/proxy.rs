@@ -6,8 +6,9 @@
 //! multiget's keys, travel in parallel), then answered in order. A client's buffered input is
 //! bounded by the largest item plus one request line: past that the connection is closed.
 
+use crate::config::Config;
 use crate::dest::{Ctx, Worker};
-use crate::request::{split, Op, Reply, Request, Shape};
+use crate::request::{is_error_answer, split, Op, Reply, Request, Shape};
 use crate::route::Child;
 use crate::Router;
 use shoal_proto::{Parse, Parser, Request as Parsed};
@@ -32,26 +33,32 @@ enum Answer {
 }
 
 /// Serves one client until it leaves.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, router: Arc<Router>, worker: Rc<Worker>) {
-    let (mut read, mut write) = tokio::io::split(stream);
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    router: Arc<Router>,
+    worker: Rc<Worker>,
+) {
     let mut parser = Parser::new(router.max_item_bytes);
+    // Requests are read straight into `buf` and answers gathered in `out`; both are kept
+    // (with their capacity) for the connection's life. A client is read, then answered, so
+    // the stream needs no split into halves.
     let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
     let limit = router.max_item_bytes + (64 << 10);
-    let mut chunk = vec![0u8; 64 << 10];
     let mut skip = 0usize; // bytes of an oversized value still to swallow
     loop {
-        let n = match read.read(&mut chunk).await {
+        let start = buf.len();
+        buf.reserve(16 << 10);
+        let n = match stream.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let mut fresh = &chunk[..n];
         if skip > 0 {
-            let s = skip.min(fresh.len());
+            let s = skip.min(n);
             skip -= s;
-            fresh = &fresh[s..];
+            buf.drain(start..start + s);
         }
-        buf.extend_from_slice(fresh);
-        let mut out = Vec::new();
+        out.clear();
         let mut consumed = 0;
         let mut close = false;
         let config = router.config();
@@ -95,14 +102,11 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(stream: S, router: Arc<Rou
         }
         buf.drain(..consumed);
         if buf.len() > limit {
-            let _ = write.write_all(b"SERVER_ERROR request too large\r\n").await;
+            let _ = stream.write_all(b"SERVER_ERROR request too large\r\n").await;
             return;
         }
-        let answers = carry_out(pending, &ctx).await;
-        for answer in answers {
-            out.extend_from_slice(&answer);
-        }
-        if !out.is_empty() && write.write_all(&out).await.is_err() {
+        carry_out(pending, &ctx, &mut out).await;
+        if !out.is_empty() && stream.write_all(&out).await.is_err() {
             return;
         }
         if close {
@@ -131,9 +135,6 @@ fn local_answer(request: &Parsed<'_>, router: &Router, ctx: &Ctx) -> Answer {
         Parsed::Verbosity { noreply: true, .. } => Answer::Silent,
         Parsed::Verbosity { .. } => Answer::Bytes(b"OK\r\n".to_vec()),
         Parsed::Meta(m) if m.cmd == shoal_proto::MetaCmd::Noop => Answer::Bytes(b"MN\r\n".to_vec()),
-        Parsed::Meta(m) if m.flags.has(b'b') => {
-            Answer::Bytes(b"CLIENT_ERROR base64 keys are not routed by shoal router\r\n".to_vec())
-        }
         _ => Answer::Bytes(b"ERROR\r\n".to_vec()),
     }
 }
@@ -169,54 +170,88 @@ fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
     )
 }
 
-/// The route of one key's request: by its routing prefix (a broadcast goes to every matching
-/// route, spooled when it is a delete).
-fn routes_for(request: &Request, ctx: &Ctx) -> Vec<Child> {
+/// The route(s) of one key's request, by its routing prefix.
+pub enum Routes<'a> {
+    /// The route the prefix (or its absence) selects, if any.
+    One(Option<&'a Child>),
+    /// A wildcard prefix: every matching route (a broadcast: its deletes are spooled so none
+    /// is lost).
+    Broadcast(Vec<&'a Child>),
+}
+
+/// The route(s) of `request` in `config`.
+pub fn routes_for<'a>(request: &Request, config: &'a Config) -> Routes<'a> {
     let routed = shoal_route::Routed::parse(&request.key);
     if routed.is_broadcast() || routed.region == Some(b"*") || routed.cluster == Some(b"*") {
         let (region, cluster) = (routed.region.unwrap_or(b"*"), routed.cluster.unwrap_or(b"*"));
-        return ctx.config.routes_matching(region, cluster).into_iter().cloned().collect();
+        return Routes::Broadcast(config.routes_matching(region, cluster));
     }
-    ctx.config.route_for(routed.region, routed.cluster).into_iter().cloned().collect()
+    Routes::One(config.route_for(routed.region, routed.cluster))
 }
 
-/// Routes every pending request at once, and encodes each answer.
-async fn carry_out(pending: Vec<Answer>, ctx: &Ctx) -> Vec<Vec<u8>> {
-    futures::future::join_all(pending.into_iter().map(|answer| async move {
-        match answer {
-            Answer::Bytes(b) | Answer::Close(b) => b,
-            Answer::Silent => Vec::new(),
-            Answer::FlushAll(request) => {
-                let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
-                let replies = futures::future::join_all(all).await;
-                let answer = match replies.into_iter().find(Reply::is_error) {
-                    Some(Reply::Error(_, why)) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
-                    Some(Reply::Answer(a)) => a,
-                    None => b"OK\r\n".to_vec(),
-                };
-                if request.quiet && answer == b"OK\r\n" {
-                    Vec::new()
-                } else {
-                    answer
+/// Routes every pending request at once, and appends each answer to `out` in order.
+async fn carry_out(pending: Vec<Answer>, ctx: &Ctx, out: &mut Vec<u8>) {
+    if pending.len() == 1 {
+        // The common case (one request per read): no joining, answered straight into `out`.
+        let answer = pending.into_iter().next().expect("one");
+        return carry_out_one(answer, ctx, out).await;
+    }
+    let answers = futures::future::join_all(pending.into_iter().map(|answer| async move {
+        let mut bytes = Vec::new();
+        carry_out_one(answer, ctx, &mut bytes).await;
+        bytes
+    }));
+    for answer in answers.await {
+        out.extend_from_slice(&answer);
+    }
+}
+
+/// One answer, routed if it must be, appended to `out`.
+async fn carry_out_one(answer: Answer, ctx: &Ctx, out: &mut Vec<u8>) {
+    match answer {
+        Answer::Bytes(b) | Answer::Close(b) => out.extend_from_slice(&b),
+        Answer::Silent => {}
+        Answer::FlushAll(request) => {
+            let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
+            let replies = futures::future::join_all(all).await;
+            match replies.into_iter().find(Reply::is_error) {
+                Some(Reply::Error(_, why)) => {
+                    out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes())
                 }
-            }
-            Answer::Routed { joined, keys } => {
-                let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
-                encode(joined, &keys, replies, ctx)
+                Some(Reply::Answer(a)) => out.extend_from_slice(&a),
+                None if request.quiet => {}
+                None => out.extend_from_slice(b"OK\r\n"),
             }
         }
-    }))
-    .await
+        Answer::Routed { joined: true, keys }
+            if keys.len() > 1 && matches!(keys[0].op, Op::Get | Op::Gets) =>
+        {
+            crate::multiget::get_many(&keys, ctx, out).await
+        }
+        Answer::Routed { joined, keys } if keys.len() == 1 => {
+            let reply = route_one(&keys[0], ctx).await;
+            encode(joined, &keys, std::iter::once(reply), ctx, out)
+        }
+        Answer::Routed { joined, keys } => {
+            let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
+            encode(joined, &keys, replies, ctx, out)
+        }
+    }
 }
 
 /// One key's request along its route(s).
-async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
-    let routes = routes_for(request, ctx);
-    match routes.len() {
-        0 => Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into()),
-        1 => routes[0].execute(request, ctx).await,
-        _ => {
-            // A broadcast: every matching cluster; deletes are spooled so none is lost.
+pub async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
+    match routes_for(request, &ctx.config) {
+        Routes::One(Some(route)) => match route.direct(request, ctx) {
+            // Placement only (a PoolRoute over servers): straight to the server.
+            Some(to) if to.fail_open == ctx.fail_open => {
+                ctx.send(to.dest, request, to.keep_routing_prefix).await
+            }
+            _ => route.execute(request, ctx).await,
+        },
+        Routes::One(None) => no_route(),
+        Routes::Broadcast(routes) if routes.is_empty() => no_route(),
+        Routes::Broadcast(routes) => {
             let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
             let replies =
                 futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
@@ -225,41 +260,49 @@ async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
     }
 }
 
-/// Encodes replies for the client: a get's hits joined and closed with `END`; any other
-/// request's single reply as it came (or silence when the client asked for quiet).
-fn encode(joined: bool, keys: &[Request], replies: Vec<Reply>, ctx: &Ctx) -> Vec<u8> {
-    let errors = replies.iter().filter(|r| r.is_error()).count() as u64;
+fn no_route() -> Reply {
+    Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into())
+}
+
+/// Encodes replies for the client into `out`: a get's hits joined and closed with `END`;
+/// any other request's single reply as it came (or nothing when the client asked for quiet).
+fn encode(
+    joined: bool,
+    keys: &[Request],
+    replies: impl IntoIterator<Item = Reply>,
+    ctx: &Ctx,
+    out: &mut Vec<u8>,
+) {
+    let mut replies = replies.into_iter().peekable();
+    if !joined {
+        let (request, reply) = (&keys[0], replies.next().expect("one reply"));
+        if reply.is_error() {
+            ctx.shared.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        match reply {
+            Reply::Error(_, why) => out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes()),
+            Reply::Answer(a) if request.quiet && quiet_hides(request, &a) => {}
+            Reply::Answer(a) => out.extend_from_slice(&a),
+        }
+        return;
+    }
+    if keys.len() == 1 {
+        if let Some(Reply::Error(_, why)) = replies.peek() {
+            ctx.shared.errors.fetch_add(1, Ordering::Relaxed);
+            out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes());
+            return;
+        }
+    }
+    let mut errors = 0;
+    for reply in replies {
+        // In a multiget, a key whose route failed is a miss (the others still answer).
+        match reply {
+            Reply::Answer(a) if !is_error_answer(&a) => out.extend_from_slice(&a),
+            _ => errors += 1,
+        }
+    }
     ctx.shared.errors.fetch_add(errors, Ordering::Relaxed);
-    if joined {
-        if keys.len() == 1 {
-            if let Some(Reply::Error(_, why)) = replies.first() {
-                return format!("SERVER_ERROR {why}\r\n").into_bytes();
-            }
-        }
-        let mut out = Vec::new();
-        for reply in replies {
-            // In a multiget, a key whose route failed is a miss (the others still answer).
-            if let Reply::Answer(a) = reply {
-                if !a.starts_with(b"SERVER_ERROR")
-                    && !a.starts_with(b"CLIENT_ERROR")
-                    && !a.starts_with(b"ERROR")
-                {
-                    out.extend_from_slice(&a);
-                }
-            }
-        }
-        out.extend_from_slice(b"END\r\n");
-        return out;
-    }
-    let (request, reply) = (&keys[0], replies.into_iter().next().expect("one reply"));
-    let bytes = match reply {
-        Reply::Answer(a) => a,
-        Reply::Error(_, why) => format!("SERVER_ERROR {why}\r\n").into_bytes(),
-    };
-    if request.quiet && quiet_hides(request, &bytes) {
-        return Vec::new();
-    }
-    bytes
+    out.extend_from_slice(b"END\r\n");
 }
 
 /// Whether a quiet request's answer is one the client asked not to see: everything for

@@ -63,7 +63,8 @@ pub async fn read_reply<R: AsyncBufRead + Unpin>(
     shape: Shape,
     max_value: usize,
 ) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
+    // Room for a typical answer (a line and a small value) without growing.
+    let mut out = Vec::with_capacity(256);
     match shape {
         Shape::Line => {
             line(reader, &mut out).await?;

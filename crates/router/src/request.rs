@@ -105,11 +105,13 @@ enum Body {
     LeaseGet {
         stale: bool,
     },
-    /// Meta flags (without `q` and the key), and `ms`'s data.
+    /// Meta flags (without `q` and the key), `ms`'s data, and whether the client sent the key
+    /// in base64 (`b`: the request's key is the decoded one, sent on in base64 again).
     Meta {
         cmd: MetaCmd,
         flags: Vec<Vec<u8>>,
         data: Option<Vec<u8>>,
+        base64: bool,
     },
 }
 
@@ -133,6 +135,12 @@ impl Request {
     /// The key without its routing prefix.
     pub fn routed_key(&self) -> &[u8] {
         &self.key[self.prefix_len..]
+    }
+
+    /// Whether the key can be sent in a text command (a base64 key may decode to spaces or
+    /// control bytes, or to more than memcached's 250 bytes).
+    pub fn has_text_key(&self) -> bool {
+        self.key.len() <= 250 && self.key.iter().all(|&b| b > b' ' && b != 0x7f)
     }
 
     /// The same request with another expiry.
@@ -200,7 +208,12 @@ impl Request {
             };
         }
         let key = if keep_prefix { &self.key[..] } else { self.routed_key() };
-        let mut out = Vec::with_capacity(key.len() + 64);
+        let data_len = match &self.body {
+            Body::Store { data, .. } | Body::Meta { data: Some(data), .. } => data.len(),
+            _ => 0,
+        };
+        // Base64 makes a key 4/3 as long; the words and numbers fit in the 80.
+        let mut out = Vec::with_capacity(key.len() * 4 / 3 + data_len + 80);
         let word = match self.op {
             Op::Get => "get",
             Op::Gets => "gets",
@@ -226,27 +239,35 @@ impl Request {
         };
         out.extend_from_slice(word.as_bytes());
         if matches!(self.op, Op::Gat | Op::Gats) {
-            out.extend_from_slice(format!(" {}", self.exptime).as_bytes());
+            push_field(&mut out, b"", self.exptime);
         }
         out.push(b' ');
-        out.extend_from_slice(key);
+        if let Body::Meta { base64: true, .. } = self.body {
+            shoal_proto::encode_base64(key, &mut out);
+        } else {
+            out.extend_from_slice(key);
+        }
         match &self.body {
             Body::Get => {}
             Body::Store { flags, data, extra } => {
                 if let (Op::LeaseSet, Some(token)) = (self.op, extra) {
-                    out.extend_from_slice(format!(" {token}").as_bytes());
+                    push_field(&mut out, b"", *token);
                 }
-                out.extend_from_slice(format!(" {flags} {} {}", self.exptime, data.len()).as_bytes());
+                push_field(&mut out, b"", *flags);
+                push_field(&mut out, b"", self.exptime);
+                push_field(&mut out, b"", data.len() as u64);
                 if let (Op::Cas, Some(unique)) = (self.op, extra) {
-                    out.extend_from_slice(format!(" {unique}").as_bytes());
+                    push_field(&mut out, b"", *unique);
                 }
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(data);
             }
-            Body::Delete { hold } if *hold > 0 => out.extend_from_slice(format!(" hold {hold}").as_bytes()),
+            Body::Delete { hold } if *hold > 0 => {
+                push_field(&mut out, b"hold ", *hold);
+            }
             Body::Delete { .. } => {}
-            Body::Arith { delta } => out.extend_from_slice(format!(" {delta}").as_bytes()),
-            Body::Touch => out.extend_from_slice(format!(" {}", self.exptime).as_bytes()),
+            Body::Arith { delta } => push_field(&mut out, b"", *delta),
+            Body::Touch => push_field(&mut out, b"", self.exptime),
             Body::LeaseGet { stale } => {
                 if *stale {
                     out.extend_from_slice(b" stale");
@@ -254,13 +275,13 @@ impl Request {
             }
             Body::Meta { flags, data, .. } => {
                 if let Some(d) = data {
-                    out.extend_from_slice(format!(" {}", d.len()).as_bytes());
+                    push_field(&mut out, b"", d.len() as u64);
                 }
                 for flag in flags {
-                    out.push(b' ');
                     if flag.first() == Some(&b'T') && self.op.sets_expiry() {
-                        out.extend_from_slice(format!("T{}", self.exptime).as_bytes());
+                        push_field(&mut out, b"T", self.exptime);
                     } else {
+                        out.push(b' ');
                         out.extend_from_slice(flag);
                     }
                 }
@@ -281,6 +302,55 @@ impl Request {
             Op::MetaGet | Op::MetaSet | Op::MetaDelete | Op::MetaArithmetic => Shape::Meta,
             _ => Shape::Line,
         }
+    }
+}
+
+/// Appends a space, `prefix` and `n` in decimal (as `format!` would write it, without its
+/// machinery: this is on every request's path).
+fn push_field(out: &mut Vec<u8>, prefix: &[u8], n: impl Into<Number>) {
+    let (negative, mut magnitude) = match n.into() {
+        Number::Signed(v) => (v < 0, v.unsigned_abs()),
+        Number::Unsigned(v) => (false, v),
+    };
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    out.push(b' ');
+    out.extend_from_slice(prefix);
+    if negative {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A number [`push_field`] writes: any of the protocol's integer fields.
+enum Number {
+    Signed(i64),
+    Unsigned(u64),
+}
+
+impl From<i64> for Number {
+    fn from(v: i64) -> Self {
+        Number::Signed(v)
+    }
+}
+
+impl From<u64> for Number {
+    fn from(v: u64) -> Self {
+        Number::Unsigned(v)
+    }
+}
+
+impl From<u32> for Number {
+    fn from(v: u32) -> Self {
+        Number::Unsigned(u64::from(v))
     }
 }
 
@@ -317,14 +387,17 @@ pub enum ErrorKind {
     Route,
 }
 
+/// Whether a server's answer is an error (`SERVER_ERROR`, `CLIENT_ERROR`, `ERROR`).
+pub fn is_error_answer(answer: &[u8]) -> bool {
+    answer.starts_with(b"SERVER_ERROR") || answer.starts_with(b"ERROR") || answer.starts_with(b"CLIENT_ERROR")
+}
+
 impl Reply {
     /// Whether this is an error, routed or remote (`SERVER_ERROR`, `ERROR`).
     pub fn is_error(&self) -> bool {
         match self {
             Reply::Error(..) => true,
-            Reply::Answer(a) => {
-                a.starts_with(b"SERVER_ERROR") || a.starts_with(b"ERROR") || a.starts_with(b"CLIENT_ERROR")
-            }
+            Reply::Answer(a) => is_error_answer(a),
         }
     }
 
@@ -414,7 +487,8 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
     })
 }
 
-/// A meta command with a key; `mn`, `me` and base64 keys are the router's to answer.
+/// A meta command with a key (`mn` and `me` are the router's to answer). A base64 key (`b`)
+/// is decoded: routing prefixes and hashing apply to the key itself, as for a text key.
 fn meta_request(meta: &Meta<'_>) -> Option<Request> {
     let op = match meta.cmd {
         MetaCmd::Get => Op::MetaGet,
@@ -423,9 +497,6 @@ fn meta_request(meta: &Meta<'_>) -> Option<Request> {
         MetaCmd::Arithmetic => Op::MetaArithmetic,
         _ => return None,
     };
-    if meta.flags.has(b'b') {
-        return None;
-    }
     let mut flags = Vec::new();
     let mut quiet = false;
     let mut exptime = 0;
@@ -440,14 +511,17 @@ fn meta_request(meta: &Meta<'_>) -> Option<Request> {
         flags.push(token.to_vec());
     }
     let data = (op == Op::MetaSet).then(|| meta.data.to_vec());
-    let prefix_len = prefix_len(meta.key);
+    let mut scratch = [0; shoal_proto::KEY_MAX];
+    let key = meta.key(&mut scratch).to_vec();
+    let prefix_len = prefix_len(&key);
+    let base64 = meta.flags.has(b'b');
     Some(Request {
         op,
-        key: meta.key.to_vec(),
+        key,
         prefix_len,
         exptime,
         quiet,
-        body: Body::Meta { cmd: meta.cmd, flags, data },
+        body: Body::Meta { cmd: meta.cmd, flags, data, base64 },
     })
 }
 
@@ -496,6 +570,28 @@ mod tests {
         assert_eq!(m.with_exptime(5).encode(false), b"ms k 2 T5 F3\r\nhi\r\n");
         assert_eq!(requests(b"delete k hold 30\r\n")[0].encode(false), b"delete k hold 30\r\n");
         assert_eq!(requests(b"gat 60 a\r\n")[0].encode(false), b"gat 60 a\r\n");
+    }
+
+    #[test]
+    fn numbers_are_written_as_sent_negative_and_largest_included() {
+        assert_eq!(
+            requests(b"set k 4294967295 -1 0\r\n\r\n")[0].encode(false),
+            b"set k 4294967295 -1 0\r\n\r\n"
+        );
+        assert_eq!(
+            requests(b"incr k 18446744073709551615\r\n")[0].encode(false),
+            b"incr k 18446744073709551615\r\n"
+        );
+        assert_eq!(requests(b"touch k 0\r\n")[0].encode(false), b"touch k 0\r\n");
+        assert_eq!(requests(b"ms k 1 T-1\r\nx\r\n")[0].encode(false), b"ms k 1 T-1\r\nx\r\n");
+        let mut b64 = Vec::new();
+        shoal_proto::encode_base64(b"/r/c/a b", &mut b64);
+        let mut line = b"mg ".to_vec();
+        line.extend_from_slice(&b64);
+        line.extend_from_slice(b" b v\r\n");
+        let r = requests(&line).remove(0);
+        assert_eq!((r.routed_key(), r.prefix_len), (&b"a b"[..], 5));
+        assert_eq!(r.encode(false), b"mg YSBi b v\r\n");
     }
 
     #[test]

@@ -103,6 +103,15 @@ pub enum Route {
     Error(String),
 }
 
+/// A request's one destination under a placement-only route ([`Route::direct`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Direct {
+    pub dest: usize,
+    pub keep_routing_prefix: bool,
+    /// Its pool is mostly TKO: send regardless of the marks.
+    pub fail_open: bool,
+}
+
 /// A future a route handle returns.
 pub type Routing<'a> = Pin<Box<dyn Future<Output = Reply> + 'a>>;
 
@@ -198,19 +207,40 @@ impl Route {
         })
     }
 
+    /// Where `request` goes when this route is nothing but placement (a server, or a
+    /// `PoolRoute`/`HashRoute` over servers), so that a multiget's keys for one server can
+    /// travel together; `None` for any other handle.
+    pub fn direct(&self, request: &Request, ctx: &Ctx) -> Option<Direct> {
+        match self {
+            Route::Destination { dest, keep_routing_prefix } => Some(Direct {
+                dest: *dest,
+                keep_routing_prefix: *keep_routing_prefix,
+                fail_open: ctx.fail_open,
+            }),
+            // During a Proteus transition old owners may be asked: key by key, not batched.
+            Route::Hash { provisioned: Some(p), .. } if p.in_transition() => None,
+            Route::Hash { children, placement, provisioned } => {
+                match &*children[hash_owner(placement, provisioned.as_deref(), request.routed_key())] {
+                    Route::Destination { dest, keep_routing_prefix } => Some(Direct {
+                        dest: *dest,
+                        keep_routing_prefix: *keep_routing_prefix,
+                        fail_open: ctx.fail_open || mostly_tko(children, ctx),
+                    }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// The destinations `request` would be sent to (the route lookup of `stats` and
     /// `__mcrouter__.route(op,key)`): every child of an `All*` route, the first of a failover.
     pub fn destinations(&self, request: &Request, out: &mut Vec<usize>) {
         match self {
             Route::Destination { dest, .. } => out.push(*dest),
-            Route::Hash { children, placement, provisioned } => {
-                let key = request.routed_key();
-                let owner = match (provisioned, placement.proteus()) {
-                    (Some(p), Some(ring)) => ring.owner_with(p.active, key).unwrap_or(0),
-                    _ => placement.owner(key),
-                };
-                children[owner].destinations(request, out)
-            }
+            Route::Hash { children, placement, provisioned } => children
+                [hash_owner(placement, provisioned.as_deref(), request.routed_key())]
+            .destinations(request, out),
             Route::Failover { children, .. }
             | Route::MissFailover(children)
             | Route::Latest { children, .. } => children[0].destinations(request, out),
@@ -239,6 +269,15 @@ impl Route {
             Route::ModifyExptime { target, .. } => target.destinations(request, out),
             Route::Null | Route::Error(_) => {}
         }
+    }
+}
+
+/// The child a hash route sends `key` to (for a power-proportional pool: among its active
+/// servers, ignoring any transition).
+fn hash_owner(placement: &Placement, provisioned: Option<&Provisioned>, key: &[u8]) -> usize {
+    match (provisioned, placement.proteus()) {
+        (Some(p), Some(ring)) => ring.owner_with(p.active, key).expect("active counts are checked at load"),
+        _ => placement.owner(key),
     }
 }
 
@@ -394,6 +433,9 @@ async fn warm_up(cold: &Child, warm: &Child, exptime: i64, request: &Request, ct
                     && first != Reply::Answer(b"EN\r\n".to_vec())
             {
                 return first;
+            }
+            if !request.has_text_key() {
+                return first; // a base64 key that no text `get` can carry: cold only
             }
             match copy_on_miss(cold, warm, exptime, request, ctx).await {
                 None => first,

@@ -371,3 +371,152 @@ fn the_regional_pool_example_sends_rare_keys_to_the_regional_pool() {
     let common = router.raw(b"get __mcrouter__.route(get,user:7)\r\n", b"END\r\n");
     assert!(common.contains("10.0.1.") && !common.contains("10.0.9."), "{common}");
 }
+
+#[test]
+fn meta_commands_with_base64_keys_route_on_the_decoded_key_and_answer_as_the_server_does() {
+    let shoal_backend = Server::shoal("base64-0", 0, &[]);
+    let memcached = Server::memcached("base64-1", 0);
+    let backends = [&shoal_backend, &memcached];
+    let addresses: Vec<String> = backends.iter().map(|s| s.address()).collect();
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}", "{}"] }} }},
+             "routes": [ {{ "aliases": ["/r/c/"], "route": {} }} ] }}"#,
+        addresses[0],
+        addresses[1],
+        pool_route("A")
+    );
+    let router = Router::start("base64", &config);
+    let placement = jump(&addresses);
+    let b64 = |key: &[u8]| {
+        let mut out = Vec::new();
+        shoal_proto::encode_base64(key, &mut out);
+        String::from_utf8(out).unwrap()
+    };
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    // Keys no text command could carry (spaces, control bytes) and plain ones, with and
+    // without a routing prefix (which is part of the decoded key, and comes off).
+    let keys: Vec<Vec<u8>> = (0..40u8)
+        .map(|i| match i % 3 {
+            0 => format!("plain:{i}").into_bytes(),
+            1 => vec![b'k', b' ', i, 0, 0xff, b'\r', b'\n'],
+            _ => format!("with space {i}").into_bytes(),
+        })
+        .collect();
+    let mut owners = [0usize; 2];
+    for (i, key) in keys.iter().enumerate() {
+        let owner = backends[placement.owner(key)];
+        owners[placement.owner(key)] += 1;
+        let sent = if i % 2 == 0 { [&b"/r/c/"[..], key].concat() } else { key.clone() };
+        let value_end = format!("\r\nv{}\r\n", i % 10);
+        let set = format!("ms {} 2 b T0 F7{value_end}", b64(&sent));
+        assert_eq!(router.raw(set.as_bytes(), b"\r\n"), "HD\r\n", "{key:?}");
+        // Stored on the owner of the decoded key, without the prefix: the router's answer to
+        // a read is the owner's own answer to the same read.
+        let read = format!("mg {} b v f k t\r\n", b64(key));
+        let direct = text(owner.raw(read.as_bytes(), value_end.as_bytes()));
+        assert!(direct.starts_with("VA 2 "), "on its owner: {key:?} {direct}");
+        let through = format!("mg {} b v f k t\r\n", b64(&sent));
+        assert_eq!(router.raw(through.as_bytes(), value_end.as_bytes()), direct, "{key:?}");
+        // md and ma with base64 keys too; their answers are the owner's.
+        let counter = [key.as_slice(), b"#n"].concat();
+        let arith = format!("ma {} b N0 J5 v\r\n", b64(&counter));
+        assert_eq!(router.raw(arith.as_bytes(), b"\r\n5\r\n"), "VA 1\r\n5\r\n", "{key:?}");
+        let delete = format!("md {} b q\r\nmn\r\n", b64(&sent));
+        assert_eq!(router.raw(delete.as_bytes(), b"MN\r\n"), "MN\r\n", "quiet delete: {key:?}");
+        assert!(text(owner.raw(read.as_bytes(), b"\r\n")).starts_with("EN"), "deleted on its owner");
+    }
+    assert!(owners.iter().all(|&n| n > 0), "both servers own keys: {owners:?}");
+    // A key that is not base64 is refused as memcached refuses it.
+    let bad = b"mg !!notbase64 b v\r\n";
+    assert_eq!(router.raw(bad, b"\r\n").as_bytes(), memcached.raw(bad, b"\r\n"));
+}
+
+#[test]
+fn a_multiget_batched_per_server_answers_in_order_with_repeats_and_a_dead_server_as_misses() {
+    let backends = servers("batch", 2);
+    let dead = format!("127.0.0.1:{}", free_port());
+    let mut addresses: Vec<String> = backends.iter().map(Server::address).collect();
+    addresses.push(dead.clone());
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}", "{}", "{}"], "server_timeout": 2000, "connect_timeout": 2000 }} }},
+             "route": {} }}"#,
+        addresses[0],
+        addresses[1],
+        addresses[2],
+        pool_route("A")
+    );
+    let router = Router::start("batch", &config);
+    let placement = jump(&addresses);
+    let mut c = router.client();
+    let keys: Vec<String> = (0..30).map(|i| format!("b:{i}")).collect();
+    for key in &keys {
+        if placement.owner(key.as_bytes()) < 2 {
+            c.set(key.as_bytes(), key.as_bytes(), 0, 0).unwrap();
+        }
+    }
+    // Every key twice, interleaved: hits come back in the order asked, repeats included;
+    // the dead server's keys are misses and the others still answer.
+    let asked: Vec<&str> = keys.iter().chain(keys.iter().rev()).map(String::as_str).collect();
+    let live: Vec<&str> = asked.iter().copied().filter(|k| placement.owner(k.as_bytes()) < 2).collect();
+    assert!(live.len() < asked.len(), "some keys are on the dead server");
+    for command in ["get", "gets"] {
+        let answer = router.raw(format!("{command} {}\r\n", asked.join(" ")).as_bytes(), b"END\r\n");
+        let hits: Vec<&str> = answer
+            .lines()
+            .filter_map(|l| l.strip_prefix("VALUE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(hits, live, "{command}");
+        for key in &live {
+            assert!(answer.contains(&format!("\r\n{key}\r\n")), "{key}'s value: {answer}");
+        }
+    }
+    assert!(
+        router.stat("errors_total").parse::<u64>().unwrap() > 0,
+        "the dead server's keys count as errors"
+    );
+}
+
+#[test]
+fn a_multiget_across_routes_keeps_each_pools_prefix_rule_and_the_order_asked() {
+    let kept = Server::shoal("mixed-kept", 0, &[]);
+    let stripped = servers("mixed-stripped", 2);
+    let failover = servers("mixed-failover", 2);
+    let config = format!(
+        r#"{{ "pools": {{ "K": {{ "servers": ["{}"], "keep_routing_prefix": true }},
+                       "S": {{ "servers": [{}] }},
+                       "F1": {{ "servers": ["{}"] }}, "F2": {{ "servers": ["{}"] }} }},
+             "routes": [ {{ "aliases": ["/k/k/"], "route": {} }},
+                         {{ "aliases": ["/s/s/"], "route": {} }},
+                         {{ "aliases": ["/f/f/"], "route": {{ "type": "FailoverRoute",
+                            "children": ["PoolRoute|F1", "PoolRoute|F2"] }} }} ] }}"#,
+        kept.address(),
+        list(&stripped),
+        failover[0].address(),
+        failover[1].address(),
+        pool_route("K"),
+        pool_route("S")
+    );
+    let router = Router::start("mixed", &config);
+    let mut c = router.client();
+    let mut asked = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..12 {
+        let (key, answered_as) = match i % 3 {
+            0 => (format!("/k/k/key{i}"), format!("/k/k/key{i}")), // kept: stored and answered with it
+            1 => (format!("/s/s/key{i}"), format!("key{i}")),
+            _ => (format!("/f/f/key{i}"), format!("key{i}")), // not placement only: one by one
+        };
+        c.set(key.as_bytes(), answered_as.as_bytes(), 0, 0).unwrap();
+        asked.push(key);
+        expected.push(answered_as);
+    }
+    assert!(direct(&kept).get(b"/k/k/key0").unwrap().is_some(), "the kept pool stores the prefix");
+    let answer = router.raw(format!("get {}\r\n", asked.join(" ")).as_bytes(), b"END\r\n");
+    let hits: Vec<&str> = answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("VALUE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(hits, expected.iter().map(String::as_str).collect::<Vec<_>>(), "{answer}");
+}

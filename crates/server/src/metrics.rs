@@ -1,6 +1,6 @@
 //! `--metrics-listen`: the server's numbers in Prometheus's text format at `/metrics`.
 //!
-//! A thread of its own serves HTTP (`tiny_http`), so the workers' event loops never see it.
+//! A thread of its own serves HTTP (`shoal-metrics`), so the workers' event loops never see it.
 //! Each scrape renders the general `stats` (the same function the `stats` command uses, so the
 //! two never disagree) and turns every numeric line into a metric named `shoal_<stat>`:
 //! counters for what only grows, gauges for the rest; plus the gets and hits that clients
@@ -8,14 +8,12 @@
 
 use crate::server::Shared;
 use crate::stats;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use shoal_metrics::prometheus_client::metrics::family::Family;
+use shoal_metrics::prometheus_client::metrics::gauge::Gauge;
+use shoal_metrics::prometheus_client::registry::Registry;
+use shoal_metrics::register;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 /// General stats that go up and down, or are not amounts at all; every other number only grows.
 const GAUGES: &[&str] = &[
@@ -55,42 +53,17 @@ const GAUGES: &[&str] = &[
 
 /// Starts serving `/metrics` on `address`; the thread ends once the server stops.
 pub fn spawn(address: &str, shared: &Arc<Shared>) -> Result<std::thread::JoinHandle<()>, String> {
-    let http = tiny_http::Server::http(address)
-        .map_err(|e| format!("--metrics-listen {address}: cannot listen there ({e})"))?;
-    let shared = Arc::downgrade(shared);
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || serve(&http, &shared))
-        .map_err(|e| format!("cannot start the metrics thread: {e}"))
-}
-
-fn serve(http: &tiny_http::Server, shared: &Weak<Shared>) {
-    loop {
-        let request = match http.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(request)) => request,
-            Ok(None) | Err(_) => match shared.upgrade() {
-                Some(s) if !s.stopping() => continue,
-                _ => return,
-            },
-        };
-        // The server is held only while a scrape renders, so stopping never waits for us.
-        let body = match shared.upgrade() {
-            Some(s) if request.url() == "/metrics" => Some(render(&s)),
-            Some(_) => None,
-            None => return,
-        };
-        let response = match body {
-            Some(text) => tiny_http::Response::from_string(text).with_header(
-                "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"
-                    .parse::<tiny_http::Header>()
-                    .expect("a valid header"),
-            ),
-            None => {
-                tiny_http::Response::from_string("not found: metrics are at /metrics\n").with_status_code(404)
-            }
-        };
-        let _ = request.respond(response);
-    }
+    // The server is held only while a scrape renders, so stopping never waits for us.
+    let (page, alive) = (Arc::downgrade(shared), Arc::downgrade(shared));
+    shoal_metrics::spawn(
+        address,
+        "not found: metrics are at /metrics\n",
+        move |url| match page.upgrade() {
+            Some(s) if url == "/metrics" => Some((render(&s), shoal_metrics::OPENMETRICS)),
+            _ => None,
+        },
+        move || alive.upgrade().is_some_and(|s| !s.stopping()),
+    )
 }
 
 /// The metrics text of one scrape.
@@ -135,20 +108,5 @@ pub fn render(shared: &Shared) -> String {
             family,
         );
     }
-    let mut text = String::new();
-    encode(&mut text, &registry).expect("writing to a String cannot fail");
-    text
-}
-
-/// Registers one value as a gauge or a counter (whose name gains `_total`).
-fn register(registry: &mut Registry, name: &str, help: &str, value: f64, gauge: bool) {
-    if gauge {
-        let metric = Gauge::<f64, AtomicU64>::default();
-        metric.set(value);
-        registry.register(name, help, metric);
-    } else {
-        let metric = Counter::<f64, AtomicU64>::default();
-        metric.inc_by(value);
-        registry.register(name, help, metric);
-    }
+    shoal_metrics::text(&registry)
 }

@@ -1,42 +1,25 @@
 //! `--metrics-listen`: the provisioner's state in Prometheus text at `/metrics` (servers on,
-//! whether a transition runs, the load, transitions started) and as JSON at `/status`.
+//! whether a transition runs, the load, transitions started) and as JSON at `/status`, served
+//! by the endpoint every Shoal daemon shares (`shoal-metrics`).
 
 use super::Status;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use serde_json::json;
-use std::sync::atomic::AtomicU64;
+use shoal_metrics::prometheus_client::registry::Registry;
+use shoal_metrics::{register, OPENMETRICS};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-/// Starts serving on `address`, from a thread of its own.
+/// Starts serving on `address`, from a thread of its own, for as long as the process runs.
 pub fn spawn(address: &str, status: Arc<Mutex<Status>>) -> Result<(), String> {
-    let http = tiny_http::Server::http(address)
-        .map_err(|e| format!("--metrics-listen {address}: cannot listen there ({e})"))?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            for request in http.incoming_requests() {
-                let status = status.lock().unwrap_or_else(|p| p.into_inner());
-                let (body, kind, code) = match request.url() {
-                    "/metrics" => {
-                        (render(&status), "application/openmetrics-text; version=1.0.0; charset=utf-8", 200)
-                    }
-                    "/status" => (status_json(&status).to_string(), "application/json", 200),
-                    _ => ("not found: see /metrics and /status\n".to_string(), "text/plain", 404),
-                };
-                drop(status);
-                let header =
-                    format!("Content-Type: {kind}").parse::<tiny_http::Header>().expect("a valid header");
-                let response =
-                    tiny_http::Response::from_string(body).with_header(header).with_status_code(code);
-                let _ = request.respond(response);
-            }
-        })
-        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
-    Ok(())
+    let page = move |url: &str| {
+        let status = status.lock().unwrap_or_else(|p| p.into_inner());
+        match url {
+            "/metrics" => Some((render(&status), OPENMETRICS)),
+            "/status" => Some((status_json(&status).to_string(), "application/json")),
+            _ => None,
+        }
+    };
+    shoal_metrics::spawn(address, "not found: see /metrics and /status\n", page, || true).map(drop)
 }
 
 fn in_transition(status: &Status) -> bool {
@@ -46,40 +29,39 @@ fn in_transition(status: &Status) -> bool {
 /// The metrics text of one scrape.
 pub fn render(status: &Status) -> String {
     let mut registry = Registry::with_prefix("shoal_provision");
-    let gauge = |value: usize| {
-        let g = Gauge::<i64>::default();
-        g.set(value as i64);
-        g
-    };
-    let counter = |value: u64| {
-        let c = Counter::<u64, AtomicU64>::default();
-        c.inc_by(value);
-        c
-    };
-    registry.register("servers", "servers in the pool", gauge(status.state.servers.len()));
-    registry.register("active", "servers on (owning keys)", gauge(status.state.active));
-    registry.register(
-        "in_transition",
-        "1 while a transition runs",
-        gauge(usize::from(in_transition(status))),
-    );
-    registry.register(
-        "transition_from",
-        "servers on before the transition under way (the active count when none runs)",
-        gauge(
-            status.state.transition.filter(|_| in_transition(status)).map_or(status.state.active, |t| t.from),
+    let state = &status.state;
+    let from = state.transition.filter(|_| in_transition(status)).map_or(state.active, |t| t.from);
+    let gauges = [
+        ("servers", "servers in the pool", state.servers.len() as f64),
+        ("active", "servers on (owning keys)", state.active as f64),
+        ("in_transition", "1 while a transition runs", f64::from(u8::from(in_transition(status)))),
+        (
+            "transition_from",
+            "servers on before the transition under way (else the active count)",
+            from as f64,
         ),
-    );
-    if let Some(load) = status.load {
-        let gauge = Gauge::<f64, AtomicU64>::default();
-        gauge.set(load);
-        registry.register("load_rps", "the load last measured, requests per second", gauge);
+    ];
+    for (name, help, value) in gauges {
+        register(&mut registry, name, help, value, true);
     }
-    registry.register("turned_on", "transitions that turned a server on", counter(status.turned_on));
-    registry.register("turned_off", "transitions that turned a server off", counter(status.turned_off));
-    let mut text = String::new();
-    encode(&mut text, &registry).expect("writing to a String");
-    text
+    if let Some(load) = status.load {
+        register(&mut registry, "load_rps", "the load last measured, requests per second", load, true);
+    }
+    register(
+        &mut registry,
+        "turned_on",
+        "transitions that turned a server on",
+        status.turned_on as f64,
+        false,
+    );
+    register(
+        &mut registry,
+        "turned_off",
+        "transitions that turned a server off",
+        status.turned_off as f64,
+        false,
+    );
+    shoal_metrics::text(&registry)
 }
 
 fn status_json(status: &Status) -> serde_json::Value {

@@ -1,0 +1,109 @@
+//! `--metrics-listen`: the router's numbers in Prometheus's text format at `/metrics`, served
+//! by `shoal-metrics`' thread (the workers' runtimes never see a scrape).
+//!
+//! Router-wide counters are `shoal_router_<name>`; each destination's state is a family
+//! labelled `destination="<address>"`: `up` (1, or 0 while TKO), requests `sent` and `failed`,
+//! deletes `spooled` and not yet delivered, requests `pending` (sent, not yet answered).
+
+use crate::Router;
+use shoal_metrics::prometheus_client::metrics::counter::Counter;
+use shoal_metrics::prometheus_client::metrics::family::Family;
+use shoal_metrics::prometheus_client::metrics::gauge::Gauge;
+use shoal_metrics::prometheus_client::registry::Registry;
+use shoal_metrics::register;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+type Labels = Vec<(String, String)>;
+
+/// Starts serving `/metrics` on `address` for as long as the router runs.
+pub fn spawn(address: &str, router: Arc<Router>) -> Result<(), String> {
+    shoal_metrics::spawn(
+        address,
+        "not found: metrics are at /metrics\n",
+        move |url| (url == "/metrics").then(|| (render(&router), shoal_metrics::OPENMETRICS)),
+        || true,
+    )?;
+    Ok(())
+}
+
+/// The metrics text of one scrape.
+pub fn render(router: &Router) -> String {
+    let mut registry = Registry::with_prefix("shoal_router");
+    let shared = &router.shared;
+    let load = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
+    register(
+        &mut registry,
+        "uptime_seconds",
+        "seconds since the router started",
+        router.started.elapsed().as_secs_f64(),
+        true,
+    );
+    register(&mut registry, "requests", "requests read from clients", load(&shared.requests), false);
+    register(&mut registry, "errors", "requests answered with an error", load(&shared.errors), false);
+    register(
+        &mut registry,
+        "config_reloads",
+        "configuration files loaded after the first",
+        load(&router.reloads),
+        false,
+    );
+    register(
+        &mut registry,
+        "config_reload_failures",
+        "changed configuration files that did not load (the last good one kept serving)",
+        load(&router.reload_failures),
+        false,
+    );
+    register(
+        &mut registry,
+        "spool_delivered",
+        "spooled deletes delivered",
+        load(&shared.spools.delivered),
+        false,
+    );
+    register(
+        &mut registry,
+        "spool_refused",
+        "deletes refused because a spool was full",
+        load(&shared.spools.refused),
+        false,
+    );
+    let up = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let sent = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let failed = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let spooled = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let pending = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let depths = shared.spools.depths();
+    let mut addresses: Vec<String> = depths.iter().map(|(a, _)| a.clone()).collect();
+    let destinations = shared.destinations();
+    addresses.extend(destinations.iter().map(|(a, _)| a.clone()));
+    addresses.extend(router.config().destinations.iter().map(|d| d.address.clone()));
+    addresses.sort();
+    addresses.dedup();
+    for address in addresses {
+        let labels = vec![("destination".to_string(), address.clone())];
+        let health = destinations.iter().find(|(a, _)| *a == address).map(|(_, h)| h);
+        up.get_or_create(&labels).set(i64::from(!health.is_some_and(|h| h.is_tko())));
+        let count = |n: Option<&AtomicU64>| n.map_or(0, |n| n.load(Ordering::Relaxed));
+        sent.get_or_create(&labels).inc_by(count(health.map(|h| &h.sent)));
+        failed.get_or_create(&labels).inc_by(count(health.map(|h| &h.failed)));
+        pending.get_or_create(&labels).set(count(health.map(|h| &h.pending)) as i64);
+        let depth = depths.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n);
+        spooled.get_or_create(&labels).set(depth as i64);
+    }
+    registry.register("destination_up", "1 while the destination is up, 0 while it is TKO", up);
+    registry.register("destination_sent", "requests the destination answered", sent);
+    registry.register("destination_failed", "requests to the destination that failed", failed);
+    registry.register(
+        "destination_spooled",
+        "deletes in the destination's spool, not yet delivered",
+        spooled,
+    );
+    registry.register(
+        "destination_pending",
+        "requests sent to the destination and not answered yet",
+        pending,
+    );
+    shoal_metrics::text(&registry)
+}
