@@ -180,11 +180,22 @@ def test_shm_answers_only_an_authenticated_connection(ascii_servers):
     assert after.startswith(b"STORED\r\nSHM /dev/shm/shoal-")
 
 
+def serving(server):
+    """Waits for an answer: the server accepts connections (its listeners are bound) a moment
+    before its region is open and given its mode."""
+    with server.connect() as sock:
+        sock.sendall(b"version\r\n")
+        assert sock.recv(4096).startswith(b"VERSION ")
+    return server
+
+
 def test_region_file_group_and_mode(tmp_path):
     region = tmp_path / "r.region"
-    with Server.shoal("-e", str(region)):
+    with Server.shoal("-e", str(region)) as server:
+        serving(server)
         assert stat.S_IMODE(os.stat(region).st_mode) == 0o600
     group = os.getgroups()[-1] if os.getgroups() else os.getgid()
-    with Server.shoal("-e", str(region), "--region-group", str(group), "--region-mode", "640"):
+    with Server.shoal("-e", str(region), "--region-group", str(group), "--region-mode", "640") as server:
+        serving(server)
         info = os.stat(region)
         assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o640, group)
