@@ -274,3 +274,63 @@ def test_idle_timeout_must_be_seconds():
     run = subprocess.run([SHOAL, "server", "-p", str(free_port()), "-o", "idle_timeout=soon"],
                          capture_output=True, text=True, timeout=10)
     assert run.returncode != 0 and "idle_timeout=soon" in run.stderr
+
+
+MEMLIMIT_CASES = [
+    b"cache_memlimit 32\r\n",
+    b"cache_memlimit 2\r\n",
+    b"cache_memlimit abc\r\n",
+    b"cache_memlimit\r\n",
+    b"cache_memlimit -5\r\n",
+    b"cache_memlimit 1 2 3\r\n",
+    b"cache_memlimit 2000000000\r\n",
+    b"cache_memlimit 16 noreply\r\nversion\r\n",
+    b"cache_memlimit abc noreply\r\nversion\r\n",
+    b"cache_memlimit 64 extra\r\n",
+]
+
+
+def test_cache_memlimit_answers_as_memcached_does():
+    """The same requests to Debian's memcached and to Shoal, both at -m 128: the same answers
+    (the version line aside)."""
+    answers = {}
+    for server in (Server.memcached("-m", "128"), Server.shoal(memory_mb=128)):
+        with server, server.connect() as sock:
+            got = []
+            for request in MEMLIMIT_CASES:
+                reply = talk(sock, request, b"\r\n")
+                got.append(b"VERSION" if reply.startswith(b"VERSION ") else reply)
+            sock.sendall(b"cache_memlimit 40\r\nstats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                data += sock.recv(65536)
+            limit = next(l for l in data.decode().splitlines() if l.startswith("STAT limit_maxbytes"))
+            answers[server.kind] = (got, limit)
+    assert answers["shoal"] == answers["memcached"]
+    assert answers["shoal"][1] == f"STAT limit_maxbytes {40 << 20}"
+
+
+def test_cache_memlimit_shrinks_by_evicting_and_refuses_to_grow_past_the_region():
+    with Server.shoal(memory_mb=64) as server, server.connect() as sock:
+        value = b"v" * 1000
+        for i in range(40_000):  # ~40 MB
+            sock.sendall(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value), value))
+        assert talk(sock, b"version\r\n", b"\r\n").startswith(b"VERSION")
+
+        def stat(name):
+            sock.sendall(b"stats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                data += sock.recv(65536)
+            return int(next(l.split()[2] for l in data.decode().splitlines() if l.startswith(f"STAT {name} ")))
+
+        before = stat("curr_items")
+        assert talk(sock, b"cache_memlimit 8\r\n", b"\r\n") == b"OK\r\n"
+        after = stat("curr_items")
+        assert after * 1000 <= 8 << 20 < before * 1000, (before, after)
+        assert talk(sock, b"get k39999\r\n", b"END\r\n").startswith(b"VALUE k39999 0 1000\r\n"), "the newest stay"
+        assert stat("evictions") >= before - after
+        # Shoal's region is made at -m: it cannot grow past it (memcached could; PROTOCOL.md).
+        assert talk(sock, b"cache_memlimit 4096\r\n", b"\r\n") == b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
+        assert talk(sock, b"cache_memlimit 32\r\n", b"\r\n") == b"OK\r\n"
+        assert stat("limit_maxbytes") == 32 << 20

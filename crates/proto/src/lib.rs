@@ -64,6 +64,8 @@ pub enum Request<'a> {
     Version,
     /// `verbosity <level> [noreply]`.
     Verbosity { level: u32, noreply: bool },
+    /// `cache_memlimit <megabytes> [noreply]`: the memory limit, changed at run time.
+    CacheMemlimit { megabytes: u32, noreply: bool },
     /// `quit`: close after answering what came before.
     Quit,
     /// `shutdown [graceful]`; memcached refuses it unless started with `-A`, and checks that

@@ -153,6 +153,19 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
                 None => Parse::error_unless(noreply, BAD_FORMAT, at.end),
             }
         }
+        b"cache_memlimit" => {
+            let (t, n) = split::<2>(args);
+            if !(1..=2).contains(&n) {
+                return error();
+            }
+            // memcached ignores a second word other than `noreply`, and answers a number it
+            // cannot read with a plain ERROR (which `noreply` silences, as every answer).
+            let noreply = is_noreply(&t, n);
+            match parse_u32(t[0]) {
+                Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }),
+                None => Parse::error_unless(noreply, "ERROR", at.end),
+            }
+        }
         b"version" => done(Request::Version),
         b"quit" => done(Request::Quit),
         b"shutdown" => done(Request::Shutdown(match split::<1>(args) {
@@ -512,6 +525,9 @@ mod tests {
         assert_eq!(err(b"flush_all 1 2 3\r\n"), (Some("ERROR"), 17));
         assert_eq!(request(b"verbosity 1\r\n"), Request::Verbosity { level: 1, noreply: false });
         assert_eq!(request(b"verbosity 1 noreply\r\n"), Request::Verbosity { level: 1, noreply: true });
+        assert_eq!(request(b"cache_memlimit 64\r\n"), Request::CacheMemlimit { megabytes: 64, noreply: false });
+        assert_eq!(request(b"cache_memlimit 64 x\r\n"), Request::CacheMemlimit { megabytes: 64, noreply: false });
+        assert_eq!(request(b"cache_memlimit 8 noreply\r\n"), Request::CacheMemlimit { megabytes: 8, noreply: true });
         assert_eq!(err(b"verbosity x\r\n"), (Some(BAD_FORMAT), 13));
         assert_eq!(err(b"verbosity\r\n"), (Some("ERROR"), 11));
         assert_eq!(err(b"verbosity 1 2 3\r\n"), (Some("ERROR"), 17));

@@ -92,6 +92,8 @@ pub struct Shared {
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
     pub verbosity: AtomicU32,
+    /// The memory limit `cache_memlimit` set, in bytes (0: none, the region's size).
+    pub memlimit: AtomicU64,
     pub conns: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
     /// A [`stop`] value.
     pub stop: AtomicU8,
@@ -238,6 +240,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         hints: Hints::default(),
         listening: listeners.describe(),
         verbosity: AtomicU32::new(u32::from(settings.verbose)),
+        memlimit: AtomicU64::new(0),
         settings,
         clock,
         curr_connections: AtomicU64::new(0),

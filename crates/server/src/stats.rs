@@ -117,7 +117,7 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
         }
         line(out, name, total(shared, name));
     }
-    line(out, "limit_maxbytes", store.region_bytes);
+    line(out, "limit_maxbytes", maxbytes(shared));
     line(out, "accepting_conns", 1);
     zeros(out, &["listen_disabled_num", "time_in_listen_disabled_us"]);
     line(out, "threads", shared.settings.threads);
@@ -200,12 +200,20 @@ fn zeros(out: &mut Vec<u8>, names: &[&str]) {
     }
 }
 
+/// The memory limit as memcached reports it: what `cache_memlimit` last set, else `-m`.
+fn maxbytes(shared: &Shared) -> usize {
+    match shared.memlimit.load(Ordering::Relaxed) {
+        0 => shared.settings.region_bytes,
+        set => set as usize,
+    }
+}
+
 /// `stats settings`.
 pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     let s = &shared.settings;
     let tcp_port = s.tcp.first().map_or(0, |(_, p)| *p);
     let on = |b: bool| if b { "yes" } else { "no" };
-    line(out, "maxbytes", s.region_bytes);
+    line(out, "maxbytes", maxbytes(shared));
     line(out, "maxconns", s.max_connections);
     line(out, "tcpport", tcp_port);
     line(out, "udpport", s.udp.as_ref().map_or(0, |(_, p)| *p));

@@ -50,6 +50,9 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             shared.verbosity.store(level, Ordering::Relaxed);
             reply_unless(noreply, out, b"OK");
         }
+        Request::CacheMemlimit { megabytes, noreply } => {
+            reply_unless(noreply, out, cache_memlimit(shared, megabytes));
+        }
         Request::Quit => return Flow::Close,
         Request::Shutdown(mode) => {
             if !shared.settings.enable_shutdown {
@@ -142,4 +145,25 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         _ => reply(out, b"ERROR"),
     }
     Flow::Continue
+}
+
+/// `cache_memlimit <megabytes>`, with memcached's answers. The limit is on item memory (the
+/// region's segments, whole ones), as memcached's is on slab memory — the index, like
+/// memcached's hash table, is not counted. Shrinking evicts the oldest segments and gives
+/// their memory back; the region cannot grow past the size it was created with (`-m`).
+fn cache_memlimit(shared: &crate::server::Shared, megabytes: u32) -> &'static [u8] {
+    if megabytes < 8 {
+        return b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m";
+    }
+    if megabytes > 1_000_000_000 {
+        return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes";
+    }
+    let bytes = megabytes as usize * (1 << 20);
+    match shared.writer.set_limit(bytes) {
+        Ok(_) => {
+            shared.memlimit.store(bytes as u64, Ordering::Relaxed);
+            b"OK"
+        }
+        Err(_) => b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
+    }
 }
