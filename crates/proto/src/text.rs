@@ -525,9 +525,18 @@ mod tests {
         assert_eq!(err(b"flush_all 1 2 3\r\n"), (Some("ERROR"), 17));
         assert_eq!(request(b"verbosity 1\r\n"), Request::Verbosity { level: 1, noreply: false });
         assert_eq!(request(b"verbosity 1 noreply\r\n"), Request::Verbosity { level: 1, noreply: true });
-        assert_eq!(request(b"cache_memlimit 64\r\n"), Request::CacheMemlimit { megabytes: 64, noreply: false });
-        assert_eq!(request(b"cache_memlimit 64 x\r\n"), Request::CacheMemlimit { megabytes: 64, noreply: false });
-        assert_eq!(request(b"cache_memlimit 8 noreply\r\n"), Request::CacheMemlimit { megabytes: 8, noreply: true });
+        assert_eq!(
+            request(b"cache_memlimit 64\r\n"),
+            Request::CacheMemlimit { megabytes: 64, noreply: false }
+        );
+        assert_eq!(
+            request(b"cache_memlimit 64 x\r\n"),
+            Request::CacheMemlimit { megabytes: 64, noreply: false }
+        );
+        assert_eq!(
+            request(b"cache_memlimit 8 noreply\r\n"),
+            Request::CacheMemlimit { megabytes: 8, noreply: true }
+        );
         assert_eq!(err(b"verbosity x\r\n"), (Some(BAD_FORMAT), 13));
         assert_eq!(err(b"verbosity\r\n"), (Some("ERROR"), 11));
         assert_eq!(err(b"verbosity 1 2 3\r\n"), (Some("ERROR"), 17));
