@@ -60,11 +60,7 @@ mkdir -p "$out"
 command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
 python3 -c 'import matplotlib' 2>/dev/null ||
   python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
-cargo build --release --quiet -p shoal
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$pg_dir"; }
-trap cleanup EXIT
+source bench/lib/processes.sh
 PG_OPTIONS=()
 source bench/lib/postgres.sh
 
