@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v taskset >/dev/null || { echo "taskset is needed (apt-get install util-linux)" >&2; exit 1; }
-python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install --quiet matplotlib
+source bench/lib/matplotlib.sh
 echo "building target/release/shoal" >&2
 cargo build --release --quiet -p shoal
 exec python3 bench/mr-elastic.py

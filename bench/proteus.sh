@@ -29,9 +29,7 @@ if [ "${1:-}" = --report ]; then
 fi
 out=target/bench/proteus-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
-command -v jq >/dev/null || { say "jq is needed: apt-get install jq"; exit 1; }
-python3 -c 'import matplotlib' 2>/dev/null ||
-  python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
+source bench/lib/matplotlib.sh
 source bench/lib/processes.sh
 PG_OPTIONS=()
 source bench/lib/postgres.sh

@@ -52,8 +52,7 @@ report() {
       "| \($shm[0].workload) | \(cut($shm[0].per_read_us.cache_read; $mc[0].per_read_us.cache_read)) | 80–86 % less | \(cut($shm[0].atrl_us; $mc[0].atrl_us)) | 38–45 % less |"'
   done
   echo
-  python3 -c 'import matplotlib' 2>/dev/null ||
-    python3 -m pip install --quiet --root-user-action=ignore "matplotlib>=3.7,<4" >&2
+  source bench/lib/matplotlib.sh
   python3 bench/ycsb-plot.py "$out" docs/ycsb-atrl.png
   echo "![ATRL breakdown per workload and cache](ycsb-atrl.png)"
   echo

@@ -37,6 +37,23 @@ pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Store, StoreCmd};
 pub use token::{valid_key, Tokens, KEY_MAX};
 
+/// Appends `n` in decimal without allocating (answers and forwarded requests carry numbers on
+/// every request's path).
+#[inline]
+pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
 /// memcached gives up on a connection that sends this many bytes without a newline, unless
 /// they start a `get`/`gets` (multigets are unbounded).
 pub const MAX_LINE: usize = 2048;

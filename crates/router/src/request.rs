@@ -308,26 +308,16 @@ impl Request {
 /// Appends a space, `prefix` and `n` in decimal (as `format!` would write it, without its
 /// machinery: this is on every request's path).
 fn push_field(out: &mut Vec<u8>, prefix: &[u8], n: impl Into<Number>) {
-    let (negative, mut magnitude) = match n.into() {
+    let (negative, magnitude) = match n.into() {
         Number::Signed(v) => (v < 0, v.unsigned_abs()),
         Number::Unsigned(v) => (false, v),
     };
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
-    }
     out.push(b' ');
     out.extend_from_slice(prefix);
     if negative {
         out.push(b'-');
     }
-    out.extend_from_slice(&digits[at..]);
+    shoal_proto::push_u64(out, magnitude);
 }
 
 /// A number [`push_field`] writes: any of the protocol's integer fields.

@@ -42,7 +42,7 @@ impl std::error::Error for LimitError {}
 impl Writer {
     /// The segments the writer may use now.
     pub fn limit_segments(&self) -> usize {
-        self.region.layout.segment_count - self.pool().parked.len()
+        self.usable(&self.pool())
     }
 
     /// The memory limit in bytes: the segments the writer may use, whole.
@@ -63,7 +63,7 @@ impl Writer {
         }
         let mut pool = self.pool();
         loop {
-            let usable = l.segment_count - pool.parked.len();
+            let usable = self.usable(&pool);
             if usable < wanted {
                 let s = pool.parked.pop().expect("fewer usable than all means some are parked");
                 pool.free.push(s);
@@ -84,10 +84,11 @@ impl Writer {
                 self.region.header().segments_evicted.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(self.limit_segments_locked(&pool) * l.segment_bytes)
+        Ok(self.usable(&pool) * l.segment_bytes)
     }
 
-    fn limit_segments_locked(&self, pool: &Pool) -> usize {
+    /// Segments not parked (pool lock held).
+    fn usable(&self, pool: &Pool) -> usize {
         self.region.layout.segment_count - pool.parked.len()
     }
 

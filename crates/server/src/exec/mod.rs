@@ -115,21 +115,7 @@ pub fn reply_unless(noreply: bool, out: &mut Vec<u8>, line: &[u8]) {
     }
 }
 
-/// Appends a number in decimal without allocating.
-#[inline]
-pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
+pub use shoal_proto::push_u64;
 
 /// memcached's answer to a store that failed in the region.
 pub fn store_error(counters: &Counters, e: &OpError) -> &'static [u8] {
