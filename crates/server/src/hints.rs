@@ -1,23 +1,34 @@
 //! Reads that clients served themselves through shared memory, folded into the server.
 //!
-//! A client that reads the region directly registers its hints area over its connection
-//! (`shm hints <path>`, see `shoal_region::hints` for the area itself). Every 100 ms the clock
+//! A client that reads the region directly registers its hints area for its connection, either
+//! by path (`shm hints <path>`: the server opens `/proc/<pid>/fd/<n>`, which works only for a
+//! client of the server's own user) or by handing over the descriptor (`shm handoff` gives the
+//! connection a one-time token, which the client presents on the handoff socket together with
+//! the memfd: `crate::handoff`). See `shoal_region::hints` for the area itself. Every 100 ms the clock
 //! thread drains each area: its gets, hits and misses are added to the server's counters (so
 //! `stats` shows them within a second), and every item it hit is marked read in the index, as
 //! a network get would mark it, so eviction keeps it. The area goes when its connection
 //! closes, after one last drain.
 
 use crate::stats::Counters;
+use shoal_proto::handoff::Token;
 use shoal_region::hints::HintsReader;
 use shoal_region::Writer;
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The registered hints areas, by connection.
 #[derive(Default)]
 pub struct Hints {
     areas: Mutex<BTreeMap<u64, HintsReader>>,
+    /// Tokens `shm handoff` gave out, each naming the connection it was given to; at most one
+    /// per connection, removed when used or when the connection closes. Locked before `areas`.
+    offers: Mutex<HashMap<Token, u64>>,
+    /// The handoff socket, if the server has one (`crate::handoff`).
+    handoff: Option<PathBuf>,
     /// Gets and hits that clients served from the region themselves (folded in so far):
     /// they are in `cmd_get` and `get_hits` too; these say how many were local.
     pub local_gets: std::sync::atomic::AtomicU64,
@@ -25,9 +36,39 @@ pub struct Hints {
 }
 
 impl Hints {
+    /// No areas yet; `handoff` is the socket on which clients hand over their areas.
+    pub fn new(handoff: Option<PathBuf>) -> Hints {
+        Hints { handoff, ..Hints::default() }
+    }
+
     /// Registers (or replaces) connection `conn`'s hints area at `path`.
     pub fn register(&self, conn: u64, path: &Path) -> Result<(), String> {
         let area = HintsReader::open(path)?;
+        self.areas.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, area);
+        Ok(())
+    }
+
+    /// A fresh one-time token for connection `conn` (replacing one it was given before), and
+    /// the handoff socket to present it on.
+    pub fn offer(&self, conn: u64) -> Result<(Token, &Path), String> {
+        let socket = self.handoff.as_deref().ok_or("this server has no handoff socket (see its log)")?;
+        let mut token = Token([0; 16]);
+        File::open("/dev/urandom")
+            .and_then(|mut random| random.read_exact(&mut token.0))
+            .map_err(|e| format!("no random token: /dev/urandom: {e}"))?;
+        let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
+        offers.retain(|_, offered_to| *offered_to != conn);
+        offers.insert(token, conn);
+        Ok((token, socket))
+    }
+
+    /// Registers (or replaces) `area` for the connection `token` was given to, and uses the
+    /// token up. Fails for a token that is unknown, used, or whose connection has closed.
+    pub fn redeem(&self, token: &Token, area: File) -> Result<(), String> {
+        let area = HintsReader::from_file(area)?;
+        let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = offers.remove(token).ok_or("no connection was given this token (or it was used)")?;
+        // Still holding `offers`: the connection cannot be unregistered in between.
         self.areas.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, area);
         Ok(())
     }
@@ -41,7 +82,10 @@ impl Hints {
 
     /// Drops connection `conn`'s area, if it has one, after draining it a last time.
     pub fn unregister(&self, conn: u64, writer: &Writer, counters: &Counters) {
+        let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
+        offers.retain(|_, offered_to| *offered_to != conn);
         let removed = self.areas.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        drop(offers);
         if let Some(mut area) = removed {
             self.drain(&mut area, writer, counters);
         }

@@ -3,6 +3,7 @@
 //! ```text
 //!  main thread: accept ──► round-robin ──► worker 1..t (mio poll, connections, execute)
 //!  clock thread: every 100 ms ──► Writer::tick(now + debugtime offset), fold clients' hints
+//!  handoff thread: clients' hints memfds (SCM_RIGHTS) ──► Hints::redeem
 //!  udp thread:   datagrams ──► execute ──► framed replies
 //!  signal thread: SIGINT/SIGTERM/SIGUSR1 ──► stop flag ──► everyone drains and returns
 //! ```
@@ -14,6 +15,7 @@ use crate::auth::Users;
 use crate::config::Settings;
 use crate::curve::CurveTracker;
 use crate::digest::ServerDigest;
+use crate::handoff::HandoffSocket;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
 use crate::stats::Counters;
@@ -132,13 +134,14 @@ fn default_region_path() -> PathBuf {
     PathBuf::from(format!("/dev/shm/shoal-{}.region", std::process::id()))
 }
 
-/// Removes default regions left by servers that were killed (their pid is gone), so that
-/// killed servers do not leak memory in /dev/shm.
+/// Removes default regions (and their handoff sockets) left by servers that were killed (their
+/// pid is gone), so that killed servers do not leak memory in /dev/shm.
 fn sweep_orphaned_regions() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
     for entry in dir.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("shoal-")?.strip_suffix(".region")) else {
+        let pid = |n: &'static str| name.to_str()?.strip_prefix("shoal-")?.strip_suffix(n);
+        let Some(pid) = pid(".region").or_else(|| pid(".region.hints")) else {
             continue;
         };
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
@@ -181,8 +184,9 @@ fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
 
 /// `-u <user>`: a server started as root becomes `user` once its listeners are bound and its
 /// region is open, as memcached does; the region file is given to that user first, so a warm
-/// restart as that user can open it. Without root the flag changes nothing (memcached's way).
-fn drop_privileges(name: &str, region: &Path) -> Result<(), String> {
+/// restart as that user can open it, and so is the handoff socket, so the server can remove it
+/// at exit. Without root the flag changes nothing (memcached's way).
+fn drop_privileges(name: &str, region: &Path, handoff: Option<&Path>) -> Result<(), String> {
     use nix::unistd::{geteuid, setgid, setgroups, setuid, User};
     if !geteuid().is_root() {
         return Ok(());
@@ -193,6 +197,10 @@ fn drop_privileges(name: &str, region: &Path) -> Result<(), String> {
         .ok_or_else(|| format!("can't find the user {name} to switch to"))?;
     std::os::unix::fs::chown(region, Some(user.uid.as_raw()), None)
         .map_err(|e| format!("-u {name}: could not give the region {} to {name}: {e}", region.display()))?;
+    if let Some(socket) = handoff {
+        std::os::unix::fs::chown(socket, Some(user.uid.as_raw()), None)
+            .map_err(|e| format!("-u {name}: could not give {} to {name}: {e}", socket.display()))?;
+    }
     setgroups(&[user.gid]).map_err(|e| format!("-u {name}: setgroups: {e}"))?;
     setgid(user.gid).map_err(|e| format!("-u {name}: setgid: {e}"))?;
     setuid(user.uid).map_err(|e| format!("-u {name}: setuid: {e}"))
@@ -213,6 +221,11 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let listeners = Listeners::bind(&settings)?;
     let (writer, temporary) = open_region(&settings)?;
     set_region_access(writer.path(), &settings)?;
+    // Without the socket, clients of other users read over the network; the server still
+    // serves (a region path too long for a socket address is the usual cause).
+    let handoff = HandoffSocket::bind(writer.path(), settings.region_group, settings.region_mode)
+        .map_err(|why| eprintln!("{why}: clients of other users will read over the network"))
+        .ok();
     if settings.daemonize {
         // Bound and with its region open, so a start that cannot work still says why on the
         // terminal; no thread runs yet (a fork keeps only the calling thread). The working
@@ -228,7 +241,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
     }
     if let Some(user) = &settings.user {
-        drop_privileges(user, writer.path())?;
+        drop_privileges(user, writer.path(), handoff.as_ref().map(HandoffSocket::path))?;
     }
     listeners.write_port_file()?;
     writer.tick(clock.now());
@@ -237,7 +250,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let shared = Arc::new(Shared {
         writer,
         counters: (0..settings.threads + 2).map(|_| Counters::default()).collect(),
-        hints: Hints::default(),
+        hints: Hints::new(handoff.as_ref().map(|socket| socket.path().to_path_buf())),
         listening: listeners.describe(),
         verbosity: AtomicU32::new(u32::from(settings.verbose)),
         memlimit: AtomicU64::new(0),
@@ -257,6 +270,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
     let ticker = spawn_clock_thread(shared.clone());
+    let handoff = handoff.map(|socket| socket.spawn(shared.clone())).transpose()?;
     let metrics = match &shared.settings.metrics_listen {
         Some(address) => Some(crate::metrics::spawn(address, &shared)?),
         None => None,
@@ -264,6 +278,9 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let result = net::serve(shared.clone(), listeners);
     shared.request_stop(stop::NOW);
     let _ = ticker.join();
+    if let Some(handoff) = handoff {
+        let _ = handoff.join();
+    }
     if let Some(metrics) = metrics {
         let _ = metrics.join(); // it holds the server only while a scrape renders
     }

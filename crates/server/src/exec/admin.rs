@@ -1,5 +1,6 @@
 //! Commands about the server rather than items: `stats`, `flush_all`, `version`, `verbosity`,
-//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm` and `debugtime`.
+//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm` (with `shm hints` and `shm handoff`)
+//! and `debugtime`.
 
 use super::{push_u64, reply, reply_unless, Context, Flow, NO_CONNECTION};
 use crate::stats::{self, Counters};
@@ -117,12 +118,20 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             };
             match registered {
                 Ok(()) => reply(out, b"OK"),
-                Err(why) => {
-                    out.extend_from_slice(b"SERVER_ERROR ");
-                    reply(out, why.as_bytes());
-                }
+                Err(why) => server_error(out, &why),
             }
         }
+        // HANDOFF <token> <socket>: the token registers, on the socket, a hints area for this
+        // connection (docs/PROTOCOL.md). Like `shm`, only an authenticated connection runs it.
+        Request::ShmHandoff => match cx.conn {
+            NO_CONNECTION => server_error(out, "hints need a connection"),
+            conn => match shared.hints.offer(conn) {
+                Ok((token, socket)) => {
+                    shoal_proto::handoff::push_answer(out, &token, socket.as_os_str().as_bytes())
+                }
+                Err(why) => server_error(out, &why),
+            },
+        },
         // memcached's answers: OK, the loading error, or TLS being off.
         Request::RefreshCerts => match &shared.tls {
             Some(tls) => match tls.refresh(shared.clock.now()) {
@@ -145,6 +154,12 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         _ => reply(out, b"ERROR"),
     }
     Flow::Continue
+}
+
+/// `SERVER_ERROR <why>`.
+fn server_error(out: &mut Vec<u8>, why: &str) {
+    out.extend_from_slice(b"SERVER_ERROR ");
+    reply(out, why.as_bytes());
 }
 
 /// `cache_memlimit <megabytes>`, with memcached's answers. The limit is on item memory (the
