@@ -16,7 +16,7 @@ use crate::server::Shared;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use shoal_proto::handoff::{parse_message, Message, MESSAGE_BYTES};
 use std::fs::File;
-use std::io::{IoSliceMut, Write};
+use std::io::{ErrorKind, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -87,17 +87,27 @@ impl HandoffSocket {
             .name("handoff".into())
             .spawn(move || {
                 while !shared.stopping() {
-                    // Timeouts (the stop check) and failed accepts alike: look again.
-                    if let Ok((mut stream, _)) = self.listener.accept() {
-                        let answer = match receive(&stream) {
-                            Ok((token, area)) => shared.hints.redeem(&token, area),
-                            Err(why) => Err(why),
-                        };
-                        let _ = match answer {
-                            Ok(()) => stream.write_all(b"OK\r\n"),
-                            Err(why) => stream.write_all(format!("SERVER_ERROR {why}\r\n").as_bytes()),
-                        };
-                    }
+                    let mut stream = match self.listener.accept() {
+                        Ok((stream, _)) => stream,
+                        // The receive timeout (time to look whether the server is stopping),
+                        // or a signal.
+                        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                            continue
+                        }
+                        // Out of descriptors and the like: wait rather than spin.
+                        Err(_) => {
+                            thread::sleep(STOP_CHECK);
+                            continue;
+                        }
+                    };
+                    let answer = match receive(&stream) {
+                        Ok((token, area)) => shared.hints.redeem(&token, area),
+                        Err(why) => Err(why),
+                    };
+                    let _ = match answer {
+                        Ok(()) => stream.write_all(b"OK\r\n"),
+                        Err(why) => stream.write_all(format!("SERVER_ERROR {why}\r\n").as_bytes()),
+                    };
                 }
             })
             .map_err(|e| format!("could not start the handoff thread: {e}"))
