@@ -13,9 +13,11 @@
 use crate::client::{Item, ItemRef};
 use crate::conn::Connection;
 use crate::error::Result;
+use shoal_proto::handoff;
 use shoal_region::hints::HintsWriter;
 use shoal_region::layout::COOKIE_OFFSET;
 use shoal_region::{Lookup, Reader};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -81,11 +83,7 @@ impl Local {
             return Ok(None);
         }
         let Ok(hints) = HintsWriter::create() else { return Ok(None) };
-        let mut request = b"shm hints ".to_vec();
-        request.extend_from_slice(hints.path().as_os_str().as_encoded_bytes());
-        request.extend_from_slice(b"\r\n");
-        conn.send(&request)?;
-        if conn.line()? != b"OK" {
+        if !register_hints(conn, &hints)? {
             return Ok(None); // a server that cannot fold our hints in: local hits would not count
         }
         conn.send(b"stats settings\r\n")?;
@@ -160,6 +158,63 @@ impl Local {
             _ => None,
         })
     }
+}
+
+/// How long handing the hints area over may take (connecting, sending, the answer).
+pub const HANDOFF_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Registers `hints` with the server behind `conn`: handed over as a descriptor on the
+/// server's handoff socket when it offers one (the server may run as another user, which
+/// cannot open our `/proc/<pid>/fd/<n>`), else by that path (servers without the socket, and
+/// a socket this process may not connect to). Whether the server took it.
+fn register_hints(conn: &mut Connection, hints: &HintsWriter) -> Result<bool> {
+    conn.send(b"shm handoff\r\n")?;
+    let offer = handoff::parse_answer(conn.line()?).map(|(token, socket)| (token, socket.to_vec()));
+    if let Some((token, socket)) = offer {
+        let socket = std::path::Path::new(std::ffi::OsStr::from_bytes(&socket));
+        if hand_over(socket, &token, hints).is_ok_and(|answer| answer == b"OK\r\n") {
+            return Ok(true);
+        }
+    }
+    let mut request = b"shm hints ".to_vec();
+    request.extend_from_slice(hints.path().as_os_str().as_bytes());
+    request.extend_from_slice(b"\r\n");
+    conn.send(&request)?;
+    Ok(conn.line()? == b"OK")
+}
+
+/// Sends `token` and the hints area's memfd on the handoff socket at `socket`; the server's
+/// answer line (`OK\r\n` or `SERVER_ERROR <why>\r\n`).
+fn hand_over(
+    socket: &std::path::Path,
+    token: &handoff::Token,
+    hints: &HintsWriter,
+) -> std::io::Result<Vec<u8>> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::io::{IoSlice, Read};
+    use std::os::fd::AsRawFd;
+    let stream = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    // A full backlog makes a unix connect wait, for as long as the send timeout allows.
+    stream.set_write_timeout(Some(HANDOFF_TIMEOUT))?;
+    stream.set_read_timeout(Some(HANDOFF_TIMEOUT))?;
+    stream.connect(&socket2::SockAddr::unix(socket)?)?;
+    let mut stream = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(stream));
+    let message = handoff::message(token);
+    let fds = [hints.fd().as_raw_fd()];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(&message)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if sent != message.len() {
+        return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "the handoff message went out cut"));
+    }
+    // The server answers one short line and closes.
+    let mut answer = Vec::new();
+    stream.by_ref().take(512).read_to_end(&mut answer)?;
+    Ok(answer)
 }
 
 #[cfg(test)]

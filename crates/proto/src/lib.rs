@@ -2,7 +2,7 @@
 //!
 //! Owns the wire format of requests: memcached's text protocol ([`text`]) and meta protocol
 //! ([`meta`]), behind one entry point; the binary protocol ([`binary`], its own parser, as a
-//! connection speaks one or the other); authentication messages ([`auth`]). The server hands [`Parser::parse`] the unconsumed bytes
+//! connection speaks one or the other); authentication messages ([`auth`]); the hints handoff ([`handoff`]). The server hands [`Parser::parse`] the unconsumed bytes
 //! of a connection's read buffer; requests borrow their keys and data from that buffer.
 //!
 //! ```text
@@ -27,6 +27,7 @@
 
 pub mod auth;
 pub mod binary;
+pub mod handoff;
 pub mod meta;
 pub mod text;
 mod token;
@@ -97,6 +98,9 @@ pub enum Request<'a> {
     /// Shoal extension `shm hints <path>`: a client that reads through shared memory names
     /// its hints area (local gets and hits for the server to fold in).
     ShmHints(&'a [u8]),
+    /// Shoal extension `shm handoff`: a client asks for a token and the socket on which to
+    /// hand over its hints area's descriptor ([`handoff`]).
+    ShmHandoff,
     /// Shoal extension `digest`: the server's Proteus digest of the keys it holds.
     Digest,
     /// Shoal extension `curve [<tenant>]`: the hit-ratio curve of the requests served

@@ -178,6 +178,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         b"shm" => match split::<2>(args) {
             (_, 0) => done(Request::Shm),
             ([b"hints", path], 2) => done(Request::ShmHints(path)),
+            ([b"handoff", _], 1) => done(Request::ShmHandoff),
             _ => error(),
         },
         b"digest" => match split::<1>(args) {
@@ -570,7 +571,14 @@ mod tests {
             assert!(matches!(one(bad), Parse::Error { .. }), "{bad:?}");
         }
         assert_eq!(request(b"shm hints /proc/1/fd/3\r\n"), Request::ShmHints(b"/proc/1/fd/3"));
-        for odd in [&b"shm hints\r\n"[..], b"shm hints a b\r\n", b"shm other x\r\n", b"shm x\r\n"] {
+        assert_eq!(request(b"shm handoff\r\n"), Request::ShmHandoff);
+        for odd in [
+            &b"shm hints\r\n"[..],
+            b"shm handoff x\r\n",
+            b"shm hints a b\r\n",
+            b"shm other x\r\n",
+            b"shm x\r\n",
+        ] {
             assert_eq!(one(odd), Parse::error("ERROR", odd.len()), "{}", String::from_utf8_lossy(odd));
         }
         assert_eq!(request(b"debugtime -30\r\n"), Request::DebugTime(-30));

@@ -3,7 +3,9 @@
 //! A reader may not write the region, yet the items it reads must look recently used to
 //! eviction and its gets must appear in the server's `stats`. So each client that reads
 //! locally owns a small hints area — a memfd it maps read-write and seals against resizing —
-//! and tells the server its path; the server maps it read-only and folds it in every 100 ms:
+//! and hands it to the server (its descriptor over the server's handoff socket, or its path
+//! `/proc/<pid>/fd/<n>` when both run as one user); the server maps it read-only and folds it
+//! in every 100 ms:
 //!
 //! ```text
 //!  client: HintsWriter::record(lookup)          server: HintsReader::drain, every 100 ms
@@ -120,6 +122,12 @@ impl HintsWriter {
         &self.path
     }
 
+    /// The area's memfd, to hand to the server (`SCM_RIGHTS`) when it cannot open the path.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.map.file().as_fd()
+    }
+
     /// Counts a local lookup, and queues a hit's location for the server to mark as read.
     #[inline]
     pub fn record(&mut self, lookup: &Lookup, location: Option<Location>) {
@@ -166,21 +174,31 @@ impl HintsReader {
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let meta = file.metadata().map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+        HintsReader::check(file).map_err(|why| format!("{} {why}", path.display()))
+    }
+
+    /// Takes a client's hints area from a descriptor it handed over, refusing anything that is
+    /// not a sealed area of the right size and format (the client chose it: it may be anything).
+    pub fn from_file(file: File) -> Result<HintsReader, String> {
+        HintsReader::check(file).map_err(|why| format!("the descriptor handed over {why}"))
+    }
+
+    /// Maps `file` if it is a hints area; otherwise says what it is not.
+    fn check(file: File) -> Result<HintsReader, String> {
+        let meta = file.metadata().map_err(|e| format!("cannot be examined: {e}"))?;
         if !meta.file_type().is_file() || meta.len() != HINTS_BYTES as u64 {
-            return Err(format!("{} is not a hints area of {HINTS_BYTES} bytes", path.display()));
+            return Err(format!("is not a hints area of {HINTS_BYTES} bytes"));
         }
         // SAFETY: fcntl on a descriptor we own; F_GET_SEALS takes no argument.
         let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(format!("{} is not sealed against shrinking (F_SEAL_SHRINK)", path.display()));
+            return Err("is not sealed against shrinking (F_SEAL_SHRINK)".into());
         }
-        let map = Mapping::map(file, HINTS_BYTES, false)
-            .map_err(|e| format!("cannot map {}: {e}", path.display()))?;
+        let map = Mapping::map(file, HINTS_BYTES, false).map_err(|e| format!("cannot be mapped: {e}"))?;
         if map.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC
             || map.u64_at(OFF_VERSION).load(Ordering::Relaxed) != VERSION
         {
-            return Err(format!("{} has no hints area of version {VERSION}", path.display()));
+            return Err(format!("has no hints area of version {VERSION}"));
         }
         // Read from the start: what the client counted before registering counts too.
         Ok(HintsReader { map, counts: HintCounts::default(), cursor: 0 })
@@ -279,6 +297,20 @@ mod tests {
     }
 
     #[test]
+    fn an_area_handed_over_as_a_descriptor_counts_as_one_opened_by_path() {
+        let mut w = HintsWriter::create().unwrap();
+        let handed = std::fs::File::from(w.fd().try_clone_to_owned().unwrap());
+        let mut r = HintsReader::from_file(handed).unwrap();
+        w.record(&hit(), None);
+        assert_eq!(r.drain(|_| {}).hits, 1);
+        let null = std::fs::File::open("/dev/null").unwrap();
+        assert!(HintsReader::from_file(null)
+            .err()
+            .unwrap()
+            .contains("descriptor handed over is not a hints area"));
+    }
+
+    #[test]
     fn files_that_are_not_sealed_hints_areas_are_refused() {
         let dir = std::env::temp_dir().join(format!("shoal-hints-test-{}", std::process::id()));
         std::fs::write(&dir, vec![0u8; HINTS_BYTES]).unwrap();
@@ -286,6 +318,7 @@ mod tests {
         std::fs::remove_file(&dir).unwrap();
         assert!(HintsReader::open(Path::new("/dev/null")).err().unwrap().contains("not a hints area"));
         assert!(HintsReader::open(Path::new("/nonexistent/x")).err().unwrap().contains("cannot open"));
+
         // A region file (sealed or not) is not a hints area either.
         let w = crate::Writer::create_anonymous(&crate::Config::default(), true).unwrap();
         assert!(HintsReader::open(w.path()).is_err());

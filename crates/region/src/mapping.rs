@@ -61,6 +61,11 @@ impl Mapping {
         fallocate(&self.file, flags, off as i64, len as i64).map_err(io::Error::from)
     }
 
+    /// The file mapped (to hand its descriptor to another process).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Bytes mapped.
     #[inline]
     pub fn size(&self) -> usize {

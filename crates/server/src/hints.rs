@@ -1,7 +1,10 @@
 //! Reads that clients served themselves through shared memory, folded into the server.
 //!
-//! A client that reads the region directly registers its hints area over its connection
-//! (`shm hints <path>`, see `shoal_region::hints` for the area itself). Every 100 ms the clock
+//! A client that reads the region directly registers its hints area for its connection, either
+//! by path (`shm hints <path>`: the server opens `/proc/<pid>/fd/<n>`, which works only for a
+//! client of the server's own user) or by handing over the descriptor (`shm handoff` gives the
+//! connection a one-time token, which the client presents on the handoff socket together with
+//! the memfd: `crate::handoff`). See `shoal_region::hints` for the area itself. Every 100 ms the clock
 //! thread drains each area: its gets, hits and misses are added to the server's counters and
 //! its tenant's (so `stats` shows them within a second), and every item it hit is marked read
 //! in the index of the tenant whose region the client reads, as a network get would mark it,
@@ -9,15 +12,24 @@
 
 use crate::server::Shared;
 use crate::stats::Counters;
+use shoal_proto::handoff::Token;
 use shoal_region::hints::HintsReader;
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The registered hints areas, by connection, with the tenant whose region they read.
 #[derive(Default)]
 pub struct Hints {
     areas: Mutex<BTreeMap<u64, (usize, HintsReader)>>,
+    /// Tokens `shm handoff` gave out, each naming the connection it was given to and that
+    /// connection's tenant; at most one per connection, removed when used or when the
+    /// connection closes. Locked before `areas`.
+    offers: Mutex<HashMap<Token, (u64, usize)>>,
+    /// The handoff socket, if the server has one (`crate::handoff`).
+    handoff: Option<PathBuf>,
     /// Gets and hits that clients served from the region themselves (folded in so far):
     /// they are in `cmd_get` and `get_hits` too; these say how many were local.
     pub local_gets: std::sync::atomic::AtomicU64,
@@ -25,10 +37,41 @@ pub struct Hints {
 }
 
 impl Hints {
+    /// No areas yet; `handoff` is the socket on which clients hand over their areas.
+    pub fn new(handoff: Option<PathBuf>) -> Hints {
+        Hints { handoff, ..Hints::default() }
+    }
+
     /// Registers (or replaces) connection `conn`'s hints area at `path`, for reads of
     /// tenant `tenant`'s region.
     pub fn register(&self, conn: u64, tenant: usize, path: &Path) -> Result<(), String> {
         let area = HintsReader::open(path)?;
+        self.areas.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, (tenant, area));
+        Ok(())
+    }
+
+    /// A fresh one-time token for connection `conn`, which reads tenant `tenant`'s region
+    /// (replacing one it was given before), and the handoff socket to present it on.
+    pub fn offer(&self, conn: u64, tenant: usize) -> Result<(Token, &Path), String> {
+        let socket = self.handoff.as_deref().ok_or("this server has no handoff socket (see its log)")?;
+        let mut token = Token([0; 16]);
+        File::open("/dev/urandom")
+            .and_then(|mut random| random.read_exact(&mut token.0))
+            .map_err(|e| format!("no random token: /dev/urandom: {e}"))?;
+        let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
+        offers.retain(|_, (offered_to, _)| *offered_to != conn);
+        offers.insert(token, (conn, tenant));
+        Ok((token, socket))
+    }
+
+    /// Registers (or replaces) `area` for the connection `token` was given to, and uses the
+    /// token up. Fails for a token that is unknown, used, or whose connection has closed.
+    pub fn redeem(&self, token: &Token, area: File) -> Result<(), String> {
+        let area = HintsReader::from_file(area)?;
+        let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
+        let (conn, tenant) =
+            offers.remove(token).ok_or("no connection was given this token (or it was used)")?;
+        // Still holding `offers`: the connection cannot be unregistered in between.
         self.areas.lock().unwrap_or_else(|p| p.into_inner()).insert(conn, (tenant, area));
         Ok(())
     }
@@ -42,7 +85,10 @@ impl Hints {
 
     /// Drops connection `conn`'s area, if it has one, after draining it a last time.
     pub fn unregister(&self, conn: u64, shared: &Shared) {
+        let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
+        offers.retain(|_, (offered_to, _)| *offered_to != conn);
         let removed = self.areas.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+        drop(offers);
         if let Some((tenant, mut area)) = removed {
             self.drain(tenant, &mut area, shared);
         }

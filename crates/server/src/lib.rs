@@ -12,7 +12,7 @@
 //!  socket ◄─ one write per batch ◄─ Conn (output buffer) ◄──┘     which clients map read-only)
 //! ```
 //!
-//! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals),
+//! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals), [`hints`] and [`handoff`] (clients' local reads),
 //! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
 //! [`stats`] (counters and `stats` answers), [`tenants`] (partitions of memory, `--tenants`), [`metrics`] (Prometheus at `--metrics-listen`), [`tls`] (`-Z`), [`udp`].
 
@@ -22,6 +22,7 @@ pub mod conn;
 pub mod curve;
 pub mod digest;
 pub mod exec;
+pub mod handoff;
 pub mod hints;
 pub mod metrics;
 pub mod net;

@@ -3,6 +3,7 @@
 //! ```text
 //!  main thread: accept ──► round-robin ──► worker 1..t (mio poll, connections, execute)
 //!  clock thread: every 100 ms ──► Writer::tick(now + debugtime offset), fold clients' hints
+//!  handoff thread: clients' hints memfds (SCM_RIGHTS) ──► Hints::redeem
 //!  udp thread:   datagrams ──► execute ──► framed replies
 //!  signal thread: SIGINT/SIGTERM/SIGUSR1 ──► stop flag ──► everyone drains and returns
 //! ```
@@ -13,6 +14,7 @@
 use crate::auth::Users;
 use crate::config::Settings;
 use crate::digest::ServerDigest;
+use crate::handoff::HandoffSocket;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
 use crate::stats::Counters;
@@ -141,8 +143,9 @@ fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
 
 /// `-u <user>`: a server started as root becomes `user` once its listeners are bound and its
 /// region is open, as memcached does; the region file is given to that user first, so a warm
-/// restart as that user can open it. Without root the flag changes nothing (memcached's way).
-fn drop_privileges(name: &str, regions: &[PathBuf]) -> Result<(), String> {
+/// restart as that user can open it, and so is the handoff socket, so the server can remove it
+/// at exit. Without root the flag changes nothing (memcached's way).
+fn drop_privileges(name: &str, regions: &[PathBuf], handoff: Option<&Path>) -> Result<(), String> {
     use nix::unistd::{geteuid, setgid, setgroups, setuid, User};
     if !geteuid().is_root() {
         return Ok(());
@@ -155,6 +158,10 @@ fn drop_privileges(name: &str, regions: &[PathBuf]) -> Result<(), String> {
         std::os::unix::fs::chown(region, Some(user.uid.as_raw()), None).map_err(|e| {
             format!("-u {name}: could not give the region {} to {name}: {e}", region.display())
         })?;
+    }
+    if let Some(socket) = handoff {
+        std::os::unix::fs::chown(socket, Some(user.uid.as_raw()), None)
+            .map_err(|e| format!("-u {name}: could not give {} to {name}: {e}", socket.display()))?;
     }
     setgroups(&[user.gid]).map_err(|e| format!("-u {name}: setgroups: {e}"))?;
     setgid(user.gid).map_err(|e| format!("-u {name}: setgid: {e}"))?;
@@ -183,6 +190,16 @@ pub fn run(settings: Settings) -> Result<(), String> {
     for region in &regions {
         set_region_access(region, &settings)?;
     }
+    // Without the socket, clients of other users read over the network; the server still
+    // serves (a region path too long for a socket address is the usual cause). One socket
+    // serves every tenant: a token names its connection, and so its tenant.
+    let handoff = HandoffSocket::bind(
+        tenants.default_tenant().writer.path(),
+        settings.region_group,
+        settings.region_mode,
+    )
+    .map_err(|why| eprintln!("{why}: clients of other users will read over the network"))
+    .ok();
     if settings.daemonize {
         // Bound and with its region open, so a start that cannot work still says why on the
         // terminal; no thread runs yet (a fork keeps only the calling thread). The working
@@ -198,7 +215,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
     }
     if let Some(user) = &settings.user {
-        drop_privileges(user, &regions)?;
+        drop_privileges(user, &regions, handoff.as_ref().map(HandoffSocket::path))?;
     }
     listeners.write_port_file()?;
     tenants.tick(clock.now());
@@ -213,7 +230,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
             .collect(),
         tenants,
         counters: (0..rows).map(|_| Counters::default()).collect(),
-        hints: Hints::default(),
+        hints: Hints::new(handoff.as_ref().map(|socket| socket.path().to_path_buf())),
         listening: listeners.describe(),
         verbosity: AtomicU32::new(u32::from(settings.verbose)),
         memlimit: AtomicU64::new(0),
@@ -232,6 +249,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
     let ticker = spawn_clock_thread(shared.clone());
+    let handoff = handoff.map(|socket| socket.spawn(shared.clone())).transpose()?;
     let metrics = match &shared.settings.metrics_listen {
         Some(address) => Some(crate::metrics::spawn(address, &shared)?),
         None => None,
@@ -239,6 +257,9 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let result = net::serve(shared.clone(), listeners);
     shared.request_stop(stop::NOW);
     let _ = ticker.join();
+    if let Some(handoff) = handoff {
+        let _ = handoff.join();
+    }
     if let Some(metrics) = metrics {
         let _ = metrics.join(); // it holds the server only while a scrape renders
     }

@@ -52,6 +52,8 @@ impl Server {
     fn start(test: &str, mut command: Command, port: u16) -> Server {
         let scratch = std::env::temp_dir().join(format!("shoal-client-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&scratch).unwrap();
+        // A server that drops root (`-u`) writes its port file after the drop.
+        std::fs::set_permissions(&scratch, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
         let ports = scratch.join("ports");
         let _ = std::fs::remove_file(&ports);
         let port_arg = if port == 0 { "-1".to_string() } else { port.to_string() };

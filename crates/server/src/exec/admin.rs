@@ -1,6 +1,6 @@
 //! Commands about the server rather than items: `stats`, `flush_all`, `version`, `verbosity`,
-//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm`, `curve`, `tenant_memlimit` and
-//! `debugtime`.
+//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm` (with `shm hints` and `shm handoff`),
+//! `curve`, `tenant_memlimit` and `debugtime`.
 
 use super::{push_u64, reply, reply_unless, Context, Flow, NO_CONNECTION};
 use crate::stats::{self, Counters};
@@ -148,6 +148,18 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 Err(why) => server_error(out, &why),
             }
         }
+        // HANDOFF <token> <socket>: the token registers, on the socket, a hints area for this
+        // connection (docs/PROTOCOL.md). Like `shm`, only an authenticated connection runs it.
+        Request::ShmHandoff => match (cx.conn, shared.tenants.local_tenant(cx.bound)) {
+            (NO_CONNECTION, _) => server_error(out, "hints need a connection"),
+            (_, None) => server_error(out, NO_LOCAL_TENANT),
+            (conn, Some(tenant)) => match shared.hints.offer(conn, tenant) {
+                Ok((token, socket)) => {
+                    shoal_proto::handoff::push_answer(out, &token, socket.as_os_str().as_bytes())
+                }
+                Err(why) => server_error(out, &why),
+            },
+        },
         // memcached's answers: OK, the loading error, or TLS being off.
         Request::RefreshCerts => match &shared.tls {
             Some(tls) => match tls.refresh(shared.clock.now()) {
@@ -170,6 +182,12 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         _ => reply(out, b"ERROR"),
     }
     Flow::Continue
+}
+
+/// `SERVER_ERROR <why>`.
+fn server_error(out: &mut Vec<u8>, why: &str) {
+    out.extend_from_slice(b"SERVER_ERROR ");
+    reply(out, why.as_bytes());
 }
 
 /// `cache_memlimit <megabytes>`, with memcached's answers. The limit is on item memory (the
@@ -199,9 +217,3 @@ fn cache_memlimit(shared: &crate::server::Shared, megabytes: u32) -> &'static [u
 /// Why `shm` names no region to a connection whose keys may be several tenants'.
 const NO_LOCAL_TENANT: &str =
     "local reads need a connection bound to one tenant (its own listener or user): keys here go to tenants by prefix";
-
-/// Appends `SERVER_ERROR <why>`.
-fn server_error(out: &mut Vec<u8>, why: &str) {
-    out.extend_from_slice(b"SERVER_ERROR ");
-    reply(out, why.as_bytes());
-}

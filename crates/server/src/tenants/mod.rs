@@ -86,13 +86,14 @@ fn tenant_region_path(base: &Path, tenant: &str) -> PathBuf {
 }
 
 /// Removes default regions left by servers that were killed (their pid is gone), so that
-/// killed servers do not leak memory in /dev/shm (`shoal-<pid>.region`, and their tenants'
-/// `shoal-<pid>-<tenant>.region`).
+/// killed servers do not leak memory in /dev/shm (`shoal-<pid>.region`, their tenants'
+/// `shoal-<pid>-<tenant>.region`, and the handoff socket `shoal-<pid>.region.hints`).
 fn sweep_orphaned_regions() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
     for entry in dir.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("shoal-")?.strip_suffix(".region")) else {
+        let rest = |suffix: &str| name.to_str()?.strip_prefix("shoal-")?.strip_suffix(suffix);
+        let Some(rest) = rest(".region").or_else(|| rest(".region.hints")) else {
             continue;
         };
         let pid = rest.split('-').next().unwrap_or("");
