@@ -17,8 +17,9 @@
 //! of items: a warm restart serves every item at once.
 //!
 //! Files: `attach.rs` (create, open, recover), `ops.rs` (the operations and `execute`),
-//! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `values.rs`
-//! (counter and expiry rules shared with the server).
+//! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `policy.rs`
+//! (which segment eviction takes), `limit.rs` (the memory limit), `values.rs` (counter and
+//! expiry rules shared with the server).
 
 use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
@@ -254,6 +255,8 @@ pub struct Writer {
     last_access: Box<[AtomicU32]>,
     /// Told of every key that enters or leaves the index (the server's Proteus digest).
     observer: OnceLock<Box<dyn KeyObserver>>,
+    /// The eviction policy and when each segment was last used (`policy.rs`).
+    recency: Recency,
 }
 
 /// Told, with the bucket lock held, whenever a key takes a slot of the index (`key_added`) or
@@ -311,10 +314,13 @@ mod attach;
 mod index;
 mod limit;
 mod ops;
+mod policy;
 mod segments;
 mod values;
 
 pub use limit::{LimitError, MIN_LIMIT_SEGMENTS};
+use policy::Recency;
+pub use policy::{Eviction, UnknownEviction};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
 
