@@ -324,6 +324,26 @@ pub use policy::{Eviction, UnknownEviction};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
 
+/// Deterministic pseudo-random numbers for the writer's tests (xorshift64): the same trace on
+/// every run, so a failure reproduces.
+#[cfg(test)]
+struct TestRng(u64);
+
+#[cfg(test)]
+impl TestRng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         self.region.header().clean.store(1, Ordering::Release);

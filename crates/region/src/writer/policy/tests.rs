@@ -24,13 +24,10 @@ fn key(prefix: &str, i: usize) -> Vec<u8> {
 
 /// A value that names its key, so a value of another key, or a torn one, shows.
 fn value(key: &[u8], len: usize) -> Vec<u8> {
-    let mut x = xxhash_rust::xxh3::xxh3_64(key) | 1;
+    let mut rng = TestRng(xxhash_rust::xxh3::xxh3_64(key) | 1);
     let mut v = Vec::with_capacity(len + 8);
     while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
+        v.extend_from_slice(&rng.next().to_le_bytes());
     }
     v.truncate(len);
     v
@@ -218,13 +215,11 @@ fn hot_hit_ratio_under_a_scan(policy: Eviction, warm: bool) -> f64 {
         }
     }
     let scan = 6 * w.layout().segment_count * n;
-    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rng = TestRng(0x2545_f491_4f6c_dd1d);
     let mut v = Vec::new();
     let (mut asked, mut hits, mut scanned) = (0u64, 0u64, 0);
     while scanned < scan {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next();
         let k = if x.is_multiple_of(4) { key("hot", (x >> 8) as usize % hot) } else { key("scn", scanned) };
         let hit = w.get(&k, &mut v).unwrap().hit().is_some();
         if !hit {
@@ -263,13 +258,8 @@ fn after_heavy_eviction_under_lru_every_item_reads_back_exactly_or_misses() {
     let reader = Reader::open(w.path()).unwrap();
     let segment = w.layout().segment_bytes;
     let mut latest: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rng = TestRng(0x9e37_79b9_7f4a_7c15);
+    let mut next = |n: u64| rng.below(n);
     let mut v = Vec::new();
     let check = |k: &[u8], got: Option<&[u8]>, latest: &HashMap<Vec<u8>, Vec<u8>>| {
         if let Some(got) = got {
