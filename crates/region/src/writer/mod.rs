@@ -12,9 +12,9 @@
 //! bucket is locked, so eviction (which runs under the pool mutex and takes bucket locks) can
 //! never wait on a thread that waits on it.
 //!
-//! In-process state (free list, FIFO of sealed segments, active segment per time class) is
-//! rebuilt from the segment table at attach, which is O(segments), independent of the number
-//! of items: a warm restart serves every item at once.
+//! In-process state (free list, FIFO of sealed segments, active segment per time class, when
+//! each segment was last used) is rebuilt from the segment table at attach, which is
+//! O(segments), independent of the number of items: a warm restart serves every item at once.
 //!
 //! Files: `attach.rs` (create, open, recover), `ops.rs` (the operations and `execute`),
 //! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `policy.rs`
@@ -137,9 +137,9 @@ struct Pool {
     /// Free segments held back by the memory limit ([`Writer::set_limit`]), their pages given
     /// back to the system.
     parked: Vec<usize>,
-    /// Sealed segments, oldest first: eviction order.
+    /// Sealed segments, oldest first: `fifo`'s eviction order (`lru` picks among them).
     fifo: VecDeque<usize>,
-    /// Where read items evicted from the FIFO's head get their second chance.
+    /// Where read items evicted from the FIFO's head get their second chance (`fifo` only).
     retained: Option<usize>,
 }
 
