@@ -15,7 +15,8 @@
 //! Writers append items to segments and publish them by storing an index slot under the
 //! bucket's lock; readers copy, then validate the bucket version (see [`seqlock`]'s module
 //! docs for the protocol). Segments are reclaimed whole when their items expire, are flushed
-//! or deleted, and evicted oldest first with a second chance for items read since written.
+//! or deleted, and evicted by the writer's policy ([`Eviction`]): oldest first with a second
+//! chance for items read since written, or least recently used.
 //! `docs/ARCHITECTURE.md` explains the choices; [`layout`] pins the bytes.
 
 #[cfg(not(loom))]
@@ -53,6 +54,6 @@ pub use reader::Reader;
 pub use region::{ItemInfo, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
-    counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, KeyObserver,
-    LimitError, Mark, NewItem, Stats, Store, Value, Writer, MIN_LIMIT_SEGMENTS,
+    counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Eviction,
+    KeyObserver, LimitError, Mark, NewItem, Stats, Store, UnknownEviction, Value, Writer, MIN_LIMIT_SEGMENTS,
 };

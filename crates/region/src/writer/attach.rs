@@ -149,6 +149,7 @@ impl Writer {
         h.generation.fetch_add(1, Ordering::AcqRel);
         let classes = TimeClasses::for_segments(region.layout.segment_count);
         let slots = region.layout.bucket_count * BUCKET_SLOTS;
+        let recency = Recency::new(&region);
         let writer = Writer {
             region,
             path: path.to_owned(),
@@ -163,6 +164,7 @@ impl Writer {
             active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
             last_access: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             observer: OnceLock::new(),
+            recency,
         };
         if crashed {
             writer.recover();

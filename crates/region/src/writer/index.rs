@@ -268,13 +268,8 @@ mod tests {
         let counts = Arc::new(Counts::default());
         assert!(w.observe_keys(Box::new(Observer(counts.clone()))).is_ok());
         assert!(w.observe_keys(Box::new(Observer(counts.clone()))).is_err(), "one observer");
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut rng = TestRng(0x9e37_79b9_7f4a_7c15);
+        let mut next = |n: u64| rng.below(n);
         let mut now = w.clock();
         for step in 0..40_000 {
             let key = format!("key:{}", next(3000));

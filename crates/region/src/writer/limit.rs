@@ -1,9 +1,10 @@
 //! The memory limit: how many of the region's segments the writer may use. A region is
 //! created at its largest size (a sparse file costs nothing until written); the limit moves
 //! within it at run time — memcached's `cache_memlimit`, and a tenant's partition being
-//! resized. Shrinking evicts whole segments, oldest first, until the segments in use fit, and
-//! gives their pages back to the system (a hole punched in the file); growing hands parked
-//! segments back to the free list. Items in the segments that stay are untouched, and readers
+//! resized. Shrinking evicts whole segments in the eviction policy's order (oldest first under
+//! `fifo`, least recently used under `lru`) until the segments in use fit, and gives their
+//! pages back to the system (a hole punched in the file); growing hands parked segments back
+//! to the free list. Items in the segments that stay are untouched, and readers
 //! in other processes see nothing but evictions.
 //!
 //! The limit lives in the writer's memory: a writer attaching again starts with every segment
@@ -51,7 +52,8 @@ impl Writer {
     }
 
     /// Sets the memory limit to `bytes` of segments (rounded down to whole segments), evicting
-    /// the oldest segments while more are in use, and returns the new limit in bytes.
+    /// segments (as the eviction policy picks them, whole) while more are in use, and returns
+    /// the new limit in bytes.
     pub fn set_limit(&self, bytes: usize) -> Result<usize, LimitError> {
         let l = &self.region.layout;
         let wanted = bytes / l.segment_bytes;
@@ -72,13 +74,9 @@ impl Writer {
             } else if let Some(s) = pool.free.pop() {
                 self.park(&mut pool, s);
             } else if self.reclaim_dead(&mut pool) == 0 {
-                // Nothing free and nothing dead: the oldest segment in use goes, items and all.
-                let victim = match pool.fifo.pop_front() {
-                    Some(v) => v,
-                    None => match self.seal_an_open_segment(&mut pool) {
-                        Some(v) => v,
-                        None => break, // nothing left to take (cannot happen above two segments)
-                    },
+                // Nothing free and nothing dead: the policy's victim goes, items and all.
+                let Some(victim) = self.take_victim(&mut pool) else {
+                    break; // nothing left to take (cannot happen above two segments)
                 };
                 self.evict(&mut pool, victim, 0);
                 self.region.header().segments_evicted.fetch_add(1, Ordering::Relaxed);

@@ -12,13 +12,14 @@
 //! bucket is locked, so eviction (which runs under the pool mutex and takes bucket locks) can
 //! never wait on a thread that waits on it.
 //!
-//! In-process state (free list, FIFO of sealed segments, active segment per time class) is
-//! rebuilt from the segment table at attach, which is O(segments), independent of the number
-//! of items: a warm restart serves every item at once.
+//! In-process state (free list, FIFO of sealed segments, active segment per time class, when
+//! each segment was last used) is rebuilt from the segment table at attach, which is
+//! O(segments), independent of the number of items: a warm restart serves every item at once.
 //!
 //! Files: `attach.rs` (create, open, recover), `ops.rs` (the operations and `execute`),
-//! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `values.rs`
-//! (counter and expiry rules shared with the server).
+//! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `policy.rs`
+//! (which segment eviction takes), `limit.rs` (the memory limit), `values.rs` (counter and
+//! expiry rules shared with the server).
 
 use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
@@ -136,9 +137,9 @@ struct Pool {
     /// Free segments held back by the memory limit ([`Writer::set_limit`]), their pages given
     /// back to the system.
     parked: Vec<usize>,
-    /// Sealed segments, oldest first: eviction order.
+    /// Sealed segments, oldest first: `fifo`'s eviction order (`lru` picks among them).
     fifo: VecDeque<usize>,
-    /// Where read items evicted from the FIFO's head get their second chance.
+    /// Where read items evicted from the FIFO's head get their second chance (`fifo` only).
     retained: Option<usize>,
 }
 
@@ -254,6 +255,8 @@ pub struct Writer {
     last_access: Box<[AtomicU32]>,
     /// Told of every key that enters or leaves the index (the server's Proteus digest).
     observer: OnceLock<Box<dyn KeyObserver>>,
+    /// The eviction policy and when each segment was last used (`policy.rs`).
+    recency: Recency,
 }
 
 /// Told, with the bucket lock held, whenever a key takes a slot of the index (`key_added`) or
@@ -311,12 +314,35 @@ mod attach;
 mod index;
 mod limit;
 mod ops;
+mod policy;
 mod segments;
 mod values;
 
 pub use limit::{LimitError, MIN_LIMIT_SEGMENTS};
+use policy::Recency;
+pub use policy::{Eviction, UnknownEviction};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
+
+/// Deterministic pseudo-random numbers for the writer's tests (xorshift64): the same trace on
+/// every run, so a failure reproduces.
+#[cfg(test)]
+struct TestRng(u64);
+
+#[cfg(test)]
+impl TestRng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
 
 impl Drop for Writer {
     fn drop(&mut self) {

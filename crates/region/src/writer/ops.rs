@@ -123,10 +123,14 @@ impl Writer {
         Ok(Lookup::Hit(info))
     }
 
-    /// Marks the slot read (the accessed bit, if it still holds `word`) and moves its access
-    /// time on, at most every [`ACCESS_UPDATE_INTERVAL`] seconds (`last_access` is its current one).
+    /// Marks the slot read (the accessed bit, if it still holds `word`), stamps its segment as
+    /// used (for `lru`), and moves its access time on, at most every [`ACCESS_UPDATE_INTERVAL`]
+    /// seconds (`last_access` is its current one).
     #[inline]
     pub(super) fn bump(&self, bucket: usize, slot: usize, word: u64, last_access: u32) {
+        if let Some(item) = Slot::decode(word) {
+            self.stamp_segment(item.segment);
+        }
         if word & SLOT_ACCESSED == 0 {
             // A failed exchange means the slot changed meanwhile: nothing to mark.
             let cell = &self.region.bucket(bucket).slots[slot];
@@ -456,6 +460,7 @@ impl Writer {
         bucket.marks.store(mark.marks.put(marks, f.slot_index), Ordering::Relaxed);
         if mark.fetched {
             bucket.slots[f.slot_index].fetch_or(SLOT_ACCESSED, Ordering::Relaxed);
+            self.stamp_segment(f.slot.segment);
             self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].store(self.clock(), Ordering::Relaxed);
         }
     }

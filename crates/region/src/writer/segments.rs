@@ -1,6 +1,6 @@
 //! Item space: writing items into reserved space of the active segment of a time class,
-//! sealing and freeing segments, flushing, reclaiming dead space, and eviction (segment FIFO
-//! with second chance, copying still-used items forward).
+//! sealing and freeing segments, flushing, reclaiming dead space, and eviction (the victim as
+//! `policy.rs` picks it; under `fifo`, still-used items are copied forward).
 
 use super::*;
 
@@ -85,6 +85,7 @@ impl Writer {
         let m = self.region.meta(s);
         let gen = self.region.header().next_segment_gen.fetch_add(1, Ordering::AcqRel);
         m.generation.store(gen, Ordering::Release);
+        self.stamp_opened(s, gen);
         m.live_items.store(0, Ordering::Relaxed);
         m.live_bytes.store(0, Ordering::Relaxed);
         m.max_expiry.store(0, Ordering::Relaxed);
@@ -105,10 +106,12 @@ impl Writer {
             m.walkable.store(0, Ordering::Relaxed);
         }
         m.state.store(state::SEALED, Ordering::Release);
+        self.stamp_segment(s); // its last write, for `lru`
     }
 
     /// A free segment: from the free list, else by reclaiming dead segments, else by evicting
-    /// the oldest sealed segment (FIFO, with a second chance for items read since written).
+    /// the segment the policy picks (`fifo`: the oldest, with a second chance for items read
+    /// since written; `lru`: the least recently used, whole).
     pub(super) fn take_free(&self, pool: &mut Pool) -> Result<usize, OpError> {
         loop {
             if let Some(s) = pool.free.pop() {
@@ -120,14 +123,12 @@ impl Writer {
             if !self.evict {
                 return Err(OpError::OutOfMemory);
             }
-            let victim = match pool.fifo.pop_front() {
-                Some(v) => v,
-                None => self.seal_an_open_segment(pool).ok_or(OpError::OutOfMemory)?,
-            };
+            let victim = self.take_victim(pool).ok_or(OpError::OutOfMemory)?;
             let budget = if pool.retained.is_some() { self.region.layout.segment_bytes / 2 } else { 0 };
             self.evict(pool, victim, budget);
             self.region.header().segments_evicted.fetch_add(1, Ordering::Relaxed);
-            if pool.retained.is_none() && pool.fifo.len() >= 2 {
+            let second_chances = self.eviction() == Eviction::FifoSecondChance;
+            if second_chances && pool.retained.is_none() && pool.fifo.len() >= 2 {
                 if let Some(r) = pool.free.pop() {
                     self.open_segment(r);
                     pool.retained = Some(r);
