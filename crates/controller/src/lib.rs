@@ -23,3 +23,4 @@
 //! finds there.
 
 pub mod provision;
+pub mod tenants;
