@@ -28,6 +28,15 @@ pub enum ServerError {
     Garbled(String),
 }
 
+impl ServerError {
+    /// What went wrong, in the server's or the system's words.
+    pub fn reason(&self) -> &str {
+        match self {
+            ServerError::Down(why) | ServerError::Refused(why) | ServerError::Garbled(why) => why,
+        }
+    }
+}
+
 impl std::fmt::Display for ServerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

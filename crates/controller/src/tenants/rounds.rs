@@ -101,7 +101,7 @@ impl Controller {
                 server.up = false;
                 server.error = Some(e.to_string());
                 let kind = if matches!(e, ServerError::Down(_)) { "down" } else { "unreadable" };
-                return vec![self.event(i, None, kind, format!("{e}; skipped this round"))];
+                return vec![self.event(i, None, kind, format!("{}; skipped this round", e.reason()))];
             }
         };
         let measured = self.update(i, stats, curves);
@@ -250,7 +250,8 @@ impl Controller {
                     events.push(self.resize_event(i, tenant, size, "resized", self.plan_reason(proposal, t)));
                 }
                 Err(e) => {
-                    let why = format!("{e}; the sizes in force stay (this round's resizes are undone)");
+                    let why =
+                        format!("{}; the sizes in force stay (this round's resizes are undone)", e.reason());
                     events.push(self.resize_event(i, tenant, size, "refused", why));
                     self.servers[i].refused = Some(Refusal {
                         sizes: proposal.sizes.clone(),
