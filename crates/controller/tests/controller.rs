@@ -203,6 +203,81 @@ fn moves_memory_to_the_tenant_whose_curve_gains_and_shows_it() {
     assert!(controller.get("/").contains("data-tenant"), "the dashboard page");
 }
 
+/// A TCP proxy in front of a server that plays an operator racing the controller: just before
+/// it forwards a `tenant_memlimit <grown> …`, it sets `<restored>` back to `bytes` on a
+/// connection of its own, taking the memory the controller's shrink freed, so the server
+/// itself refuses the grow.
+fn racing_proxy(server: String, grown: &'static str, restored: &'static str, bytes: u64) -> String {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for downstream in listener.incoming().map_while(Result::ok) {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let Ok(upstream) = std::net::TcpStream::connect(&server) else { return };
+                let (mut back, mut down_writer) =
+                    (upstream.try_clone().unwrap(), downstream.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut back, &mut down_writer));
+                let mut up_writer = upstream;
+                for line in BufReader::new(downstream).lines().map_while(Result::ok) {
+                    if line.starts_with(&format!("tenant_memlimit {grown} ")) {
+                        let answer = common::raw(
+                            &server,
+                            format!("tenant_memlimit {restored} {bytes}\r\n").as_bytes(),
+                            b"\r\n",
+                        );
+                        assert_eq!(answer, b"OK\r\n", "the operator's resize");
+                    }
+                    if up_writer.write_all(format!("{line}\r\n").as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+#[test]
+fn a_refused_resize_keeps_the_sizes_in_force() {
+    let scratch = Scratch::new("refuse");
+    let tenants = scratch.tenants(&[("hot", 16, 40), ("scan", 16, 40)]);
+    let server = Server::shoal("controller-refuse", 0, &["-m", "32", "--tenants", &tenants]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loads = [
+        load(server.address(), "hot", Some(2600), stop.clone()),
+        load(server.address(), "scan", None, stop.clone()),
+    ];
+    let proxy = racing_proxy(server.address(), "hot", "scan", 16 * MIB);
+    let controller = Controller::start(&[proxy], &["--goal", "global"]);
+    assert!(
+        eventually(60, || !controller.events("refused").is_empty()),
+        "the grow is refused: {:?}",
+        controller.events.lock().unwrap()
+    );
+    let refused = controller.events("refused").remove(0);
+    assert_eq!(refused["tenant"], "hot");
+    let reason = refused["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("the sizes in force stay"), "{reason}");
+    let undone = controller.events("rolled-back");
+    assert!(undone.iter().any(|e| e["tenant"] == "scan" && e["to_bytes"] == 16 * MIB), "{undone:?}");
+    // The refused plan is not tried again at once: the sizes stay, round after round.
+    assert!(
+        eventually(10, || !controller.events("not-retried").is_empty()),
+        "{:?}",
+        controller.events.lock().unwrap()
+    );
+    stop.store(true, Ordering::Relaxed);
+    loads.into_iter().for_each(|l| l.join().unwrap());
+    assert_eq!((size(&server, "hot"), size(&server, "scan")), (16 * MIB, 16 * MIB));
+    let state = controller.state();
+    assert!(state["refusals"].as_u64().unwrap() >= 1, "{state}");
+    let server_reason = state["servers"][0]["refused"]["reason"].as_str().unwrap();
+    assert!(!server_reason.is_empty() && reason.starts_with(server_reason), "{state}");
+    assert!(controller.get("/metrics").contains("shoal_controller_refusals_total "));
+}
+
 #[test]
 fn bad_arguments_are_refused_with_the_fix() {
     let run = |args: &[&str]| {
