@@ -65,8 +65,10 @@ fn size(server: &Server, tenant: &str) -> u64 {
     sizes(server).into_iter().find(|(t, _)| t == tenant).unwrap().1
 }
 
-/// Gets (and a set on each miss, of 8 KiB) from a thread until `stop`: over `keys` keys in a
-/// loop, or new keys forever (a scan) when `None`.
+/// Gets (and a set on each miss, of 8 KiB) from a thread until `stop`: of `keys` keys drawn
+/// uniformly at random, or of new keys forever (a scan) when `None`. (Random rather than a
+/// loop: a loop larger than a FIFO cache never hits, and the server learns an item's size from
+/// its hits.)
 fn load(
     address: String,
     prefix: &'static str,
@@ -77,9 +79,13 @@ fn load(
         let options = Options { local: false, ..Options::default() };
         let mut client = Client::connect(&address, options).unwrap();
         let value = vec![b'v'; 8 << 10];
-        let mut i = 0u64;
+        let (mut i, mut random) = (0u64, 0x9E37_79B9_7F4A_7C15u64);
         while !stop.load(Ordering::Relaxed) {
-            let key = format!("{prefix}:{}", keys.map_or(i, |k| i % k));
+            // xorshift64: a fixed, dependency-free sequence.
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            let key = format!("{prefix}:{}", keys.map_or(i, |k| random % k));
             if client.get(key.as_bytes()).unwrap().is_none() {
                 client.set(key.as_bytes(), &value, 0, 0).unwrap();
             }
@@ -149,8 +155,8 @@ fn moves_memory_to_the_tenant_whose_curve_gains_and_shows_it() {
     let total: u64 = sizes(&server).iter().map(|(_, b)| b).sum();
     assert_eq!((size(&server, "hot"), size(&server, "scan")), (16 * MIB, 16 * MIB));
     let stop = Arc::new(AtomicBool::new(false));
-    // "hot" loops over ~21 MiB: at 16 MiB it misses, a little more and it hits. "scan" never
-    // asks for a key twice: memory does nothing for it.
+    // "hot" reads ~21 MiB at random: every MiB more up to there hits more. "scan" never asks
+    // for a key twice: memory does nothing for it.
     let loads = [
         load(server.address(), "hot", Some(2600), stop.clone()),
         load(server.address(), "scan", None, stop.clone()),
