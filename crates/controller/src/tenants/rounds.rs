@@ -290,3 +290,66 @@ fn read(
     let curves = stats.iter().map(|t| connection.curve(&t.name)).collect::<Result<Vec<_>, _>>()?;
     Ok((connection, stats, curves))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenants::state::HISTORY_SAMPLES;
+
+    fn stats(name: &str, cmd_get: u64, get_hits: u64) -> TenantStats {
+        TenantStats {
+            name: name.into(),
+            limit_bytes: 1 << 20,
+            min_bytes: 0,
+            max_bytes: 1 << 22,
+            bytes: 0,
+            items: 0,
+            cmd_get,
+            get_hits,
+            evictions: 0,
+            priority: 1.0,
+            slo_hit_ratio: None,
+            policy: "fifo".into(),
+            segment_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn readings_become_rates_and_history_by_tenant_name() {
+        let settings = Settings {
+            mode: Mode::Global,
+            hysteresis: 0.0,
+            dry_run: true,
+            json: false,
+            timeout: Duration::from_secs(1),
+        };
+        let shared = Arc::new(Mutex::new(Shared {
+            mode: Mode::Global,
+            interval_seconds: 1.0,
+            dry_run: true,
+            round: 0,
+            resizes: 0,
+            refusals: 0,
+            servers: Vec::new(),
+            decisions: VecDeque::new(),
+        }));
+        let mut controller = Controller::new(settings, &["127.0.0.1:1".into()], shared);
+        let curve = || HitRatioCurve::new(1 << 20, vec![0.0, 0.5]);
+        assert!(!controller.update(0, vec![stats("a", 10, 5)], vec![curve()]), "one reading: no rates");
+        std::thread::sleep(Duration::from_millis(5));
+        let measured =
+            controller.update(0, vec![stats("b", 0, 0), stats("a", 30, 20)], vec![curve(), curve()]);
+        assert!(!measured, "b is new: no rate for it yet");
+        let a = &controller.servers[0].tenants[1];
+        assert_eq!((a.stats.name.as_str(), a.hit_ratio, a.history.len()), ("a", Some(0.75), 2));
+        assert!(a.requests_per_second.unwrap() > 0.0);
+        for _ in 0..HISTORY_SAMPLES + 3 {
+            std::thread::sleep(Duration::from_millis(1));
+            assert!(controller.update(0, vec![stats("a", 30, 20), stats("b", 0, 0)], vec![curve(), curve()]));
+        }
+        let server = &controller.servers[0];
+        assert_eq!(server.tenants[0].history.len(), HISTORY_SAMPLES, "history is bounded");
+        assert_eq!(server.tenants[0].hit_ratio, None, "no gets since the last round");
+        assert!(server.up && server.error.is_none());
+    }
+}
