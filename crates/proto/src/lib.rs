@@ -99,8 +99,11 @@ pub enum Request<'a> {
     ShmHints(&'a [u8]),
     /// Shoal extension `digest`: the server's Proteus digest of the keys it holds.
     Digest,
-    /// Shoal extension `curve`: the hit-ratio curve of the requests served (`--hit-curve`).
-    Curve,
+    /// Shoal extension `curve [<tenant>]`: the hit-ratio curve of the requests served
+    /// (`--hit-curve`), or of one tenant's (`--tenants`).
+    Curve(Option<&'a [u8]>),
+    /// Shoal extension `tenant_memlimit <tenant> <bytes>`: resizes a tenant's partition.
+    TenantMemlimit { tenant: &'a [u8], bytes: u64 },
     /// Shoal extension `debugtime <seconds>`: moves the server clock, for tests.
     DebugTime(i64),
     /// A meta command (`mg ms md ma mn me`).

@@ -184,8 +184,16 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             (_, 0) => done(Request::Digest),
             _ => error(),
         },
-        b"curve" => match split::<1>(args) {
-            (_, 0) => done(Request::Curve),
+        b"curve" => match split::<2>(args) {
+            (_, 0) => done(Request::Curve(None)),
+            ([tenant, _], 1) => done(Request::Curve(Some(tenant))),
+            _ => error(),
+        },
+        b"tenant_memlimit" => match split::<3>(args) {
+            ([tenant, bytes, _], 2) => match parse_u64(bytes) {
+                Some(bytes) => done(Request::TenantMemlimit { tenant, bytes }),
+                None => Parse::error(BAD_FORMAT, at.end),
+            },
             _ => error(),
         },
         b"debugtime" => match split::<1>(args) {
@@ -552,7 +560,15 @@ mod tests {
         assert_eq!(request(b"refresh_certs\r\n"), Request::RefreshCerts);
         assert_eq!(request(b"refresh_certs now\r\n"), Request::RefreshCerts);
         assert_eq!(request(b"digest\r\n"), Request::Digest);
-        assert_eq!(request(b"curve\r\n"), Request::Curve);
+        assert_eq!(request(b"curve\r\n"), Request::Curve(None));
+        assert_eq!(request(b"curve web\r\n"), Request::Curve(Some(b"web")));
+        assert_eq!(
+            request(b"tenant_memlimit web 1048576\r\n"),
+            Request::TenantMemlimit { tenant: b"web", bytes: 1 << 20 }
+        );
+        for bad in [&b"tenant_memlimit web\r\n"[..], b"tenant_memlimit web lots\r\n", b"curve a b\r\n"] {
+            assert!(matches!(one(bad), Parse::Error { .. }), "{bad:?}");
+        }
         assert_eq!(request(b"shm hints /proc/1/fd/3\r\n"), Request::ShmHints(b"/proc/1/fd/3"));
         for odd in [&b"shm hints\r\n"[..], b"shm hints a b\r\n", b"shm other x\r\n", b"shm x\r\n"] {
             assert_eq!(one(odd), Parse::error("ERROR", odd.len()), "{}", String::from_utf8_lossy(odd));

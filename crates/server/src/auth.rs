@@ -67,6 +67,17 @@ pub struct Session {
     pub authenticated: bool,
     /// A SASL exchange was started and waits for a step.
     pub sasl_started: bool,
+    /// The tenant its keys are, by its listener or, once it authenticates, its user.
+    pub tenant: Option<usize>,
+}
+
+impl Session {
+    /// The connection proved it is `user`: it may run commands, and, unless its listener
+    /// already bound it, its keys are the user's tenant's.
+    pub fn sign_in(&mut self, user: &[u8], tenants: &crate::tenants::Tenants) {
+        self.authenticated = true;
+        self.tenant = self.tenant.or_else(|| tenants.of_user(user));
+    }
 }
 
 #[cfg(test)]

@@ -157,6 +157,10 @@ pub struct ServerArgs {
     /// /metrics)
     #[arg(long = "hit-curve")]
     pub hit_curve: bool,
+    /// partition memory among tenants named in this file (TOML, or JSON if it ends in .json;
+    /// docs/PROTOCOL.md describes it): each gets a region, a size, a curve and stats
+    #[arg(long = "tenants", value_name = "FILE")]
+    pub tenants: Option<PathBuf>,
     /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
@@ -236,6 +240,8 @@ pub struct Settings {
     pub digest: Option<(u64, f64)>,
     /// Measure the hit-ratio curve (`--hit-curve`).
     pub hit_curve: bool,
+    /// The tenants file (`--tenants`).
+    pub tenants_file: Option<PathBuf>,
     /// The user to become after binding, when started as root (`-u`).
     pub user: Option<String>,
     /// Detach from the terminal once listening (`-d`).
@@ -390,6 +396,9 @@ impl ServerArgs {
         if tls.enabled && tcp_port.is_none() {
             return Err("ERROR: You cannot enable SSL without a TCP port.".into());
         }
+        if self.tenants.is_some() && self.digest_keys > 0 {
+            return Err("--digest-keys does not work with --tenants yet: a digest covers one region".into());
+        }
         if self.conn_limit == 0 {
             return Err("-c 0: allow at least one connection".into());
         }
@@ -415,6 +424,7 @@ impl ServerArgs {
             metrics_listen: self.metrics_listen.clone(),
             digest: (self.digest_keys > 0).then_some((self.digest_keys, self.digest_fp)),
             hit_curve: self.hit_curve,
+            tenants_file: self.tenants.clone(),
             user: self.user.clone(),
             daemonize: self.daemonize,
             idle_timeout,

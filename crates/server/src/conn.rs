@@ -144,7 +144,14 @@ pub struct Conn {
 
 impl Conn {
     /// A new connection over `stream`, for a server with `settings`.
-    pub fn new(stream: Stream, id: u64, info: Arc<ConnInfo>, settings: &Settings) -> Conn {
+    /// `tenant`: the tenant its listener binds it to, if any.
+    pub fn new(
+        stream: Stream,
+        id: u64,
+        info: Arc<ConnInfo>,
+        settings: &Settings,
+        tenant: Option<usize>,
+    ) -> Conn {
         let max_item_bytes = settings.max_item_bytes;
         Conn {
             stream,
@@ -153,7 +160,7 @@ impl Conn {
             parser: Parser::new(max_item_bytes),
             binary: BinaryParser { max_item_bytes, sasl: settings.sasl },
             protocol: settings.protocol,
-            session: Session { authenticated: !settings.auth_required(), sasl_started: false },
+            session: Session { authenticated: !settings.auth_required(), sasl_started: false, tenant },
             buf: vec![0; READ_BUFFER],
             start: 0,
             end: 0,
@@ -274,6 +281,7 @@ impl Conn {
     /// Parses the request at the start of the buffer in the connection's protocol, and
     /// executes or refuses it.
     fn step(&mut self, cx: &mut Context<'_>) -> Outcome {
+        cx.bound = self.session.tenant;
         let input = &self.buf[self.start..self.end];
         if self.protocol == Protocol::Auto {
             // memcached's negotiation: a first byte of 0x80 is the binary protocol.
@@ -299,7 +307,9 @@ impl Conn {
             return match parse_ascii_auth(input, self.max_request) {
                 AsciiAuth::Incomplete => Outcome::Incomplete,
                 AsciiAuth::Credentials { user, password, consumed } => {
-                    self.session.authenticated = cx.ascii_auth(user, password, out);
+                    if cx.ascii_auth(user, password, out) {
+                        self.session.sign_in(user, &cx.shared.tenants);
+                    }
                     Outcome::Handled { consume: consumed, flow: Flow::Continue }
                 }
                 AsciiAuth::Refused { reply, consume } => {

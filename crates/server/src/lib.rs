@@ -14,7 +14,7 @@
 //!
 //! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals),
 //! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
-//! [`stats`] (counters and `stats` answers), [`metrics`] (Prometheus at `--metrics-listen`), [`tls`] (`-Z`), [`udp`].
+//! [`stats`] (counters and `stats` answers), [`tenants`] (partitions of memory, `--tenants`), [`metrics`] (Prometheus at `--metrics-listen`), [`tls`] (`-Z`), [`udp`].
 
 pub mod auth;
 pub mod config;
@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod net;
 pub mod server;
 pub mod stats;
+pub mod tenants;
 pub mod tls;
 pub mod trace;
 pub mod udp;

@@ -90,23 +90,64 @@ pub fn render(shared: &Shared) -> String {
         false,
     );
     register(&mut registry, "local_hits", "hits among the local gets", local_hits, false);
-    let store = shared.writer.stats();
+    let store = shared.tenants.store_stats();
     let fill = if store.region_bytes == 0 { 0.0 } else { store.bytes as f64 / store.region_bytes as f64 };
     register(&mut registry, "region_fill_ratio", "item bytes over the region's size", fill, true);
-    if let Some(curve) = &shared.curve {
-        let (points, rate, _) = curve.curve();
-        register(&mut registry, "hit_curve_sample_rate", "SHARDS's sampling rate", rate, true);
-        let family = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
-        let last = points.points().len().saturating_sub(1) as u64 * points.step();
-        for eighth in 1..=8u64 {
-            let bytes = last * eighth / 8;
-            family.get_or_create(&vec![("bytes".into(), bytes.to_string())]).set(points.hit_ratio(bytes));
-        }
-        registry.register(
-            "hit_curve_ratio",
-            "hit ratio an LRU cache of this many bytes would have had on the requests served",
-            family,
-        );
-    }
+    register_tenants(&mut registry, shared);
     shoal_metrics::text(&registry)
+}
+
+/// Per tenant (label `tenant`): its partition and requests as `stats tenants` gives them, and
+/// its hit-ratio curve at eighths of its largest size (label `bytes`).
+fn register_tenants(registry: &mut Registry, shared: &Shared) {
+    use crate::tenants::totals;
+    type Gauges = Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>;
+    let gauges: [(&str, &str); 8] = [
+        ("tenant_limit_bytes", "the memory the tenant may use now"),
+        ("tenant_bytes", "bytes of the tenant's items"),
+        ("tenant_items", "the tenant's items"),
+        ("tenant_cmd_get", "the tenant's gets"),
+        ("tenant_get_hits", "the tenant's get hits"),
+        ("tenant_cmd_set", "the tenant's sets"),
+        ("tenant_evictions", "items evicted from the tenant's partition"),
+        ("hit_curve_sample_rate", "SHARDS's sampling rate"),
+    ];
+    let families: Vec<Gauges> = gauges.iter().map(|_| Gauges::default()).collect();
+    let curve = Gauges::default();
+    for (i, t) in shared.tenants.all().iter().enumerate() {
+        let label = vec![("tenant".to_string(), t.spec.name.clone())];
+        let store = t.writer.stats();
+        let [(_, gets), (_, hits), _, (_, sets)] = totals(&shared.tenant_counters, i);
+        let values = [
+            t.writer.limit_bytes() as f64,
+            store.bytes as f64,
+            store.items as f64,
+            gets as f64,
+            hits as f64,
+            sets as f64,
+            store.evictions as f64,
+        ];
+        for (family, value) in families.iter().zip(values) {
+            family.get_or_create(&label).set(value);
+        }
+        if let Some(tracker) = &t.curve {
+            let (points, rate, _) = tracker.curve();
+            families[7].get_or_create(&label).set(rate);
+            let last = points.points().len().saturating_sub(1) as u64 * points.step();
+            for eighth in 1..=8u64 {
+                let bytes = last * eighth / 8;
+                let mut labels = label.clone();
+                labels.push(("bytes".into(), bytes.to_string()));
+                curve.get_or_create(&labels).set(points.hit_ratio(bytes));
+            }
+        }
+    }
+    for ((name, help), family) in gauges.iter().zip(families) {
+        registry.register(*name, *help, family);
+    }
+    registry.register(
+        "hit_curve_ratio",
+        "hit ratio an LRU cache of this many bytes would have had on the tenant's requests",
+        curve,
+    );
 }

@@ -10,6 +10,7 @@ use crate::conn::{Conn, Status, Stream};
 use crate::exec::Context;
 use crate::server::{stop, ConnInfo, Shared};
 use crate::stats::Counters;
+use crate::tenants::file::{Listen, TenantSpec};
 use crate::trace;
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -34,7 +35,12 @@ pub struct Listeners {
     tcp: Vec<TcpListener>,
     /// Whether each TCP listener's connections speak TLS (`-Z`, less `notls:` ones).
     tcp_tls: Vec<bool>,
-    unix: Option<(UnixListener, PathBuf)>,
+    /// The tenant each TCP listener's connections are bound to, if any.
+    tcp_tenant: Vec<Option<usize>>,
+    /// Unix sockets, each with the tenant its connections are bound to, if any.
+    unix: Vec<(UnixListener, PathBuf, Option<usize>)>,
+    /// The unix sockets' mode (`-a`).
+    unix_mask: u32,
     udp: Option<UdpSocket>,
     waker: Arc<Waker>,
 }
@@ -49,6 +55,19 @@ fn tcp_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
     Ok(TcpListener::from_std(socket.into()))
+}
+
+/// A unix socket listener at `path` with mode `mask` (one a dead server left is replaced).
+fn unix_listener(path: &std::path::Path, mask: u32) -> Result<UnixListener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path); // left by a server that died
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| format!("failed to listen on unix socket {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mask & 0o777))
+        .map_err(|e| format!("could not set the mode of {}: {e}", path.display()))?;
+    Ok(listener)
 }
 
 fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
@@ -72,19 +91,10 @@ impl Listeners {
                 tcp_tls.push(tls);
             }
         }
+        let unix_mask = settings.unix_socket.as_ref().map_or(0o700, |(_, mask)| *mask);
         let unix = match &settings.unix_socket {
-            Some((path, mask)) => {
-                use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-                if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-                    let _ = std::fs::remove_file(path); // left by a server that died
-                }
-                let listener = UnixListener::bind(path)
-                    .map_err(|e| format!("failed to listen on unix socket {}: {e}", path.display()))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mask & 0o777))
-                    .map_err(|e| format!("could not set the mode of {}: {e}", path.display()))?;
-                Some((listener, path.clone()))
-            }
-            None => None,
+            Some((path, _)) => vec![(unix_listener(path, unix_mask)?, path.clone(), None)],
+            None => Vec::new(),
         };
         let udp = match &settings.udp {
             Some((host, port)) => {
@@ -98,14 +108,46 @@ impl Listeners {
             }
             None => None,
         };
-        if tcp.is_empty() && unix.is_none() {
+        if tcp.is_empty() && unix.is_empty() {
             return Err("nothing to listen on: give a TCP port (-p) or a unix socket (-s)".into());
         }
         let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
         let waker = Arc::new(
             Waker::new(poll.registry(), WAKE).map_err(|e| format!("could not create a waker: {e}"))?,
         );
-        Ok(Listeners { poll, tcp, tcp_tls, unix, udp, waker })
+        let tcp_tenant = vec![None; tcp.len()];
+        Ok(Listeners { poll, tcp, tcp_tls, tcp_tenant, unix, unix_mask, udp, waker })
+    }
+
+    /// Binds the listeners tenants have to themselves (a port on `-l`'s first address, an
+    /// address, or a unix socket); their connections are bound to their tenant.
+    pub fn bind_tenants(
+        &mut self,
+        settings: &crate::config::Settings,
+        tenants: &[TenantSpec],
+    ) -> Result<(), String> {
+        let host = settings.tcp.first().map_or("0.0.0.0", |(h, _)| h.as_str());
+        for (i, tenant) in tenants.iter().enumerate() {
+            for listen in &tenant.listen {
+                let (host, port) = match listen {
+                    Listen::Unix(path) => {
+                        self.unix.push((unix_listener(path, self.unix_mask)?, path.clone(), Some(i)));
+                        continue;
+                    }
+                    Listen::Port(port) => (host, *port),
+                    Listen::Tcp(host, port) => (host.as_str(), *port),
+                };
+                for addr in resolve(host, port)? {
+                    let listener = tcp_listener(addr, settings.backlog).map_err(|e| {
+                        format!("tenant {}: failed to listen on TCP {addr}: {e}", tenant.name)
+                    })?;
+                    self.tcp.push(listener);
+                    self.tcp_tls.push(settings.tls.enabled);
+                    self.tcp_tenant.push(Some(i));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Wakes the acceptor (to notice a stop).
@@ -124,7 +166,7 @@ impl Listeners {
                 all.push((l.as_raw_fd() as u64, format!("tcp:{a}")));
             }
         }
-        if let Some((l, path)) = &self.unix {
+        for (l, path, _) in &self.unix {
             all.push((l.as_raw_fd() as u64, format!("unix:{}", path.display())));
         }
         if let Some(u) = &self.udp {
@@ -162,6 +204,8 @@ struct Accepted {
     addr: String,
     /// Whether it must speak TLS (it came in on a `-Z` TCP listener).
     tls: bool,
+    /// The tenant its listener binds it to.
+    tenant: Option<usize>,
 }
 
 /// The acceptor's handle on a worker.
@@ -177,9 +221,9 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
     for (i, l) in listeners.tcp.iter_mut().enumerate() {
         registry.register(l, Token(i), Interest::READABLE).map_err(|e| e.to_string())?;
     }
-    let unix_token = Token(listeners.tcp.len());
-    if let Some((l, _)) = &mut listeners.unix {
-        registry.register(l, unix_token, Interest::READABLE).map_err(|e| e.to_string())?;
+    let unix_tokens = listeners.tcp.len()..listeners.tcp.len() + listeners.unix.len();
+    for (i, (l, _, _)) in listeners.unix.iter_mut().enumerate() {
+        registry.register(l, Token(unix_tokens.start + i), Interest::READABLE).map_err(|e| e.to_string())?;
     }
     let mut workers = Vec::new();
     for index in 0..shared.settings.threads {
@@ -199,17 +243,18 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
             let token = event.token();
             loop {
                 let accepted = if token.0 < listeners.tcp.len() {
-                    let tls = listeners.tcp_tls[token.0];
+                    let (tls, tenant) = (listeners.tcp_tls[token.0], listeners.tcp_tenant[token.0]);
                     listeners.tcp[token.0].accept().map(|(s, addr)| {
                         let _ = s.set_nodelay(true);
-                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}"), tls }
+                        Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}"), tls, tenant }
                     })
-                } else if token == unix_token {
-                    let Some((l, path)) = &listeners.unix else { break };
+                } else if unix_tokens.contains(&token.0) {
+                    let (l, path, tenant) = &listeners.unix[token.0 - unix_tokens.start];
                     l.accept().map(|(s, _)| Accepted {
                         stream: Stream::Unix(s),
                         addr: format!("unix:{}", path.display()),
                         tls: false,
+                        tenant: *tenant,
                     })
                 } else {
                     break; // the waker
@@ -246,7 +291,7 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
     if let Some(udp) = udp {
         let _ = udp.join();
     }
-    if let Some((_, path)) = &listeners.unix {
+    for (_, path, _) in &listeners.unix {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
@@ -301,7 +346,7 @@ impl<'a> Worker<'a> {
     ) -> Self {
         Worker {
             shared,
-            cx: Context::new(shared, &shared.counters[index]),
+            cx: Context::new(shared, index),
             poll,
             arrivals,
             acceptor,
@@ -356,7 +401,7 @@ impl<'a> Worker<'a> {
     }
 
     fn take_arrivals(&mut self) {
-        while let Ok(Accepted { stream, addr, tls }) = self.arrivals.try_recv() {
+        while let Ok(Accepted { stream, addr, tls, tenant }) = self.arrivals.try_recv() {
             let id = match &stream {
                 Stream::Tcp(s) => s.as_raw_fd(),
                 Stream::Tls(s) => s.tcp.as_raw_fd(),
@@ -365,11 +410,7 @@ impl<'a> Worker<'a> {
             let listen_addr = match &stream {
                 Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
                 Stream::Tls(s) => s.tcp.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
-                Stream::Unix(_) => {
-                    let path =
-                        self.shared.settings.unix_socket.as_ref().map(|(p, _)| p.display().to_string());
-                    format!("unix:{}", path.unwrap_or_default())
-                }
+                Stream::Unix(_) => addr.clone(),
             };
             // -Z: TCP connections speak TLS, but for `notls:` listeners (unix sockets and UDP
             // stay plain, as in memcached).
@@ -402,7 +443,7 @@ impl<'a> Worker<'a> {
                 last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())),
             });
             self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
-            self.conns[i] = Some(Conn::new(stream, id, info, &self.shared.settings));
+            self.conns[i] = Some(Conn::new(stream, id, info, &self.shared.settings, tenant));
             // Data may have arrived before registration: look now.
             self.drive(i);
         }
@@ -446,7 +487,7 @@ impl<'a> Worker<'a> {
         if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
             trace::closed(conn.id);
         }
-        self.shared.hints.unregister(conn.id, &self.shared.writer, self.shared.local_reads());
+        self.shared.hints.unregister(conn.id, self.shared);
         let mut conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
         drop(conns);

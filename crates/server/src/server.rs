@@ -12,13 +12,12 @@
 
 use crate::auth::Users;
 use crate::config::Settings;
-use crate::curve::CurveTracker;
 use crate::digest::ServerDigest;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
 use crate::stats::Counters;
+use crate::tenants::{TenantCounters, Tenants};
 use crate::tls::Tls;
-use shoal_region::{Config, Writer};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -51,10 +50,10 @@ impl Clock {
         self.started
     }
 
-    /// Moves the clock forward and lets the region see it at once.
-    pub fn advance(&self, seconds: u32, writer: &Writer) {
+    /// Moves the clock forward and lets the regions see it at once.
+    pub fn advance(&self, seconds: u32, tenants: &Tenants) {
         self.offset.fetch_add(seconds, Ordering::Relaxed);
-        writer.tick(self.now());
+        tenants.tick(self.now());
     }
 }
 
@@ -78,7 +77,11 @@ pub struct ConnInfo {
 
 /// What every thread shares.
 pub struct Shared {
-    pub writer: Writer,
+    /// The partitions of memory and their regions (one, `default`, without `--tenants`).
+    pub tenants: Tenants,
+    /// Per-tenant counters, laid out as [`Shared::counters`]: one row per worker, UDP and
+    /// local reads, one entry per tenant.
+    pub tenant_counters: Vec<Box<[TenantCounters]>>,
     pub settings: Settings,
     pub clock: Clock,
     /// One set per worker, one for UDP, and one for reads clients served themselves through
@@ -103,8 +106,6 @@ pub struct Shared {
     pub ascii_users: Users,
     /// The keys held, as a Proteus digest (`--digest-keys`).
     pub digest: Option<Arc<ServerDigest>>,
-    /// The requests' hit-ratio curve (`--hit-curve`).
-    pub curve: Option<CurveTracker>,
     /// TLS for TCP connections (`-Z`).
     pub tls: Option<Arc<Tls>>,
 }
@@ -126,47 +127,6 @@ impl Shared {
     }
 }
 
-/// Where the region lives when no `-e` file is named: a fresh file in /dev/shm named after
-/// the process, removed when the server stops.
-fn default_region_path() -> PathBuf {
-    PathBuf::from(format!("/dev/shm/shoal-{}.region", std::process::id()))
-}
-
-/// Removes default regions left by servers that were killed (their pid is gone), so that
-/// killed servers do not leak memory in /dev/shm.
-fn sweep_orphaned_regions() {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("shoal-")?.strip_suffix(".region")) else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
-
-fn open_region(settings: &Settings) -> Result<(Writer, bool), String> {
-    let config = Config {
-        region_bytes: settings.region_bytes,
-        max_item_bytes: settings.max_item_bytes,
-        avg_item_bytes: settings.avg_item_bytes,
-    };
-    match &settings.region_path {
-        Some(path) => Writer::open_or_create(path, &config, settings.evict)
-            .map(|w| (w, false))
-            .map_err(|e| format!("region {}: {e}", path.display())),
-        None => {
-            sweep_orphaned_regions();
-            let path = default_region_path();
-            Writer::create(&path, &config, settings.evict)
-                .map(|w| (w, true))
-                .map_err(|e| format!("region {}: {e}", path.display()))
-        }
-    }
-}
-
 /// Gives the region file the group and mode the settings ask for. The file is created 0600
 /// and only then opened up, so it is never readable by more than asked.
 fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
@@ -182,7 +142,7 @@ fn set_region_access(path: &Path, settings: &Settings) -> Result<(), String> {
 /// `-u <user>`: a server started as root becomes `user` once its listeners are bound and its
 /// region is open, as memcached does; the region file is given to that user first, so a warm
 /// restart as that user can open it. Without root the flag changes nothing (memcached's way).
-fn drop_privileges(name: &str, region: &Path) -> Result<(), String> {
+fn drop_privileges(name: &str, regions: &[PathBuf]) -> Result<(), String> {
     use nix::unistd::{geteuid, setgid, setgroups, setuid, User};
     if !geteuid().is_root() {
         return Ok(());
@@ -191,8 +151,11 @@ fn drop_privileges(name: &str, region: &Path) -> Result<(), String> {
         .ok()
         .flatten()
         .ok_or_else(|| format!("can't find the user {name} to switch to"))?;
-    std::os::unix::fs::chown(region, Some(user.uid.as_raw()), None)
-        .map_err(|e| format!("-u {name}: could not give the region {} to {name}: {e}", region.display()))?;
+    for region in regions {
+        std::os::unix::fs::chown(region, Some(user.uid.as_raw()), None).map_err(|e| {
+            format!("-u {name}: could not give the region {} to {name}: {e}", region.display())
+        })?;
+    }
     setgroups(&[user.gid]).map_err(|e| format!("-u {name}: setgroups: {e}"))?;
     setgid(user.gid).map_err(|e| format!("-u {name}: setgid: {e}"))?;
     setuid(user.uid).map_err(|e| format!("-u {name}: setuid: {e}"))
@@ -210,9 +173,16 @@ pub fn run(settings: Settings) -> Result<(), String> {
     // Certificates are read before binding (and before -u drops root, which may own them).
     let clock = Clock::new();
     let tls = settings.tls.enabled.then(|| Tls::load(&settings.tls, clock.now())).transpose()?.map(Arc::new);
-    let listeners = Listeners::bind(&settings)?;
-    let (writer, temporary) = open_region(&settings)?;
-    set_region_access(writer.path(), &settings)?;
+    let tenants_file = Tenants::read_file(&settings)?;
+    let mut listeners = Listeners::bind(&settings)?;
+    if let Some(file) = &tenants_file {
+        listeners.bind_tenants(&settings, &file.tenants)?;
+    }
+    let tenants = Tenants::open(&settings, tenants_file)?;
+    let regions: Vec<PathBuf> = tenants.all().iter().map(|t| t.writer.path().to_path_buf()).collect();
+    for region in &regions {
+        set_region_access(region, &settings)?;
+    }
     if settings.daemonize {
         // Bound and with its region open, so a start that cannot work still says why on the
         // terminal; no thread runs yet (a fork keeps only the calling thread). The working
@@ -228,15 +198,21 @@ pub fn run(settings: Settings) -> Result<(), String> {
             .map_err(|e| format!("could not write pid file {}: {e}", pidfile.display()))?;
     }
     if let Some(user) = &settings.user {
-        drop_privileges(user, writer.path())?;
+        drop_privileges(user, &regions)?;
     }
     listeners.write_port_file()?;
-    writer.tick(clock.now());
-    let digest = settings.digest.map(|(keys, fp)| ServerDigest::attach(&writer, keys, fp)).transpose()?;
-    let curve = settings.hit_curve.then(|| CurveTracker::new(writer.stats().region_bytes as u64));
+    tenants.tick(clock.now());
+    let digest = settings
+        .digest
+        .map(|(keys, fp)| ServerDigest::attach(&tenants.default_tenant().writer, keys, fp))
+        .transpose()?;
+    let rows = settings.threads + 2;
     let shared = Arc::new(Shared {
-        writer,
-        counters: (0..settings.threads + 2).map(|_| Counters::default()).collect(),
+        tenant_counters: (0..rows)
+            .map(|_| tenants.all().iter().map(|_| TenantCounters::default()).collect())
+            .collect(),
+        tenants,
+        counters: (0..rows).map(|_| Counters::default()).collect(),
         hints: Hints::default(),
         listening: listeners.describe(),
         verbosity: AtomicU32::new(u32::from(settings.verbose)),
@@ -251,7 +227,6 @@ pub fn run(settings: Settings) -> Result<(), String> {
         sasl_users,
         ascii_users: ascii_users.unwrap_or_default(),
         digest,
-        curve,
         tls,
     });
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
@@ -268,11 +243,11 @@ pub fn run(settings: Settings) -> Result<(), String> {
         let _ = metrics.join(); // it holds the server only while a scrape renders
     }
     let shared = Arc::try_unwrap(shared).map_err(|_| "a thread still holds the server".to_string())?;
-    let region_path = shared.writer.path().to_path_buf();
+    let temporary = shared.tenants.temporary_files();
     let pidfile = shared.settings.pidfile.clone();
-    drop(shared); // detaches the writer: the region is marked clean
-    if temporary {
-        let _ = std::fs::remove_file(region_path);
+    drop(shared); // detaches the writers: the regions are marked clean
+    for region in temporary {
+        let _ = std::fs::remove_file(region);
     }
     if let Some(pidfile) = pidfile {
         let _ = std::fs::remove_file(pidfile);
@@ -308,11 +283,8 @@ fn spawn_clock_thread(shared: Arc<Shared>) -> thread::JoinHandle<()> {
         .spawn(move || {
             while !shared.stopping() {
                 thread::sleep(Duration::from_millis(100));
-                let now = shared.clock.now();
-                if now != shared.writer.clock() {
-                    shared.writer.tick(now);
-                }
-                shared.hints.fold(&shared.writer, shared.local_reads());
+                shared.tenants.tick(shared.clock.now());
+                shared.hints.fold(&shared);
             }
         })
         .expect("spawning the clock thread")

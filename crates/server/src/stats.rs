@@ -88,7 +88,7 @@ fn rusage() -> (f64, f64) {
 pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     let now = shared.clock.now();
     let (user, system) = rusage();
-    let store = shared.writer.stats();
+    let store = shared.tenants.store_stats();
     line(out, "pid", std::process::id());
     line(out, "uptime", now.saturating_sub(shared.clock.started()));
     line(out, "time", now);
@@ -239,7 +239,7 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "flush_enabled", on(s.enable_flush));
     line(out, "shutdown_command", on(s.enable_shutdown));
     s.tls.settings_lines(|name, value| line(out, name, value));
-    line(out, "memory_file", shared.writer.path().display());
+    line(out, "memory_file", shared.tenants.default_tenant().writer.path().display());
     line(out, "region_bytes", s.region_bytes);
     line(out, "avg_item_bytes", s.avg_item_bytes);
     line(out, "lease_ttl", s.lease_ttl);
@@ -251,7 +251,7 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
 /// `stats items`: Shoal has no slab classes; it reports its store as one class, 1 (what
 /// memcached prints per class, for the whole store).
 pub fn items(shared: &Shared, out: &mut Vec<u8>) {
-    let store = shared.writer.stats();
+    let store = shared.tenants.store_stats();
     if store.items > 0 {
         line(out, "items:1:number", store.items);
         line(out, "items:1:evicted", store.evictions);
@@ -265,7 +265,7 @@ pub fn items(shared: &Shared, out: &mut Vec<u8>) {
 
 /// `stats slabs`: segments play the part of slab pages (one class of 1 MiB pages).
 pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
-    let store = shared.writer.stats();
+    let store = shared.tenants.store_stats();
     let used = store.segments - store.segments_free;
     if used > 0 {
         line(out, "1:chunk_size", store.segment_bytes);
@@ -305,12 +305,44 @@ pub fn conns(shared: &Shared, out: &mut Vec<u8>) {
     out.extend_from_slice(b"END\r\n");
 }
 
+/// `stats tenants` (a Shoal extension): each tenant's partition and requests, as
+/// `STAT <tenant>:<field> <value>`, in the tenants file's order.
+pub fn tenants(shared: &Shared, out: &mut Vec<u8>) {
+    use crate::tenants::totals;
+    for (i, t) in shared.tenants.all().iter().enumerate() {
+        let name = &t.spec.name;
+        let store = t.writer.stats();
+        line(out, format_args!("{name}:limit_maxbytes"), t.writer.limit_bytes());
+        line(out, format_args!("{name}:min_bytes"), t.spec.min_bytes);
+        line(out, format_args!("{name}:max_bytes"), t.spec.max_bytes);
+        line(out, format_args!("{name}:bytes"), store.bytes);
+        line(out, format_args!("{name}:curr_items"), store.items);
+        for (field, sum) in totals(&shared.tenant_counters, i) {
+            line(out, format_args!("{name}:{field}"), sum);
+        }
+        line(out, format_args!("{name}:evictions"), store.evictions);
+        line(out, format_args!("{name}:priority"), t.spec.priority);
+        line(out, format_args!("{name}:slo_hit_ratio"), t.spec.slo_hit_ratio.unwrap_or(0.0));
+        line(out, format_args!("{name}:policy"), t.spec.policy);
+        line(out, format_args!("{name}:segment_bytes"), store.segment_bytes);
+        line(out, format_args!("{name}:region"), t.writer.path().display());
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
 /// `stats reset`: zeroes the request counters (the store's own totals stay, as memcached's
 /// `curr_items` and `total_items` do).
 pub fn reset(shared: &Shared) {
     for c in shared.counters.iter() {
         for (_, counter) in c.each() {
             counter.store(0, Ordering::Relaxed);
+        }
+    }
+    for row in &shared.tenant_counters {
+        for t in row.iter() {
+            for (_, c) in t.each() {
+                c.store(0, Ordering::Relaxed);
+            }
         }
     }
     shared.total_connections.store(0, Ordering::Relaxed);

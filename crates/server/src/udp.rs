@@ -29,7 +29,7 @@ pub fn spawn(shared: Arc<Shared>, socket: UdpSocket) -> thread::JoinHandle<()> {
 fn serve(shared: &Shared, socket: &UdpSocket) {
     // Wake up now and then to notice a stop.
     let _ = socket.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut cx = Context::new(shared, &shared.counters[shared.settings.threads]);
+    let mut cx = Context::new(shared, shared.settings.threads);
     let mut datagram = vec![0u8; 65536];
     let mut out = Vec::new();
     let mut frame = Vec::with_capacity(MAX_DATAGRAM);
@@ -101,7 +101,7 @@ fn answer_text(cx: &mut Context<'_>, mut body: &[u8], out: &mut Vec<u8>) {
 /// The binary requests of one datagram (SASL cannot be on with UDP: nothing to prove).
 fn answer_binary(cx: &mut Context<'_>, mut body: &[u8], out: &mut Vec<u8>) {
     let parser = BinaryParser { max_item_bytes: cx.shared.settings.max_item_bytes, sasl: false };
-    let mut session = Session { authenticated: true, sasl_started: false };
+    let mut session = Session { authenticated: true, sasl_started: false, tenant: None };
     while !body.is_empty() {
         match parser.parse(body, true) {
             BinaryParse::Done { request, consumed } => {

@@ -1,5 +1,6 @@
 //! Commands about the server rather than items: `stats`, `flush_all`, `version`, `verbosity`,
-//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm` and `debugtime`.
+//! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm`, `curve`, `tenant_memlimit` and
+//! `debugtime`.
 
 use super::{push_u64, reply, reply_unless, Context, Flow, NO_CONNECTION};
 use crate::stats::{self, Counters};
@@ -15,7 +16,12 @@ pub fn flush_all(cx: &Context<'_>, delay: Option<i64>) -> bool {
     Counters::bump(&cx.counters.cmd_flush);
     // memcached's delayed flush takes effect a second early (its deadline is
     // `realtime(delay) - 1`): `flush_all 1` is immediate.
-    cx.shared.writer.flush(delay.map_or(0, |d| if d > 0 { d - 1 } else { d }));
+    let delay = delay.map_or(0, |d| if d > 0 { d - 1 } else { d });
+    // A connection bound to a tenant flushes that tenant's items only.
+    match cx.bound {
+        Some(t) => cx.shared.tenants.get(t).writer.flush(delay),
+        None => cx.shared.tenants.all().iter().for_each(|t| t.writer.flush(delay)),
+    }
     true
 }
 
@@ -29,6 +35,7 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             (Some(b"items"), None) => stats::items(shared, out),
             (Some(b"slabs"), None) => stats::slabs(shared, out),
             (Some(b"conns"), None) => stats::conns(shared, out),
+            (Some(b"tenants"), None) => stats::tenants(shared, out),
             (Some(b"reset"), None) => {
                 stats::reset(shared);
                 reply(out, b"RESET");
@@ -53,6 +60,15 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         Request::CacheMemlimit { megabytes, noreply } => {
             reply_unless(noreply, out, cache_memlimit(shared, megabytes));
         }
+        Request::TenantMemlimit { .. } if cx.bound.is_some() => {
+            reply(out, b"SERVER_ERROR a tenant's own connection cannot resize tenants")
+        }
+        Request::TenantMemlimit { tenant, bytes } => {
+            match shared.tenants.resize(tenant, bytes, shared.settings.region_bytes) {
+                Ok(()) => reply(out, b"OK"),
+                Err(why) => server_error(out, &why),
+            }
+        }
         Request::Quit => return Flow::Close,
         Request::Shutdown(mode) => {
             if !shared.settings.enable_shutdown {
@@ -66,17 +82,21 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         // A datagram proves nothing: with authentication on, the region is named only to an
         // authenticated connection (TCP and unix connections run no command before that).
         Request::Shm if cx.conn == NO_CONNECTION && shared.settings.auth_required() => reply(out, b"ERROR"),
-        Request::Shm => {
+        Request::Shm => match shared.tenants.local_tenant(cx.bound) {
             // SHM <region path> <cookie offset> <cookie>: a client that can open the path and
             // finds the cookie at the offset shares this server's memory (docs/PROTOCOL.md).
-            out.extend_from_slice(b"SHM ");
-            out.extend_from_slice(shared.writer.path().as_os_str().as_encoded_bytes());
-            out.push(b' ');
-            push_u64(out, shoal_region::layout::COOKIE_OFFSET as u64);
-            out.push(b' ');
-            push_u64(out, shared.writer.cookie());
-            out.extend_from_slice(b"\r\n");
-        }
+            Some(t) => {
+                let writer = &shared.tenants.get(t).writer;
+                out.extend_from_slice(b"SHM ");
+                out.extend_from_slice(writer.path().as_os_str().as_encoded_bytes());
+                out.push(b' ');
+                push_u64(out, shoal_region::layout::COOKIE_OFFSET as u64);
+                out.push(b' ');
+                push_u64(out, writer.cookie());
+                out.extend_from_slice(b"\r\n");
+            }
+            None => server_error(out, NO_LOCAL_TENANT),
+        },
         Request::Digest => match &shared.digest {
             // VALUE digest 0 <bytes> with the snapshot (shoal_route::digest's format), END.
             Some(digest) => {
@@ -92,9 +112,16 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
                 b"SERVER_ERROR digests are off: start the server with --digest-keys <expected keys>",
             ),
         },
-        Request::Curve => match &shared.curve {
+        Request::Curve(Some(name)) if shared.tenants.by_name(name).is_none() => {
+            server_error(out, &format!("no tenant named {}", String::from_utf8_lossy(name)))
+        }
+        Request::Curve(name) => match &name
+            .and_then(|n| shared.tenants.by_name(n))
+            .unwrap_or(shared.tenants.default_tenant())
+            .curve
+        {
             // STAT lines: the sampling rate, keys tracked, the step, then `hit_ratio <bytes>
-            // <ratio>` from 0 bytes up to the region's size; END.
+            // <ratio>` from 0 bytes up to the tenant's largest size; END.
             Some(curve) => {
                 let (points, rate, tracked) = curve.curve();
                 let mut text = format!(
@@ -111,16 +138,14 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         },
         Request::ShmHints(path) => {
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-            let registered = match cx.conn {
-                NO_CONNECTION => Err("hints need a connection".to_string()),
-                conn => shared.hints.register(conn, path),
+            let registered = match (cx.conn, shared.tenants.local_tenant(cx.bound)) {
+                (NO_CONNECTION, _) => Err("hints need a connection".to_string()),
+                (_, None) => Err(NO_LOCAL_TENANT.to_string()),
+                (conn, Some(tenant)) => shared.hints.register(conn, tenant, path),
             };
             match registered {
                 Ok(()) => reply(out, b"OK"),
-                Err(why) => {
-                    out.extend_from_slice(b"SERVER_ERROR ");
-                    reply(out, why.as_bytes());
-                }
+                Err(why) => server_error(out, &why),
             }
         }
         // memcached's answers: OK, the loading error, or TLS being off.
@@ -137,7 +162,7 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             } else if seconds < 0 {
                 reply(out, b"CLIENT_ERROR the clock only moves forward");
             } else {
-                shared.clock.advance(seconds as u32, &shared.writer);
+                shared.clock.advance(seconds as u32, &shared.tenants);
                 reply(out, b"OK");
             }
         }
@@ -152,6 +177,9 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
 /// memcached's hash table, is not counted. Shrinking evicts the oldest segments and gives
 /// their memory back; the region cannot grow past the size it was created with (`-m`).
 fn cache_memlimit(shared: &crate::server::Shared, megabytes: u32) -> &'static [u8] {
+    if shared.tenants.configured() {
+        return b"SERVER_ERROR with --tenants, size each tenant with tenant_memlimit <tenant> <bytes>";
+    }
     if megabytes < 8 {
         return b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m";
     }
@@ -159,11 +187,21 @@ fn cache_memlimit(shared: &crate::server::Shared, megabytes: u32) -> &'static [u
         return b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes";
     }
     let bytes = megabytes as usize * (1 << 20);
-    match shared.writer.set_limit(bytes) {
+    match shared.tenants.default_tenant().writer.set_limit(bytes) {
         Ok(_) => {
             shared.memlimit.store(bytes as u64, Ordering::Relaxed);
             b"OK"
         }
         Err(_) => b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust",
     }
+}
+
+/// Why `shm` names no region to a connection whose keys may be several tenants'.
+const NO_LOCAL_TENANT: &str =
+    "local reads need a connection bound to one tenant (its own listener or user): keys here go to tenants by prefix";
+
+/// Appends `SERVER_ERROR <why>`.
+fn server_error(out: &mut Vec<u8>, why: &str) {
+    out.extend_from_slice(b"SERVER_ERROR ");
+    reply(out, why.as_bytes());
 }

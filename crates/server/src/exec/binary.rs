@@ -151,7 +151,7 @@ fn store(cx: &mut Context<'_>, r: &BinaryRequest<'_>, s: &StoreRequest<'_>, out:
         StoreMode::Add => SetMode::Add,
         StoreMode::Replace => SetMode::Replace,
     };
-    let expiry = absolute_expiry(i64::from(s.exptime), cx.shared.writer.clock());
+    let expiry = absolute_expiry(i64::from(s.exptime), cx.region_clock());
     let fresh = NewItem { value: Value::Given, flags: s.flags, expiry, cas: None, marks: Marks::default() };
     let op = StoreOp { mode, cas: r.cas, fresh, vivify: None, invalidate: false };
     match store_op(cx, s.key, s.value, &op) {
@@ -194,7 +194,7 @@ fn delete(cx: &mut Context<'_>, r: &BinaryRequest<'_>, key: &[u8], out: &mut Vec
 }
 
 fn arith(cx: &mut Context<'_>, r: &BinaryRequest<'_>, a: &ArithRequest<'_>, out: &mut Vec<u8>) {
-    let now = cx.shared.writer.clock();
+    let now = cx.region_clock();
     // A created counter expires as its request says; an incremented one keeps its expiry.
     let expiry =
         |created: bool, old: u32| if created { touch_expiry(i64::from(a.exptime), now) } else { old };
@@ -265,14 +265,17 @@ fn sasl(
         }
     }
     let users = &cx.shared.sasl_users;
-    let ok = known
-        && session.sasl_started
-        && parse_plain(data).is_some_and(|p| {
-            (p.authzid.is_empty() || p.authzid == p.user) && users.check(p.user, p.password)
-        });
+    let user = parse_plain(data)
+        .filter(|p| {
+            known
+                && session.sasl_started
+                && (p.authzid.is_empty() || p.authzid == p.user)
+                && users.check(p.user, p.password)
+        })
+        .map(|p| p.user);
     Counters::bump(&c.auth_cmds);
-    if ok {
-        session.authenticated = true;
+    if let Some(user) = user {
+        session.sign_in(user, &cx.shared.tenants);
         success(out, r, b"Authenticated", 0);
     } else {
         Counters::bump(&c.auth_errors);

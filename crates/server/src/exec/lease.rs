@@ -88,7 +88,7 @@ fn value_line(out: &mut Vec<u8>, kind: &[u8], key: &[u8], token: Option<u64>, fl
 /// The slow path of `lease-get`: hands out the key's token or a hot miss in one atomic step
 /// (the value, stale or not, lands in `cx.value`). `None` if the region is out of memory.
 fn lease(cx: &mut Context<'_>, key: &[u8]) -> Option<Lease> {
-    let writer = &cx.shared.writer;
+    let writer = cx.writer(key);
     let until = writer.clock().saturating_add(cx.shared.settings.lease_ttl);
     let value = &mut cx.value;
     let result = writer.update(key, &[], true, |current| {
@@ -141,7 +141,7 @@ enum LeaseSet {
 /// `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
 pub fn set(cx: &mut Context<'_>, s: &Store<'_>, token: u64, out: &mut Vec<u8>) {
     let c = cx.counters;
-    let writer = &cx.shared.writer;
+    let writer = cx.writer(s.key);
     let expiry = absolute_expiry(s.exptime, writer.clock());
     let value = NewItem { value: Value::Given, flags: s.flags, expiry, cas: None, marks: Marks::default() };
     let result = writer.update(s.key, s.data, false, |current| match current {
@@ -167,7 +167,7 @@ pub fn set(cx: &mut Context<'_>, s: &Store<'_>, token: u64, out: &mut Vec<u8>) {
 /// Either way the key gets a new CAS, so outstanding tokens are void. True if a value was
 /// deleted (a lease record does not count).
 pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32) -> Result<bool, OpError> {
-    let writer = &cx.shared.writer;
+    let writer = cx.writer(key);
     let now = writer.clock();
     let stale_until = now.saturating_add(cx.shared.settings.stale_ttl);
     let hold_marks = |binary_key| Marks { hidden: true, binary_key, ..Marks::default() };

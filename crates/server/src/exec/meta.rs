@@ -124,7 +124,7 @@ fn ttl_out(out: &mut Vec<u8>, expiry: u32, now: u32) {
 fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let f = &m.flags;
     let c = cx.counters;
-    let now = cx.shared.writer.clock();
+    let now = cx.region_clock();
     let bump = !f.has(b'u');
     let changes = f.ttl.is_some() || f.vivify.is_some() || f.recache.is_some();
     let mut found = if changes {
@@ -205,7 +205,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
 /// `mg` with `T`, `N` or `R`, or on a stale item: reads and changes the item in one step.
 fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump: bool) -> Option<Found> {
     let f = &m.flags;
-    let writer = &cx.shared.writer;
+    let writer = cx.writer(key);
     let value = &mut cx.value;
     // Only `N` sees a lease record: to win it, or to learn that the lease is taken.
     let result =
@@ -323,8 +323,10 @@ pub(crate) fn store_op(
     op: &StoreOp,
 ) -> Result<(SetResult, Option<u64>), OpError> {
     let c = cx.counters;
-    let writer = &cx.shared.writer;
+    let (tenant, writer) = cx.tenant(key);
+    let writer = &writer.writer;
     Counters::bump(&c.cmd_set);
+    Counters::bump(&cx.tenant_counters[tenant].cmd_set);
     let (mode, req_cas, fresh) = (op.mode, op.cas, &op.fresh);
     let now = writer.clock();
     let concat = matches!(mode, SetMode::Append | SetMode::Prepend);
@@ -398,7 +400,7 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let fresh = NewItem {
         value: Value::Given,
         flags: f.client_flags.unwrap_or(0),
-        expiry: absolute_expiry(f.ttl.unwrap_or(0), cx.shared.writer.clock()),
+        expiry: absolute_expiry(f.ttl.unwrap_or(0), cx.region_clock()),
         cas: f.new_cas,
         marks: Marks { binary_key: f.has(b'b'), ..Marks::default() },
     };
@@ -452,8 +454,9 @@ pub(crate) struct DeleteOp {
 /// Carries out a delete, counting it.
 pub(crate) fn delete_op(cx: &Context<'_>, key: &[u8], op: DeleteOp) -> Result<DeleteResult, OpError> {
     let c = cx.counters;
-    let writer = &cx.shared.writer;
-    if let Some(curve) = &cx.shared.curve {
+    let (_, tenant) = cx.tenant(key);
+    let writer = &tenant.writer;
+    if let Some(curve) = &tenant.curve {
         curve.remove(key);
     }
     let now = writer.clock();
@@ -540,7 +543,7 @@ pub(crate) fn arith_op(
     op: &ArithOp<'_>,
 ) -> Result<(ArithResult, Option<u64>), OpError> {
     let c = cx.counters;
-    let result = cx.shared.writer.update(key, &[], true, |current| {
+    let result = cx.writer(key).update(key, &[], true, |current| {
         let Some(cur) = visible(current) else {
             let Some(n) = op.initial else { return (Change::Keep, ArithResult::NotFound) };
             let item = NewItem {
@@ -577,7 +580,7 @@ pub(crate) fn arith_op(
 
 fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let f = &m.flags;
-    let now = cx.shared.writer.clock();
+    let now = cx.region_clock();
     let expiry = |created, expiry| TtlWalk { flags: f, created, now, expiry }.last(m);
     let op = ArithOp {
         incr: !matches!(f.mode, Some(b'D' | b'd' | b'-')),
@@ -635,7 +638,7 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
 /// `me <key>`: what memcached prints about an item, in its format. `cls` is always 1 (no
 /// slab classes) and `size` is the item's size in its segment.
 fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
-    let now = cx.shared.writer.clock();
+    let now = cx.region_clock();
     let Some(info) = cx.lookup(key, false) else {
         reply(out, b"EN");
         return;

@@ -15,8 +15,9 @@ pub mod text;
 
 use crate::server::Shared;
 use crate::stats::Counters;
+use crate::tenants::{Tenant, TenantCounters};
 use shoal_proto::{decode_base64, Forget, Request, ShutdownMode, KEY_MAX};
-use shoal_region::OpError;
+use shoal_region::{OpError, Writer};
 
 /// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,10 @@ pub enum Flow {
 pub struct Context<'a> {
     pub shared: &'a Shared,
     pub counters: &'a Counters,
+    /// This worker's counters of each tenant.
+    pub tenant_counters: &'a [TenantCounters],
+    /// The tenant the connection being served is bound to (by its listener or user), if any.
+    pub bound: Option<usize>,
     /// Reused for every value read, so a get allocates nothing once warm.
     pub value: Vec<u8>,
     /// The connection whose requests are executed ([`NO_CONNECTION`] for UDP).
@@ -43,9 +48,35 @@ pub struct Context<'a> {
 pub const NO_CONNECTION: u64 = u64::MAX;
 
 impl<'a> Context<'a> {
-    /// A context for one worker thread.
-    pub fn new(shared: &'a Shared, counters: &'a Counters) -> Self {
-        Context { shared, counters, value: Vec::new(), conn: NO_CONNECTION }
+    /// A context for one worker thread, counting in row `row` of the server's counters.
+    pub fn new(shared: &'a Shared, row: usize) -> Self {
+        Context {
+            shared,
+            counters: &shared.counters[row],
+            tenant_counters: &shared.tenant_counters[row],
+            bound: None,
+            value: Vec::new(),
+            conn: NO_CONNECTION,
+        }
+    }
+
+    /// The tenant whose `key` it is, by index (for its counters) and itself.
+    #[inline]
+    pub fn tenant(&self, key: &[u8]) -> (usize, &'a Tenant) {
+        let i = self.shared.tenants.of_key(self.bound, key);
+        (i, self.shared.tenants.get(i))
+    }
+
+    /// The region that holds `key`.
+    #[inline]
+    pub fn writer(&self, key: &[u8]) -> &'a Writer {
+        &self.tenant(key).1.writer
+    }
+
+    /// The server clock the regions judge expiry by.
+    #[inline]
+    pub fn region_clock(&self) -> u32 {
+        self.shared.tenants.clock()
     }
 
     /// Executes one request, appending its answer (if any) to `out`.
@@ -82,7 +113,7 @@ impl<'a> Context<'a> {
         let mut scratch = [0u8; KEY_MAX];
         let key =
             if base64 { decode_base64(key, &mut scratch).map_or(&[][..], |n| &scratch[..n]) } else { key };
-        let _ = self.shared.writer.delete(key);
+        let _ = self.writer(key).delete(key);
     }
 
     /// Checks an ascii authentication token (`-Y`), answering as memcached does; true if it

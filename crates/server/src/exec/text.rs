@@ -3,7 +3,6 @@
 
 use super::{push_u64, reply, reply_unless, store_error, Context};
 use crate::config::Settings;
-use crate::server::Shared;
 use crate::stats::Counters;
 use shoal_proto::{Get, Store, StoreCmd};
 use shoal_region::{
@@ -14,14 +13,18 @@ impl Context<'_> {
     /// Looks a key up for a read, counting the kind of miss; the value lands in `self.value`.
     /// `bump: false` leaves the item's read state alone (meta's `u`).
     pub(crate) fn lookup(&mut self, key: &[u8], bump: bool) -> Option<ItemInfo> {
-        read_counted(self.shared, self.counters, key, bump, &mut self.value)
+        let mut value = std::mem::take(&mut self.value);
+        let found = read_counted(self, key, bump, &mut value);
+        self.value = value;
+        found
     }
 
     /// Reads a key and sets its expiry (`gat`, meta `T`); the value lands in `self.value`.
     pub(crate) fn lookup_and_touch(&mut self, key: &[u8], exptime: i64) -> Option<ItemInfo> {
-        let expiry = touch_expiry(exptime, self.shared.writer.clock());
+        let expiry = touch_expiry(exptime, self.region_clock());
+        let writer = self.writer(key);
         let value = &mut self.value;
-        let result = self.shared.writer.update(key, &[], true, |current| match visible(current) {
+        let result = writer.update(key, &[], true, |current| match visible(current) {
             Some(c) => {
                 value.clear();
                 value.extend_from_slice(c.value);
@@ -34,16 +37,12 @@ impl Context<'_> {
     }
 }
 
-/// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count).
-fn read_counted(
-    shared: &Shared,
-    c: &Counters,
-    key: &[u8],
-    bump: bool,
-    sink: &mut dyn ValueSink,
-) -> Option<ItemInfo> {
-    let found = shared.writer.read(key, sink, bump);
-    if let Some(curve) = &shared.curve {
+/// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count) and,
+/// for a read that counts as an access (`bump`), the tenant's get and its hit or miss.
+fn read_counted(cx: &Context<'_>, key: &[u8], bump: bool, sink: &mut dyn ValueSink) -> Option<ItemInfo> {
+    let (i, tenant) = cx.tenant(key);
+    let found = tenant.writer.read(key, sink, bump);
+    if let Some(curve) = &tenant.curve {
         let size = match &found {
             Ok(Lookup::Hit(info)) => {
                 (key.len() + info.value_len + shoal_region::layout::ITEM_HEADER_BYTES) as u64
@@ -52,6 +51,12 @@ fn read_counted(
         };
         curve.access(key, size);
     }
+    if bump {
+        let mine = &cx.tenant_counters[i];
+        Counters::bump(&mine.cmd_get);
+        Counters::bump(if matches!(found, Ok(Lookup::Hit(_))) { &mine.get_hits } else { &mine.get_misses });
+    }
+    let c = cx.counters;
     match found {
         Ok(Lookup::Hit(info)) => Some(info),
         Ok(Lookup::Expired) => {
@@ -118,17 +123,16 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
     let c = cx.counters;
     // Loading the index buckets of keys several ahead, and the items of keys a few ahead, lets
     // their memory misses overlap instead of queueing (a single key has nothing to overlap).
-    let writer = &cx.shared.writer;
     let mut index_ahead = get.keys.clone().skip(1);
     let mut items_ahead = get.keys.clone().skip(1);
-    index_ahead.by_ref().take(INDEX_AHEAD).for_each(|key| writer.prefetch_index(key));
-    items_ahead.by_ref().take(ITEMS_AHEAD).for_each(|key| writer.prefetch_item(key));
+    index_ahead.by_ref().take(INDEX_AHEAD).for_each(|key| cx.writer(key).prefetch_index(key));
+    items_ahead.by_ref().take(ITEMS_AHEAD).for_each(|key| cx.writer(key).prefetch_item(key));
     for key in get.keys {
         if let Some(next) = index_ahead.next() {
-            writer.prefetch_index(next);
+            cx.writer(next).prefetch_index(next);
         }
         if let Some(next) = items_ahead.next() {
-            writer.prefetch_item(next);
+            cx.writer(next).prefetch_item(next);
         }
         let start = out.len();
         let mut block = ValueBlock { out, start, key, cas: get.cas.then_some(&cx.shared.settings) };
@@ -144,7 +148,7 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
             }
             None => {
                 Counters::bump(&c.cmd_get);
-                let hit = read_counted(cx.shared, c, key, true, &mut block).is_some();
+                let hit = read_counted(cx, key, true, &mut block).is_some();
                 Counters::bump(if hit { &c.get_hits } else { &c.get_misses });
                 hit
             }
@@ -157,8 +161,10 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
 /// The storage commands.
 pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
     let (c, shared) = (cx.counters, cx.shared);
-    let w = &shared.writer;
+    let (tenant, w) = cx.tenant(s.key);
+    let w = &w.writer;
     Counters::bump(&c.cmd_set);
+    Counters::bump(&cx.tenant_counters[tenant].cmd_set);
     let result = match s.cmd {
         StoreCmd::Set => w.set(s.key, s.data, s.flags, s.exptime),
         StoreCmd::Add => w.add(s.key, s.data, s.flags, s.exptime),
@@ -200,7 +206,7 @@ pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32, noreply: bool, out: &
     let result = if hold > 0 || cx.shared.settings.stale_ttl > 0 {
         super::lease::delete(cx, key, hold)
     } else {
-        cx.shared.writer.delete(key)
+        cx.writer(key).delete(key)
     };
     let answer: &[u8] = match result {
         Ok(true) => {
@@ -219,7 +225,7 @@ pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32, noreply: bool, out: &
 /// `incr`/`decr <key> <delta>`.
 pub fn arith(cx: &mut Context<'_>, incr: bool, key: &[u8], delta: u64, noreply: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
-    let w = &cx.shared.writer;
+    let w = cx.writer(key);
     let result = if incr { w.incr(key, delta) } else { w.decr(key, delta) };
     let (hits, misses) = if incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
     if noreply {
@@ -250,7 +256,7 @@ pub fn arith(cx: &mut Context<'_>, incr: bool, key: &[u8], delta: u64, noreply: 
 pub fn touch(cx: &mut Context<'_>, key: &[u8], exptime: i64, noreply: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
     Counters::bump(&c.cmd_touch);
-    let answer: &[u8] = match cx.shared.writer.touch(key, exptime) {
+    let answer: &[u8] = match cx.writer(key).touch(key, exptime) {
         Ok(true) => {
             Counters::bump(&c.touch_hits);
             b"TOUCHED"
