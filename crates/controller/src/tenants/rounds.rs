@@ -3,7 +3,9 @@
 //!
 //! A server that is down or answers garbage is logged and skipped; the others go on. A resize
 //! the server refuses undoes the round's resizes on that server (it stays at the plan in force)
-//! and the refused plan is not tried again as is for [`RETRY_AFTER_ROUNDS`] rounds.
+//! and no plan is applied to that server for the next [`RETRY_AFTER_ROUNDS`] rounds: every
+//! attempt shrinks a tenant first, and a shrink evicts, so a refusal that persists must not
+//! cost items every round.
 
 use super::control::{self, Counters, Mode, Proposal};
 use super::poll::{Connection, ServerError, TenantStats};
@@ -13,8 +15,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Rounds before a plan a server refused is tried again unchanged.
-pub const RETRY_AFTER_ROUNDS: u64 = 10;
+/// Rounds after a refusal before a plan is applied to that server again.
+pub const RETRY_AFTER_ROUNDS: u64 = 5;
 
 /// How the controller plans and acts.
 #[derive(Debug, Clone, Copy)]
@@ -136,9 +138,9 @@ impl Controller {
             return self.changes(i, &tenants, &proposal, "planned");
         }
         if let Some(refused) = &self.servers[i].refused {
-            if refused.sizes == proposal.sizes && self.round < refused.round + RETRY_AFTER_ROUNDS {
+            if self.round < refused.round + RETRY_AFTER_ROUNDS {
                 let why = format!(
-                    "the same plan was refused in round {} ({}); tried again from round {}",
+                    "a plan was refused in round {} ({}); plans are applied again from round {}",
                     refused.round,
                     refused.reason,
                     refused.round + RETRY_AFTER_ROUNDS
@@ -255,7 +257,7 @@ impl Controller {
                     events.push(self.resize_event(i, tenant, size, "refused", why));
                     self.servers[i].refused = Some(Refusal {
                         sizes: proposal.sizes.clone(),
-                        reason: e.to_string(),
+                        reason: e.reason().to_string(),
                         round: self.round,
                     });
                     // Undo in reverse: the grows applied shrink back first, then the shrinks grow.

@@ -117,7 +117,7 @@ impl TenantState {
     }
 }
 
-/// A plan a server refused: not tried again as is for a while.
+/// A plan a server refused: nothing is applied to it for a few rounds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
     /// The sizes refused.
