@@ -109,7 +109,7 @@ mod tests {
     #[test]
     fn the_dashboard_is_self_contained() {
         assert!(DASHBOARD.contains("/api/state"));
-        for outside in ["<script src", "<link", "http://", "https://", "@import"] {
+        for outside in ["<script src", "stylesheet", "http://", "https://", "@import", "url("] {
             assert!(!DASHBOARD.contains(outside), "the page loads nothing from elsewhere ({outside})");
         }
     }

@@ -108,7 +108,7 @@ impl Controller {
         };
         let measured = self.update(i, stats, curves);
         if !measured {
-            let why = "measuring: request rates need two readings (first round, a restart or a new tenant)";
+            let why = "request rates need two readings (first round, a restart or a new tenant)";
             return vec![self.event(i, None, "measuring", why.into())];
         }
         let server = &self.servers[i];
@@ -128,7 +128,7 @@ impl Controller {
         }
         if proposal.kept {
             let why = match proposal.reasons.first() {
-                Some(r) if r.starts_with("kept") => r.clone(),
+                Some(r) if r.starts_with("kept: ") => r["kept: ".len()..].to_string(),
                 _ => "the plan is the sizes in force".into(),
             };
             let why = format!("{why} ({:.1} weighted hits/s)", proposal.objective_now);
