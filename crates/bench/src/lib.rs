@@ -12,6 +12,8 @@
 //! - `shoal bench latency` ([`latency`]): one client read through shared memory vs TCP.
 //! - `shoal bench pool` ([`pool`]): a multiget across a pool, parallel vs one server at a time.
 //! - `shoal bench ycsb` ([`ycsb`]): the Nahanni paper's look-aside experiment (ATRL).
+//! - `shoal bench tenants` ([`tenants`]): several tenants' look-aside traffic, hit ratio per
+//!   tenant over time, and offline the exact curves and optimum partition (issue 16).
 //!
 //! ```text
 //!  options ─► KeySpace, KeyChooser (uniform | zipf | latest), ValueSize
@@ -42,6 +44,7 @@ pub mod random;
 pub mod shm_load;
 pub mod tally;
 pub mod target;
+pub mod tenants;
 pub mod tls;
 pub mod workload;
 pub mod ycsb;
@@ -74,6 +77,9 @@ enum BenchCommand {
     /// How evenly each placement spreads keys and requests over n of N servers (Proteus vs
     /// ketama, jump, modulo), and the Proteus digest's size and false-positive rate.
     Balance(balance::BalanceOptions),
+    /// Several tenants' look-aside traffic against one server (`--tenants`), hit ratio per
+    /// tenant over time; or, offline, exact LRU curves and the optimum partition.
+    Tenants(tenants::TenantsOptions),
 }
 
 /// Runs a `shoal bench` subcommand and prints its report on stdout, as text or (`--json`) JSON.
@@ -85,6 +91,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         BenchCommand::Pool(o) => pool::run_pool_bench(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Ycsb(o) => ycsb::run_ycsb(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
         BenchCommand::Balance(o) => balance::run_balance(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
+        BenchCommand::Tenants(o) => tenants::run_tenants(&o).map(|r| (r.to_string(), r.to_json(), o.json))?,
     };
     if as_json {
         println!("{json:#}");
