@@ -19,7 +19,7 @@ export SHOAL_STRESS_SECS="${SHOAL_STRESS_SECS:-60}"
 export SHOAL_FUZZ_SECS="${SHOAL_FUZZ_SECS:-30}"
 
 step "test dependencies: Debian packages, Python packages (tests/requirements.txt)"
-debs=(memcached libmemcached-tools libmemcached-dev zlib1g-dev libsasl2-modules nutcracker postgresql openssl)
+debs=(memcached libmemcached-tools libmemcached-dev zlib1g-dev libsasl2-modules nutcracker postgresql openssl chromium chromium-driver)
 missing=()
 for deb in "${debs[@]}"; do
   status="$(dpkg-query -W -f='${Status}' "$deb" 2>/dev/null || true)"

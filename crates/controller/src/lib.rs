@@ -1,7 +1,7 @@
 //! # shoal-controller: Shoal's control plane
 //!
-//! Owns the daemons that change a cluster's shape while it serves (DESIGN §8). Today that is
-//! the **provisioner** (`shoal provision`, Proteus): it follows a load signal and turns the
+//! Owns the daemons that change a cluster's shape while it serves (DESIGN §8). The
+//! **provisioner** (`shoal provision`, Proteus): it follows a load signal and turns the
 //! servers of a power-proportional pool on and off, one at a time, in the pool's fixed order,
 //! announcing each transition to the routers through their configuration files.
 //!
@@ -21,5 +21,16 @@
 //! One transition at a time, and never from a half-known state: the state file is written
 //! before anything is announced, and a provisioner that restarts resumes the transition it
 //! finds there.
+//!
+//! The **tenant controller** (`shoal controller`, [`tenants`], Moirai) sizes the tenants of
+//! every server from their hit-ratio curves:
+//!
+//! ```text
+//!  stats tenants + curve <t> ──► rates ──► shoal_curves::plan (goal, hysteresis) ──► sizes
+//!        ▲                                                                          │
+//!        └──────── next round ◄── tenant_memlimit: shrinks, then grows ◄────────────┘
+//!  decisions ──► log (text / --json) and --http: dashboard, /api/state, /metrics
+//! ```
 
 pub mod provision;
+pub mod tenants;

@@ -9,7 +9,8 @@
 //!    weighted by its request rate (goal: global hit ratio) or by rate × priority (goal:
 //!    priorities), up to each maximum. On concave curves this greedy is optimal (tested
 //!    against [`optimum`]); the hull makes it so for the rest, as mixing two sizes would.
-//! 4. Hysteresis: the previous plan stays unless the new one is better by more than a fraction.
+//! 4. Hysteresis: the previous plan stays unless the new one is better by more than a fraction,
+//!    or meets a hit-ratio objective the previous one misses.
 
 use crate::curve::HitRatioCurve;
 
@@ -160,7 +161,15 @@ pub fn plan(tenants: &[Tenant], config: &PlanConfig, previous: Option<&Plan>) ->
             if old.sizes.len() == tenants.len() && old.sizes.iter().sum::<u64>() <= config.total_bytes =>
         {
             let kept = objective(tenants, &old.sizes, config.goal);
-            if fresh.objective <= kept * (1.0 + config.hysteresis) {
+            // An objective the new plan meets and the old one misses is worth any loss of hits.
+            let meets = |sizes: &[u64], t: &Tenant, i: usize| {
+                t.slo_hit_ratio.is_some_and(|target| t.curve.hit_ratio(sizes[i]) >= target)
+            };
+            let meets_more = tenants
+                .iter()
+                .enumerate()
+                .any(|(i, t)| meets(&fresh.sizes, t, i) && !meets(&old.sizes, t, i));
+            if !meets_more && fresh.objective <= kept * (1.0 + config.hysteresis) {
                 let why = format!(
                     "kept: the new plan gains {:.3}% (hysteresis {:.3}%)",
                     (fresh.objective / kept.max(f64::MIN_POSITIVE) - 1.0) * 100.0,
@@ -335,8 +344,12 @@ mod tests {
         let again = plan(&[a.clone(), slightly], &settings, Some(&first));
         assert_eq!(again.sizes, first.sizes);
         assert!(again.reasons[0].starts_with("kept"), "{:?}", again.reasons);
-        let much = Tenant { requests_per_second: 10_000.0, ..b };
-        let moved = plan(&[a, much], &settings, Some(&first));
+        let much = Tenant { requests_per_second: 10_000.0, ..b.clone() };
+        let moved = plan(&[a.clone(), much], &settings, Some(&first));
         assert_ne!(moved.sizes, first.sizes, "a large change moves memory");
+        // An objective the previous plan misses moves memory even at a loss of hits.
+        let demanding = Tenant { slo_hit_ratio: Some(b.curve.hit_ratio(first.sizes[1] + MIB)), ..b };
+        let met = plan(&[a, demanding], &PlanConfig { hysteresis: 0.5, ..settings }, Some(&first));
+        assert!(met.sizes[1] > first.sizes[1], "{first:?} {met:?}");
     }
 }

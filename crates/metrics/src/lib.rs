@@ -32,8 +32,24 @@ where
     P: Fn(&str) -> Option<Page> + Send + 'static,
     A: Fn() -> bool + Send + 'static,
 {
+    spawn_for("--metrics-listen", address, not_found, page, alive)
+}
+
+/// [`spawn`] for an address given by the option `flag` (named in the error when it cannot
+/// listen there).
+pub fn spawn_for<P, A>(
+    flag: &str,
+    address: &str,
+    not_found: &'static str,
+    page: P,
+    alive: A,
+) -> Result<std::thread::JoinHandle<()>, String>
+where
+    P: Fn(&str) -> Option<Page> + Send + 'static,
+    A: Fn() -> bool + Send + 'static,
+{
     let http = tiny_http::Server::http(address)
-        .map_err(|e| format!("--metrics-listen {address}: cannot listen there ({e})"))?;
+        .map_err(|e| format!("{flag} {address}: cannot listen there ({e})"))?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || loop {

@@ -7,6 +7,7 @@
 //! shoal region create|info|set|get|bench ──► shoal_region::{Writer, Reader}
 //! shoal mr run|worker|info|apps ──► shoal_mapreduce::{Coordinator, Worker}
 //! shoal provision ──► shoal_controller::provision
+//! shoal controller ──► shoal_controller::tenants
 //! ```
 
 mod bench;
@@ -46,6 +47,8 @@ enum Command {
     /// Turn a Proteus pool's servers on and off with the load, announcing each transition to
     /// the routers.
     Provision(shoal_controller::provision::ProvisionArgs),
+    /// Size every server's tenants from their hit-ratio curves (Moirai), with a live dashboard.
+    Controller(shoal_controller::tenants::ControllerArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Mr(args) => mr_cmd::run(args),
         Command::Route(args) => route_cmd::run(args),
         Command::Provision(args) => shoal_controller::provision::run(args),
+        Command::Controller(args) => shoal_controller::tenants::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

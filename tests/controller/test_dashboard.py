@@ -1,0 +1,133 @@
+"""The controller's dashboard in a real browser: Debian's chromium, headless, driven by Selenium
+through chromedriver. A `shoal server --tenants` and a `shoal controller --http` run on loopback;
+the page must load, show every tenant, and move when a tenant's size changes.
+
+The controller runs with --dry-run so the only resize is the test's own `tenant_memlimit`: what
+the page shows must follow the server, whoever changed it.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from harness import SHOAL, Server, free_port
+
+MIB = 1 << 20
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def command(server, line):
+    """One command line to `server` and its one-line answer."""
+    with server.connect() as s:
+        s.sendall(line.encode() + b"\r\n")
+        answer = b""
+        while not answer.endswith(b"\r\n"):
+            chunk = s.recv(4096)
+            assert chunk, f"closed after {answer!r}"
+            answer += chunk
+        return answer.decode().strip()
+
+
+@pytest.fixture
+def cluster():
+    """A server with tenants web (16 MiB) and batch (16 MiB), and a controller serving its
+    dashboard; yields (server, dashboard URL)."""
+    scratch = Path(tempfile.mkdtemp(prefix="shoal-dashboard-", dir="/dev/shm"))
+    tenants = scratch / "tenants.toml"
+    text = 'default = "web"\n'
+    for name, slo in (("web", 0.8), ("batch", 0)):
+        text += (f'[[tenant]]\nname = "{name}"\nprefixes = ["{name}:"]\nregion = "{scratch}/{name}.region"\n'
+                 f"min_mb = 2\nmax_mb = 28\nsize_mb = 16\n")
+        if slo:
+            text += f"slo_hit_ratio = {slo}\n"
+    tenants.write_text(text)
+    http = f"127.0.0.1:{free_port()}"
+    with Server.shoal("--tenants", str(tenants), memory_mb=32) as server:
+        controller = subprocess.Popen(
+            [str(SHOAL), "controller", "--server", f"127.0.0.1:{server.port}", "--interval", "500ms",
+             "--dry-run", "--goal", "slo", "--http", http],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://{http}/"
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    state = json.load(urllib.request.urlopen(url + "api/state", timeout=2))
+                    if state["round"] >= 1:
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, "the controller's --http does not answer"
+                time.sleep(0.1)
+            yield server, url
+        finally:
+            controller.kill()
+            controller.wait()
+            for path in scratch.iterdir():
+                path.unlink()
+            scratch.rmdir()
+
+
+@pytest.fixture
+def browser():
+    for path in (CHROMIUM, CHROMEDRIVER):
+        assert os.path.exists(path), f"{path} is missing: apt-get install chromium chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def tenant_sizes(driver):
+    """Each tenant card's displayed size: {name: bytes}."""
+    cards = driver.find_elements(By.CSS_SELECTOR, "article.tenant[data-tenant]")
+    return {c.get_attribute("data-tenant"): int(c.get_attribute("data-size-bytes")) for c in cards}
+
+
+def test_the_dashboard_shows_every_tenant_and_follows_a_resize(cluster, browser):
+    server, url = cluster
+    browser.get(url)
+    wait = WebDriverWait(browser, 15, poll_frequency=0.1)
+    wait.until(lambda d: set(tenant_sizes(d)) == {"web", "batch"})
+    assert tenant_sizes(browser) == {"web": 16 * MIB, "batch": 16 * MIB}
+    web = browser.find_element(By.CSS_SELECTOR, 'article[data-tenant="web"]')
+    assert web.find_element(By.CSS_SELECTOR, ".size").text == "16.0 MiB"
+    assert web.find_elements(By.CSS_SELECTOR, "svg.curve-chart polyline.curve"), "the curve is drawn"
+    assert web.find_elements(By.CSS_SELECTOR, "svg.history-chart"), "the hit ratio over time is drawn"
+    slo = web.find_element(By.CSS_SELECTOR, ".slo")
+    assert slo.get_attribute("data-slo-state") in ("unknown", "met", "unmet") and "80.0 %" in slo.text
+    batch = browser.find_element(By.CSS_SELECTOR, 'article[data-tenant="batch"] .slo')
+    assert batch.get_attribute("data-slo-state") == "none"
+
+    # The server resizes (shrink first, so the sum stays within its memory); the page follows.
+    assert command(server, f"tenant_memlimit batch {8 * MIB}") == "OK"
+    assert command(server, f"tenant_memlimit web {24 * MIB}") == "OK"
+    wait.until(lambda d: tenant_sizes(d) == {"web": 24 * MIB, "batch": 8 * MIB})
+    web = browser.find_element(By.CSS_SELECTOR, 'article[data-tenant="web"]')
+    assert web.find_element(By.CSS_SELECTOR, ".size").text == "24.0 MiB"
+    mark = web.find_element(By.CSS_SELECTOR, 'svg.curve-chart line[data-mark="current"]')
+    assert int(mark.get_attribute("data-bytes")) == 24 * MIB, "the curve's size mark moved"
+
+    shot = Path(tempfile.mkdtemp(prefix="shoal-dashboard-shot-")) / "dashboard.png"
+    assert browser.save_screenshot(str(shot))
+    data = shot.read_bytes()
+    assert len(data) > 1000 and data.startswith(b"\x89PNG"), "a non-empty PNG"
+    shot.unlink()
+    shot.parent.rmdir()
