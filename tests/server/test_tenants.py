@@ -49,7 +49,7 @@ def hits(sock, keys):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[[tenant]]\nname = \"a\"\npolicy = \"random\"\n", "line 1: tenant \"a\": unknown policy \"random\""),
+    ("[[tenant]]\nname = \"a\"\npolicy = \"random\"\n", "line 1: tenant \"a\": unknown eviction policy \"random\": use one of fifo, lru"),
     ("[[tenant]]\nname = \"a\"\nprefixes = [\"a:\"]\n[[tenant]]\nname = \"b\"\nprefixes = [\"a:b\"]\n",
      "line 4: prefix \"a:b\" of tenant \"b\" overlaps prefix \"a:\" of tenant \"a\""),
     ("[[tenant]]\nname = \"a\"\nsize_mb = 40\n[[tenant]]\nname = \"b\"\nsize_mb = 40\n",

@@ -51,6 +51,14 @@ impl CurveTracker {
         self.threshold.store(shards.threshold(), Ordering::Relaxed);
     }
 
+    /// `key` was stored with an item of `size` bytes (not a reference: see
+    /// [`Shards::stored`]).
+    pub fn stored(&self, key: &[u8], size: u64) {
+        if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {
+            self.shards.lock().unwrap_or_else(|p| p.into_inner()).stored(key, size);
+        }
+    }
+
     /// `key` was deleted.
     pub fn remove(&self, key: &[u8]) {
         if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {

@@ -323,8 +323,11 @@ pub(crate) fn store_op(
     op: &StoreOp,
 ) -> Result<(SetResult, Option<u64>), OpError> {
     let c = cx.counters;
-    let (tenant, writer) = cx.tenant(key);
-    let writer = &writer.writer;
+    let (tenant, t) = cx.tenant(key);
+    let writer = &t.writer;
+    if let Some(curve) = &t.curve {
+        curve.stored(key, (key.len() + data.len() + shoal_region::layout::ITEM_HEADER_BYTES) as u64);
+    }
     Counters::bump(&c.cmd_set);
     Counters::bump(&cx.tenant_counters[tenant].cmd_set);
     let (mode, req_cas, fresh) = (op.mode, op.cas, &op.fresh);

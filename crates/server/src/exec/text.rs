@@ -161,8 +161,11 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
 /// The storage commands.
 pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
     let (c, shared) = (cx.counters, cx.shared);
-    let (tenant, w) = cx.tenant(s.key);
-    let w = &w.writer;
+    let (tenant, t) = cx.tenant(s.key);
+    let w = &t.writer;
+    if let Some(curve) = &t.curve {
+        curve.stored(s.key, (s.key.len() + s.data.len() + shoal_region::layout::ITEM_HEADER_BYTES) as u64);
+    }
     Counters::bump(&c.cmd_set);
     Counters::bump(&cx.tenant_counters[tenant].cmd_set);
     let result = match s.cmd {

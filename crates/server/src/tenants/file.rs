@@ -31,7 +31,8 @@ pub struct TenantSpec {
     pub priority: f64,
     /// The hit ratio its service-level objective asks for (a latency goal is turned into one).
     pub slo_hit_ratio: Option<f64>,
-    pub policy: Policy,
+    /// How its partition evicts (`fifo` unless the file says).
+    pub policy: shoal_region::Eviction,
 }
 
 /// A listener a tenant has to itself.
@@ -51,33 +52,6 @@ pub enum Listen {
 pub struct TenantsFile {
     pub tenants: Vec<TenantSpec>,
     pub default: Option<usize>,
-}
-
-/// How a tenant's partition evicts (the region's policies; `fifo` unless the file says).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    Fifo,
-    Lru,
-}
-
-impl std::str::FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Policy, String> {
-        match s {
-            "fifo" => Ok(Policy::Fifo),
-            "lru" => Ok(Policy::Lru),
-            _ => Err(format!("unknown policy {s:?}: use \"fifo\" or \"lru\"")),
-        }
-    }
-}
-
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Policy::Fifo => "fifo",
-            Policy::Lru => "lru",
-        })
-    }
 }
 
 /// The implicit tenant's name.
@@ -186,7 +160,12 @@ pub fn parse(
         if !(priority.is_finite() && priority > 0.0) {
             return Err(fail("priority must be a positive number".into()));
         }
-        let policy = e.policy.as_deref().unwrap_or("fifo").parse().map_err(fail)?;
+        let policy = e
+            .policy
+            .as_deref()
+            .unwrap_or("fifo")
+            .parse()
+            .map_err(|e: shoal_region::UnknownEviction| fail(e.to_string()))?;
         let slo_hit_ratio = slo(&e).map_err(fail)?;
         let prefixes = e.prefixes.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
         if let Some(p) = prefixes.iter().find(|p| p.is_empty() || p.len() > shoal_proto::KEY_MAX) {
@@ -372,7 +351,7 @@ fn share_memory(
             size_bytes: left,
             priority: 1.0,
             slo_hit_ratio: None,
-            policy: Policy::Fifo,
+            policy: shoal_region::Eviction::default(),
         });
     }
     Ok(())

@@ -17,7 +17,7 @@ pub mod file;
 
 use crate::config::Settings;
 use crate::curve::CurveTracker;
-use file::{Policy, TenantSpec, TenantsFile, DEFAULT_TENANT};
+use file::{TenantSpec, TenantsFile, DEFAULT_TENANT};
 use shoal_region::{Config, Stats, Writer};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ impl Tenants {
                     size_bytes: writer.stats().region_bytes,
                     priority: 1.0,
                     slo_hit_ratio: None,
-                    policy: Policy::Fifo,
+                    policy: shoal_region::Eviction::default(),
                 };
                 let curve = settings.hit_curve.then(|| CurveTracker::new(writer.stats().region_bytes as u64));
                 return Ok(Tenants {
@@ -174,6 +174,7 @@ impl Tenants {
             let most = writer.stats().segments * writer.stats().segment_bytes;
             spec.max_bytes = spec.max_bytes.min(most);
             spec.size_bytes = spec.size_bytes.min(most);
+            writer.set_eviction(spec.policy);
             writer.set_limit(spec.size_bytes).map_err(|e| format!("tenant {:?}: {e}", spec.name))?;
             let curve = Some(CurveTracker::new(spec.max_bytes as u64));
             list.push(Tenant { spec, writer, curve });
