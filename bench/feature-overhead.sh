@@ -2,7 +2,8 @@
 # What Shoal's optional server features cost in server CPU per request: `shoal server` plain,
 # with `--hit-curve` (SHARDS on every get; issue 16's target: < 5 %), and with
 # `--digest-keys 200000` (the Proteus digest updated on every new or departing key; issue 17),
-# side by side in one run. Servers `-t 1 -m 256 -U 0` pinned to SERVER_CPU, the load generator
+# and with `--tenants` (three tenants told apart by key prefix, the load's keys the default
+# one's, every tenant's curve on; issue 16), side by side in one run. Servers `-t 1 -m 256 -U 0` pinned to SERVER_CPU, the load generator
 # (`shoal bench load`) to LOAD_CPU; each row runs ROUNDS times per server, interleaved, and the
 # median CPU µs/request is reported with its ratio to the plain server. Prints a markdown table;
 # the JSON reports are kept in target/bench/feature-overhead-<time>/.
@@ -19,8 +20,12 @@ say "building target/release/shoal"
 cargo build --release --quiet -p shoal
 mkdir -p "$out"
 
-declare -A flags=([plain]="" [hit-curve]="--hit-curve" [digest]="--digest-keys 200000")
-variants=(plain hit-curve digest)
+printf '%s\n' 'default = "main"' '[[tenant]]' 'name = "main"' 'size_mb = 160' \
+  '[[tenant]]' 'name = "a"' 'prefixes = ["a:"]' 'size_mb = 32' '[[tenant]]' 'name = "b"' 'prefixes = ["b:"]' \
+  'size_mb = 32' >"$out/tenants.toml"
+declare -A flags=([plain]="" [hit-curve]="--hit-curve" [digest]="--digest-keys 200000"
+  [tenants]="--tenants $out/tenants.toml")
+variants=(plain hit-curve digest tenants)
 declare -A pid address
 start() {
   local name=$1 ports="$out/$1.ports" port=
@@ -50,8 +55,8 @@ echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --
   "(BENCH_SECS=$secs ROUNDS=$rounds): servers \`-t 1 -m 256 -U 0\` on CPU $server_cpu, \`shoal bench load ${common[*]}\`" \
   "on CPU $load_cpu; load average $(cut -d' ' -f1-3 /proc/loadavg); medians of $rounds."
 echo
-echo "| row | plain CPU µs/req | --hit-curve | ratio | --digest-keys 200000 | ratio |"
-echo "|---|---:|---:|---:|---:|---:|"
+echo "| row | plain CPU µs/req | --hit-curve | ratio | --digest-keys 200000 | ratio | --tenants (3) | ratio |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 for row in "${rows[@]}"; do
   label=${row%%|*}
@@ -69,8 +74,9 @@ for row in "${rows[@]}"; do
     cpu[$name]=$(for round in $(seq "$rounds"); do jq '.server_cpu_us_per_request' "$out/$slug-$name-$round.json"; done | median)
   done
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
-  printf '| %s | %.3f | %.3f | %s | %.3f | %s |\n' "$label" "${cpu[plain]}" "${cpu[hit-curve]}" \
-    "$(ratio "${cpu[hit-curve]}" "${cpu[plain]}")" "${cpu[digest]}" "$(ratio "${cpu[digest]}" "${cpu[plain]}")"
+  printf '| %s | %.3f | %.3f | %s | %.3f | %s | %.3f | %s |\n' "$label" "${cpu[plain]}" "${cpu[hit-curve]}" \
+    "$(ratio "${cpu[hit-curve]}" "${cpu[plain]}")" "${cpu[digest]}" "$(ratio "${cpu[digest]}" "${cpu[plain]}")" \
+    "${cpu[tenants]}" "$(ratio "${cpu[tenants]}" "${cpu[plain]}")"
 done
 echo
 echo "Reports: \`$out/\`"

@@ -7,8 +7,11 @@
 //!
 //! A key is screened with its spatial hash against an atomic copy of the threshold before
 //! any lock: only sampled keys (a fixed number, however many keys there are) take the
-//! tracker's mutex; the rest add to an atomic count the correction needs.
+//! tracker's mutex; the rest add one to a count of the worker's own (no shared cache line, no
+//! locked instruction), which the correction needs: [`CurveTracker::curve`] is given the
+//! workers' counts summed and folds in what arrived since it last looked.
 
+use crate::stats::Counters;
 use shoal_curves::{HitRatioCurve, Shards, ShardsConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -20,8 +23,8 @@ const STEPS: usize = 256;
 #[derive(Debug)]
 pub struct CurveTracker {
     threshold: AtomicU64,
-    unsampled: AtomicU64,
-    shards: Mutex<Shards>,
+    /// The tracker, and how many screened-out references it has been told of.
+    shards: Mutex<(Shards, u64)>,
 }
 
 impl CurveTracker {
@@ -33,20 +36,18 @@ impl CurveTracker {
             ..Default::default()
         };
         let shards = Shards::new(config);
-        CurveTracker {
-            threshold: AtomicU64::new(shards.threshold()),
-            unsampled: AtomicU64::new(0),
-            shards: Mutex::new(shards),
-        }
+        CurveTracker { threshold: AtomicU64::new(shards.threshold()), shards: Mutex::new((shards, 0)) }
     }
 
-    /// A request for `key`, whose item is `size` bytes (0: a miss, size unknown).
-    pub fn access(&self, key: &[u8], size: u64) {
+    /// A request for `key`, whose item is `size` bytes (0: a miss, size unknown); a key
+    /// screened out counts in `unsampled`, the calling worker's own count.
+    pub fn access(&self, key: &[u8], size: u64, unsampled: &AtomicU64) {
         if Shards::spatial(key) >= self.threshold.load(Ordering::Relaxed) {
-            self.unsampled.fetch_add(1, Ordering::Relaxed);
+            Counters::bump(unsampled);
             return;
         }
-        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let shards = &mut guard.0;
         shards.access(key, size);
         self.threshold.store(shards.threshold(), Ordering::Relaxed);
     }
@@ -55,21 +56,24 @@ impl CurveTracker {
     /// [`Shards::stored`]).
     pub fn stored(&self, key: &[u8], size: u64) {
         if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {
-            self.shards.lock().unwrap_or_else(|p| p.into_inner()).stored(key, size);
+            self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.stored(key, size);
         }
     }
 
     /// `key` was deleted.
     pub fn remove(&self, key: &[u8]) {
         if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {
-            self.shards.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+            self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.remove(key);
         }
     }
 
-    /// The curve now, the sampling rate and the keys tracked.
-    pub fn curve(&self) -> (HitRatioCurve, f64, usize) {
-        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        shards.unsampled(self.unsampled.swap(0, Ordering::Relaxed));
+    /// The curve now, the sampling rate and the keys tracked; `unsampled` is the workers'
+    /// screened-out references summed (it only grows).
+    pub fn curve(&self, unsampled: u64) -> (HitRatioCurve, f64, usize) {
+        let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let (shards, told) = &mut *guard;
+        shards.unsampled(unsampled.saturating_sub(*told));
+        *told = (*told).max(unsampled);
         (shards.curve(), shards.rate(), shards.tracked())
     }
 }

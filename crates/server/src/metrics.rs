@@ -130,8 +130,7 @@ fn register_tenants(registry: &mut Registry, shared: &Shared) {
         for (family, value) in families.iter().zip(values) {
             family.get_or_create(&label).set(value);
         }
-        if let Some(tracker) = &t.curve {
-            let (points, rate, _) = tracker.curve();
+        if let Some((points, rate, _)) = shared.tenants.curve(i, &shared.tenant_counters) {
             families[7].get_or_create(&label).set(rate);
             let last = points.points().len().saturating_sub(1) as u64 * points.step();
             for eighth in 1..=8u64 {

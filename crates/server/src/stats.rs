@@ -42,13 +42,17 @@ counters! {
 }
 
 impl Counters {
-    /// Adds one to a counter (relaxed: only `stats` reads them).
+    /// Adds one to a counter of the calling thread's own row. A row has one writer (its
+    /// worker, or the UDP thread), so a plain load and store suffice: no locked instruction on
+    /// the request path, where a get bumps several. A `stats reset` racing with it may see one
+    /// counter keep its count (memcached's reset is not atomic with requests in flight either).
+    /// Counters that several threads write take [`Counters::add`].
     #[inline]
     pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.store(counter.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     }
 
-    /// Adds `n` to a counter.
+    /// Adds `n` to a counter, atomically (any thread).
     #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);

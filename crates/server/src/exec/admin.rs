@@ -115,15 +115,13 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         Request::Curve(Some(name)) if shared.tenants.by_name(name).is_none() => {
             server_error(out, &format!("no tenant named {}", String::from_utf8_lossy(name)))
         }
-        Request::Curve(name) => match &name
-            .and_then(|n| shared.tenants.by_name(n))
-            .unwrap_or(shared.tenants.default_tenant())
-            .curve
-        {
+        Request::Curve(name) => match shared.tenants.curve(
+            name.and_then(|n| shared.tenants.index_of(n)).unwrap_or(shared.tenants.default_index()),
+            &shared.tenant_counters,
+        ) {
             // STAT lines: the sampling rate, keys tracked, the step, then `hit_ratio <bytes>
             // <ratio>` from 0 bytes up to the tenant's largest size; END.
-            Some(curve) => {
-                let (points, rate, tracked) = curve.curve();
+            Some((points, rate, tracked)) => {
                 let mut text = format!(
                     "STAT rate {rate}\r\nSTAT tracked {tracked}\r\nSTAT step_bytes {}\r\n",
                     points.step()

@@ -49,7 +49,7 @@ fn read_counted(cx: &Context<'_>, key: &[u8], bump: bool, sink: &mut dyn ValueSi
             }
             _ => 0,
         };
-        curve.access(key, size);
+        curve.access(key, size, &cx.tenant_counters[i].curve_unsampled);
     }
     if bump {
         let mine = &cx.tenant_counters[i];

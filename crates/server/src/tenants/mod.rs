@@ -18,6 +18,7 @@ pub mod file;
 use crate::config::Settings;
 use crate::curve::CurveTracker;
 use file::{TenantSpec, TenantsFile, DEFAULT_TENANT};
+use shoal_curves::HitRatioCurve;
 use shoal_region::{Config, Stats, Writer};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,8 @@ pub struct TenantCounters {
     pub get_hits: AtomicU64,
     pub get_misses: AtomicU64,
     pub cmd_set: AtomicU64,
+    /// Reads the tenant's curve screened out (see [`CurveTracker::access`]); never reset.
+    pub curve_unsampled: AtomicU64,
 }
 
 impl TenantCounters {
@@ -210,7 +213,24 @@ impl Tenants {
 
     /// The tenant named `name`.
     pub fn by_name(&self, name: &[u8]) -> Option<&Tenant> {
-        self.list.iter().find(|t| t.spec.name.as_bytes() == name)
+        self.index_of(name).map(|i| &self.list[i])
+    }
+
+    /// The index of the tenant named `name`.
+    pub fn index_of(&self, name: &[u8]) -> Option<usize> {
+        self.list.iter().position(|t| t.spec.name.as_bytes() == name)
+    }
+
+    /// The index of the default tenant.
+    pub fn default_index(&self) -> usize {
+        self.default
+    }
+
+    /// Tenant `i`'s curve now, its sampling rate and the keys tracked (`None`: curves off),
+    /// with the screened-out reads `counters` hold folded in.
+    pub fn curve(&self, i: usize, counters: &[Box<[TenantCounters]>]) -> Option<(HitRatioCurve, f64, usize)> {
+        let unsampled = counters.iter().map(|row| row[i].curve_unsampled.load(Ordering::Relaxed)).sum();
+        self.list[i].curve.as_ref().map(|tracker| tracker.curve(unsampled))
     }
 
     /// The tenant an authenticated user's connections are bound to.
