@@ -70,8 +70,8 @@ pub struct Shards {
     reuses: Vec<f64>,
     /// Weight of first references (misses at every size).
     cold: f64,
-    /// References made, sampled or not.
-    references: u64,
+    /// References made, sampled or not (weighed as the histogram is, once aged).
+    references: f64,
     /// Weight the sampled references stand for.
     sampled: f64,
 }
@@ -93,7 +93,7 @@ impl Shards {
             clock: 0,
             reuses: vec![0.0; config.buckets + 2],
             cold: 0.0,
-            references: 0,
+            references: 0.0,
             sampled: 0.0,
         }
     }
@@ -126,13 +126,13 @@ impl Shards {
 
     /// `n` references of keys screened out by the caller (they count for the correction).
     pub fn unsampled(&mut self, n: u64) {
-        self.references += n;
+        self.references += n as f64;
     }
 
     /// An access (a get, hit or miss, or a set) of `key`, whose item is `size` bytes (0: not
     /// known, as on a miss: the size last seen, or 1 for a key not seen).
     pub fn access(&mut self, key: &[u8], size: u64) {
-        self.references += 1;
+        self.references += 1.0;
         let hash = xxh3_64(key);
         let spatial = hash >> 40;
         if spatial >= self.threshold {
@@ -179,6 +179,18 @@ impl Shards {
         }
     }
 
+    /// Ages what was measured: every reference so far weighs `factor` (0..1) as much as one to
+    /// come, so the curve follows a workload that changes (called at a steady pace, an
+    /// exponentially weighted curve). The stack of tracked keys is not aged: a key's next
+    /// reuse is measured from its last access, however old.
+    pub fn age(&mut self, factor: f64) {
+        let factor = factor.clamp(0.0, 1.0);
+        self.reuses.iter_mut().for_each(|r| *r *= factor);
+        self.cold *= factor;
+        self.references *= factor;
+        self.sampled *= factor;
+    }
+
     /// `key` left the cache's key space (deleted): it no longer occupies the stack.
     pub fn remove(&mut self, key: &[u8]) {
         let hash = xxh3_64(key);
@@ -220,7 +232,7 @@ impl Shards {
 
     /// The hit ratio at every measured size, corrected as SHARDS_adj does.
     pub fn curve(&self) -> HitRatioCurve {
-        let total = self.references as f64;
+        let total = self.references;
         let mut hits = vec![0.0; self.config.buckets + 1];
         if total > 0.0 {
             let correction = total - self.sampled;
@@ -285,6 +297,29 @@ mod tests {
             exact.access(key, *size);
         }
         (sampled.curve(), exact.curve())
+    }
+
+    #[test]
+    fn an_aged_curve_follows_a_workload_that_changed() {
+        // 50 000 keys read round and round (hits only in a cache that holds them all), then
+        // 1 000 keys (hits in a small one): aged, the curve soon says the small cache is enough.
+        let config = ShardsConfig { bucket_bytes: 1 << 20, buckets: 64, ..Default::default() };
+        let mut both = [Shards::new(config), Shards::new(config)];
+        let read =
+            |both: &mut [Shards; 2], key: String| both.iter_mut().for_each(|s| s.access(key.as_bytes(), 100));
+        for i in 0..500_000u32 {
+            read(&mut both, format!("wide:{}", i % 50_000));
+        }
+        for i in 0..200_000u32 {
+            read(&mut both, format!("narrow:{}", i % 1000));
+            if i % 10_000 == 0 {
+                both[0].age(0.5);
+            }
+        }
+        let [aged, kept] = both;
+        let small = 1 << 20; // 1 000 keys of 100 bytes fit; 50 000 do not
+        assert!(aged.curve().hit_ratio(small) > 0.95, "{}", aged.curve().hit_ratio(small));
+        assert!(kept.curve().hit_ratio(small) < 0.4, "{}", kept.curve().hit_ratio(small));
     }
 
     #[test]

@@ -157,6 +157,10 @@ pub struct ServerArgs {
     /// /metrics)
     #[arg(long = "hit-curve")]
     pub hit_curve: bool,
+    /// half-life of what curves remember, in seconds: older reads weigh less, so a curve
+    /// follows a workload that changes (0: every read since the start weighs the same)
+    #[arg(long = "curve-half-life", value_name = "SECONDS", default_value_t = 10.0)]
+    pub curve_half_life: f64,
     /// partition memory among tenants named in this file (TOML, or JSON if it ends in .json;
     /// docs/PROTOCOL.md describes it): each gets a region, a size, a curve and stats
     #[arg(long = "tenants", value_name = "FILE")]
@@ -240,6 +244,8 @@ pub struct Settings {
     pub digest: Option<(u64, f64)>,
     /// Measure the hit-ratio curve (`--hit-curve`).
     pub hit_curve: bool,
+    /// Seconds after which a read weighs half in the curves (`--curve-half-life`; 0: never).
+    pub curve_half_life: f64,
     /// The tenants file (`--tenants`).
     pub tenants_file: Option<PathBuf>,
     /// The user to become after binding, when started as root (`-u`).
@@ -399,6 +405,9 @@ impl ServerArgs {
         if self.tenants.is_some() && self.digest_keys > 0 {
             return Err("--digest-keys does not work with --tenants yet: a digest covers one region".into());
         }
+        if !(self.curve_half_life >= 0.0 && self.curve_half_life.is_finite()) {
+            return Err(format!("--curve-half-life {}: seconds, 0 or more", self.curve_half_life));
+        }
         if self.conn_limit == 0 {
             return Err("-c 0: allow at least one connection".into());
         }
@@ -424,6 +433,7 @@ impl ServerArgs {
             metrics_listen: self.metrics_listen.clone(),
             digest: (self.digest_keys > 0).then_some((self.digest_keys, self.digest_fp)),
             hit_curve: self.hit_curve,
+            curve_half_life: self.curve_half_life,
             tenants_file: self.tenants.clone(),
             user: self.user.clone(),
             daemonize: self.daemonize,

@@ -70,10 +70,22 @@ impl CurveTracker {
     /// The curve now, the sampling rate and the keys tracked; `unsampled` is the workers'
     /// screened-out references summed (it only grows).
     pub fn curve(&self, unsampled: u64) -> (HitRatioCurve, f64, usize) {
+        let guard = self.told_of(unsampled);
+        (guard.0.curve(), guard.0.rate(), guard.0.tracked())
+    }
+
+    /// Ages what the curve measured by `factor` (`Shards::age`), the screened-out references
+    /// so far (`unsampled`, as for [`CurveTracker::curve`]) folded in first, to age with the rest.
+    pub fn age(&self, factor: f64, unsampled: u64) {
+        self.told_of(unsampled).0.age(factor);
+    }
+
+    /// The tracker, locked, with the screened-out references it was not yet told of added.
+    fn told_of(&self, unsampled: u64) -> std::sync::MutexGuard<'_, (Shards, u64)> {
         let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let (shards, told) = &mut *guard;
         shards.unsampled(unsampled.saturating_sub(*told));
         *told = (*told).max(unsampled);
-        (shards.curve(), shards.rate(), shards.tracked())
+        guard
     }
 }

@@ -302,10 +302,17 @@ fn spawn_clock_thread(shared: Arc<Shared>) -> thread::JoinHandle<()> {
     thread::Builder::new()
         .name("clock".into())
         .spawn(move || {
+            let half_life = shared.settings.curve_half_life;
+            let mut aged = std::time::Instant::now();
             while !shared.stopping() {
                 thread::sleep(Duration::from_millis(100));
                 shared.tenants.tick(shared.clock.now());
                 shared.hints.fold(&shared);
+                if half_life > 0.0 && aged.elapsed() >= Duration::from_secs(1) {
+                    let seconds = aged.elapsed().as_secs_f64();
+                    aged = std::time::Instant::now();
+                    shared.tenants.age_curves(0.5f64.powf(seconds / half_life), &shared.tenant_counters);
+                }
             }
         })
         .expect("spawning the clock thread")

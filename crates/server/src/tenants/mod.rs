@@ -229,8 +229,7 @@ impl Tenants {
     /// Tenant `i`'s curve now, its sampling rate and the keys tracked (`None`: curves off),
     /// with the screened-out reads `counters` hold folded in.
     pub fn curve(&self, i: usize, counters: &[Box<[TenantCounters]>]) -> Option<(HitRatioCurve, f64, usize)> {
-        let unsampled = counters.iter().map(|row| row[i].curve_unsampled.load(Ordering::Relaxed)).sum();
-        self.list[i].curve.as_ref().map(|tracker| tracker.curve(unsampled))
+        self.list[i].curve.as_ref().map(|tracker| tracker.curve(unsampled_total(counters, i)))
     }
 
     /// The tenant an authenticated user's connections are bound to.
@@ -258,6 +257,15 @@ impl Tenants {
     /// Whether a tenants file was given.
     pub fn configured(&self) -> bool {
         self.configured
+    }
+
+    /// Ages every tenant's curve by `factor` (see [`CurveTracker::age`]).
+    pub fn age_curves(&self, factor: f64, counters: &[Box<[TenantCounters]>]) {
+        for (i, t) in self.list.iter().enumerate() {
+            if let Some(tracker) = &t.curve {
+                tracker.age(factor, unsampled_total(counters, i));
+            }
+        }
     }
 
     /// Publishes the clock to every region.
@@ -358,6 +366,11 @@ fn open_writer(path: &Path, config: &Config, settings: &Settings, fresh: bool) -
         Writer::open_or_create(path, config, settings.evict)
     };
     opened.map_err(|e| format!("region {}: {e}", path.display()))
+}
+
+/// Tenant `tenant`'s reads its curve screened out, over every worker.
+fn unsampled_total(counters: &[Box<[TenantCounters]>], tenant: usize) -> u64 {
+    counters.iter().map(|row| row[tenant].curve_unsampled.load(Ordering::Relaxed)).sum()
 }
 
 /// Sums tenant `tenant`'s counters over every worker, in [`TenantCounters::each`]'s order.
