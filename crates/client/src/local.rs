@@ -149,7 +149,7 @@ impl Local {
     #[inline]
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
         let (lookup, location) = self.reader.get_located(key, &mut self.value).ok()?;
-        self.hints.record(&lookup, location);
+        self.hints.record(&lookup, location, self.reader.clock());
         Some(match lookup {
             Lookup::Hit(info) => {
                 let cas = if self.cas_enabled { info.cas } else { 0 };

@@ -379,3 +379,33 @@ fn a_frozen_server_stops_local_reads_once_its_clock_stands_still() {
     assert!(gave_up, "a server that stopped moving its clock is not read locally forever");
     assert_eq!(c.get(b"k").unwrap().unwrap().value, b"v", "and once it runs again, reads work");
 }
+
+/// How many of `keys` the server has marked read (`mg <key> h`: `h1`), asked over the network
+/// (which marks them too, so each key is asked once).
+fn marked_read(c: &mut Client, keys: &[String]) -> usize {
+    let hit_before = |c: &mut Client, key: &str| c.meta(&format!("mg {key} h"), None).unwrap().unwrap().line;
+    keys.iter().filter(|key| hit_before(c, key).contains(" h1")).count()
+}
+
+#[test]
+fn a_burst_of_local_hits_on_distinct_keys_marks_every_item_read() {
+    // More distinct hits than the old ring (4096 entries) held, read as fast as the client can:
+    // well within one fold interval (100 ms) on this machine.
+    const KEYS: usize = 50_000;
+    let server = Server::shoal("marks", 0, &["-m", "64"]);
+    let (mut near, mut far) = (local(&server), network(&server));
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("burst-{i}")).collect();
+    for key in &keys {
+        assert_eq!(far.set(key.as_bytes(), b"v", 0, 0).unwrap(), Stored::Stored);
+    }
+    let started = std::time::Instant::now();
+    for key in &keys {
+        assert!(near.get(key.as_bytes()).unwrap().is_some());
+    }
+    let took = started.elapsed();
+    assert!(near.is_local(), "every read came from shared memory");
+    std::thread::sleep(std::time::Duration::from_millis(300)); // at least two folds
+    let marked = marked_read(&mut far, &keys);
+    eprintln!("{KEYS} distinct local hits in {took:?}: {marked} marked read");
+    assert_eq!(marked, KEYS, "every item read locally is marked read ({KEYS} hits in {took:?})");
+}

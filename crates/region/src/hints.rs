@@ -8,19 +8,30 @@
 //! in every 100 ms:
 //!
 //! ```text
-//!  client: HintsWriter::record(lookup)          server: HintsReader::drain, every 100 ms
+//!  client: HintsWriter::record(lookup, now)     server: HintsReader::drain, every 100 ms
 //!    counters   gets hits misses expired flushed ──► deltas added to cmd_get, get_hits, …
-//!    ring[head % 4096] = (bucket, slot, word)   ──► Writer::mark_read(location): the slot's
-//!    head += 1 (release)                            accessed bit, as a network get sets it
+//!    a hit not marked yet this second (filter):  ──► Writer::mark_read(location): the slot's
+//!    ring[head % 65536] = (bucket, slot, word)       accessed bit, as a network get sets it
+//!    head += 1 (release)
 //! ```
 //!
 //! Recording costs the client two plain stores per counter or ring entry (it is the only
-//! writer, so no atomic read-modify-write). Everything the server reads is untrusted: a
-//! counter that goes backwards yields no delta, at most one ring's worth of entries is read
-//! per drain, a location is applied only if the slot still holds the very word the client saw,
-//! and the memfd must carry `F_SEAL_SHRINK`, so a client cannot make the server fault by
-//! truncating the file under its mapping.
+//! writer, so no atomic read-modify-write). A mark's effects are idempotent or kept to the
+//! second (the accessed bit; the segment's use stamp and the access time, both in the region
+//! clock's seconds), so the client queues each item at most once per region-clock second: a
+//! small filter of recent marks, emptied when the clock moves, drops the repeats — a hot key
+//! read a million times a second takes one ring entry, not a million. The ring then only has
+//! to hold the *distinct* items hit between two folds; 65536 entries (1 MiB, its pages touched
+//! only as far as it is used) is 655,360 distinct items a second per client, where version 1's
+//! 4096 entries lost marks past 40,960 (the counters were always right).
+//!
+//! Everything the server reads is untrusted: a counter that goes backwards yields no delta, at
+//! most one ring's worth of entries is read per drain, a location is applied only if the slot
+//! still holds the very word the client saw, and the memfd must carry `F_SEAL_SHRINK`, so a
+//! client cannot make the server fault by truncating the file under its mapping. The server
+//! reads both versions of the area (an older client library's 4096-entry ring too).
 
+use crate::layout::SLOT_ACCESSED;
 use crate::mapping::Mapping;
 use crate::region::{Found, Lookup};
 use std::fs::File;
@@ -30,9 +41,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SHOALHNT");
-const VERSION: u64 = 1;
-/// Entries in the ring: hits of more distinct items than this per 100 ms lose some marks.
-pub const RING_ENTRIES: usize = 4096;
+/// The version this library writes; readers take [`OLD_VERSION`] areas too.
+const VERSION: u64 = 2;
+/// The first version: the same header and entries, a ring of 4096.
+const OLD_VERSION: u64 = 1;
+/// Entries in the ring: hits of more distinct items than this between two drains (100 ms)
+/// lose the oldest marks.
+pub const RING_ENTRIES: usize = 65536;
+const OLD_RING_ENTRIES: usize = 4096;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_COUNTERS: usize = 16;
@@ -41,8 +57,16 @@ const OFF_HEAD: usize = OFF_COUNTERS + COUNTERS * 8;
 const OFF_RING: usize = 64;
 const ENTRY_BYTES: usize = 16;
 /// The whole area: a 64-byte header and the ring.
-pub const HINTS_BYTES: usize = OFF_RING + RING_ENTRIES * ENTRY_BYTES;
+pub const HINTS_BYTES: usize = area_bytes(RING_ENTRIES);
 const _: () = assert!(OFF_HEAD + 8 <= OFF_RING);
+/// Entries in the writer's filter of recent marks: this many hot items a second are queued
+/// once each (more still are, just more than once).
+const FILTER_ENTRIES: usize = 4096;
+
+/// The size of an area whose ring holds `entries`.
+const fn area_bytes(entries: usize) -> usize {
+    OFF_RING + entries * ENTRY_BYTES
+}
 
 /// Where a lookup found an item: enough for the server to mark that very slot as read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,32 +113,27 @@ pub struct HintsWriter {
     path: PathBuf,
     counts: HintCounts,
     head: u64,
+    /// Items queued in the region-clock second `filter_second`, by `(place, word)` without
+    /// the accessed bit (which the server's mark sets); `(0, 0)` is empty (a live slot's word
+    /// is never 0).
+    recent: Box<[(u64, u64)]>,
+    filter_second: u32,
 }
 
 impl HintsWriter {
     /// Creates a hints area. Its [`path`](HintsWriter::path) (`/proc/<pid>/fd/<n>`) is what
     /// the server opens; it lives as long as this value.
     pub fn create() -> io::Result<HintsWriter> {
-        // SAFETY: memfd_create with a valid NUL-terminated name; the result is checked.
-        let fd = unsafe {
-            libc::memfd_create(c"shoal-hints".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let file = unsafe { File::from_raw_fd(fd) };
-        file.set_len(HINTS_BYTES as u64)?;
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own, with an integer argument.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let path = PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id()));
-        let map = Mapping::map(file, HINTS_BYTES, true)?;
-        map.u64_at(OFF_VERSION).store(VERSION, Ordering::Relaxed);
-        map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
-        Ok(HintsWriter { map, path, counts: HintCounts::default(), head: 0 })
+        let map = new_area(HINTS_BYTES, VERSION)?;
+        let path = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), map.file().as_raw_fd()));
+        Ok(HintsWriter {
+            map,
+            path,
+            counts: HintCounts::default(),
+            head: 0,
+            recent: vec![(0, 0); FILTER_ENTRIES].into_boxed_slice(),
+            filter_second: 0,
+        })
     }
 
     /// The path the server opens.
@@ -128,9 +147,11 @@ impl HintsWriter {
         self.map.file().as_fd()
     }
 
-    /// Counts a local lookup, and queues a hit's location for the server to mark as read.
+    /// Counts a local lookup, and queues a hit's location for the server to mark as read,
+    /// unless it was queued already in this second of the region's clock (`now`,
+    /// [`Reader::clock`](crate::Reader::clock)).
     #[inline]
-    pub fn record(&mut self, lookup: &Lookup, location: Option<Location>) {
+    pub fn record(&mut self, lookup: &Lookup, location: Option<Location>, now: u32) {
         let c = &mut self.counts;
         c.gets += 1;
         match lookup {
@@ -143,12 +164,33 @@ impl HintsWriter {
             self.map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
         }
         if let (Lookup::Hit(_), Some(at)) = (lookup, location) {
+            let place = ((at.bucket as u64) << 3) | at.slot as u64;
+            if self.marked_this_second(place, at.word & !SLOT_ACCESSED, now) {
+                return;
+            }
             let entry = OFF_RING + (self.head as usize % RING_ENTRIES) * ENTRY_BYTES;
-            self.map.u64_at(entry).store(((at.bucket as u64) << 3) | at.slot as u64, Ordering::Relaxed);
+            self.map.u64_at(entry).store(place, Ordering::Relaxed);
             self.map.u64_at(entry + 8).store(at.word, Ordering::Relaxed);
             self.head += 1;
             self.map.u64_at(OFF_HEAD).store(self.head, Ordering::Release);
         }
+    }
+
+    /// Whether the item at `place` holding `word` was queued in second `now` already; notes
+    /// that it is now. The filter empties when the second changes.
+    #[inline]
+    fn marked_this_second(&mut self, place: u64, word: u64, now: u32) -> bool {
+        if now != self.filter_second {
+            self.recent.fill((0, 0));
+            self.filter_second = now;
+        }
+        // `place` leads with the bucket, a hash of the key: its low bits spread well.
+        let entry = &mut self.recent[place as usize % FILTER_ENTRIES];
+        if *entry == (place, word) {
+            return true;
+        }
+        *entry = (place, word);
+        false
     }
 
     /// What was counted so far.
@@ -157,9 +199,34 @@ impl HintsWriter {
     }
 }
 
+/// A fresh memfd of `bytes`, sealed against resizing and mapped read-write, with the header of
+/// a hints area of `version` (magic last, with release: a reader that sees it sees the rest).
+fn new_area(bytes: usize, version: u64) -> io::Result<Mapping> {
+    // SAFETY: memfd_create with a valid NUL-terminated name; the result is checked.
+    let fd =
+        unsafe { libc::memfd_create(c"shoal-hints".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(bytes as u64)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let map = Mapping::map(file, bytes, true)?;
+    map.u64_at(OFF_VERSION).store(version, Ordering::Relaxed);
+    map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+    Ok(map)
+}
+
 /// The server's side: a client's hints area mapped read-only, and how far it was read.
 pub struct HintsReader {
     map: Mapping,
+    /// The ring's length in this area's version.
+    ring_entries: usize,
     counts: HintCounts,
     cursor: u64,
 }
@@ -183,25 +250,41 @@ impl HintsReader {
         HintsReader::check(file).map_err(|why| format!("the descriptor handed over {why}"))
     }
 
-    /// Maps `file` if it is a hints area; otherwise says what it is not.
+    /// Maps `file` if it is a hints area (of either version); otherwise says what it is not.
     fn check(file: File) -> Result<HintsReader, String> {
         let meta = file.metadata().map_err(|e| format!("cannot be examined: {e}"))?;
-        if !meta.file_type().is_file() || meta.len() != HINTS_BYTES as u64 {
-            return Err(format!("is not a hints area of {HINTS_BYTES} bytes"));
+        let (new, old) = (HINTS_BYTES as u64, area_bytes(OLD_RING_ENTRIES) as u64);
+        if !meta.file_type().is_file() {
+            return Err("is not a hints area: not a regular file".into());
         }
+        let (version, ring_entries) = match meta.len() {
+            len if len == new => (VERSION, RING_ENTRIES),
+            len if len == old => (OLD_VERSION, OLD_RING_ENTRIES),
+            _ => {
+                return Err(format!(
+                    "is not a hints area of {new} bytes (version {VERSION}) or {old} (version {OLD_VERSION})"
+                ))
+            }
+        };
         // SAFETY: fcntl on a descriptor we own; F_GET_SEALS takes no argument.
         let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
             return Err("is not sealed against shrinking (F_SEAL_SHRINK)".into());
         }
-        let map = Mapping::map(file, HINTS_BYTES, false).map_err(|e| format!("cannot be mapped: {e}"))?;
-        if map.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC
-            || map.u64_at(OFF_VERSION).load(Ordering::Relaxed) != VERSION
-        {
-            return Err(format!("has no hints area of version {VERSION}"));
+        let bytes = area_bytes(ring_entries);
+        let map = Mapping::map(file, bytes, false).map_err(|e| format!("cannot be mapped: {e}"))?;
+        if map.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err("is not a hints area: no magic number".into());
+        }
+        let found = map.u64_at(OFF_VERSION).load(Ordering::Relaxed);
+        if found != version {
+            return Err(format!(
+                "is a hints area of version {found} in {bytes} bytes, which should be version {version}: \
+                 this server reads versions {OLD_VERSION} and {VERSION} (upgrade the server, or use a client library of its release)"
+            ));
         }
         // Read from the start: what the client counted before registering counts too.
-        Ok(HintsReader { map, counts: HintCounts::default(), cursor: 0 })
+        Ok(HintsReader { map, ring_entries, counts: HintCounts::default(), cursor: 0 })
     }
 
     fn read_counts(&self) -> HintCounts {
@@ -211,7 +294,7 @@ impl HintsReader {
     }
 
     /// What the client counted since the last drain, and each location it queued since (at
-    /// most [`RING_ENTRIES`], the newest), handed to `mark`.
+    /// most one ring's worth, the newest), handed to `mark`.
     pub fn drain(&mut self, mut mark: impl FnMut(Location)) -> HintCounts {
         let now = self.read_counts();
         let before = std::mem::replace(&mut self.counts, now);
@@ -223,8 +306,8 @@ impl HintsReader {
         if head < self.cursor {
             self.cursor = head;
         }
-        for n in self.cursor.max(head.saturating_sub(RING_ENTRIES as u64))..head {
-            let entry = OFF_RING + (n as usize % RING_ENTRIES) * ENTRY_BYTES;
+        for n in self.cursor.max(head.saturating_sub(self.ring_entries as u64))..head {
+            let entry = OFF_RING + (n as usize % self.ring_entries) * ENTRY_BYTES;
             let place = self.map.u64_at(entry).load(Ordering::Relaxed);
             let word = self.map.u64_at(entry + 8).load(Ordering::Relaxed);
             mark(Location { bucket: (place >> 3) as usize, slot: (place & 7) as usize, word });
@@ -254,11 +337,11 @@ mod tests {
     #[test]
     fn counts_and_locations_reach_the_reader_once() {
         let mut w = HintsWriter::create().unwrap();
-        w.record(&Lookup::Missing, None);
+        w.record(&Lookup::Missing, None, 1);
         let mut r = HintsReader::open(w.path()).unwrap();
         let at = Location { bucket: 12345, slot: 6, word: 0xdead_beef };
-        w.record(&hit(), Some(at));
-        w.record(&Lookup::Expired, None);
+        w.record(&hit(), Some(at), 1);
+        w.record(&Lookup::Expired, None, 1);
         let mut marked = Vec::new();
         let delta = r.drain(|l| marked.push(l));
         assert_eq!(delta, HintCounts { gets: 3, hits: 1, misses: 2, expired: 1, flushed: 0 });
@@ -271,7 +354,7 @@ mod tests {
         let mut w = HintsWriter::create().unwrap();
         let mut r = HintsReader::open(w.path()).unwrap();
         for i in 0..3 * RING_ENTRIES {
-            w.record(&hit(), Some(Location { bucket: i, slot: 0, word: i as u64 }));
+            w.record(&hit(), Some(Location { bucket: i, slot: 0, word: i as u64 }), 1);
         }
         let mut seen = Vec::new();
         assert_eq!(r.drain(|l| seen.push(l.bucket)).hits, 3 * RING_ENTRIES as u64);
@@ -301,7 +384,7 @@ mod tests {
         let mut w = HintsWriter::create().unwrap();
         let handed = std::fs::File::from(w.fd().try_clone_to_owned().unwrap());
         let mut r = HintsReader::from_file(handed).unwrap();
-        w.record(&hit(), None);
+        w.record(&hit(), None, 1);
         assert_eq!(r.drain(|_| {}).hits, 1);
         let null = std::fs::File::open("/dev/null").unwrap();
         assert!(HintsReader::from_file(null)
@@ -322,5 +405,77 @@ mod tests {
         // A region file (sealed or not) is not a hints area either.
         let w = crate::Writer::create_anonymous(&crate::Config::default(), true).unwrap();
         assert!(HintsReader::open(w.path()).is_err());
+    }
+
+    #[test]
+    fn a_hot_item_is_queued_once_a_second_however_often_it_is_hit() {
+        let mut w = HintsWriter::create().unwrap();
+        let mut r = HintsReader::open(w.path()).unwrap();
+        let hot = Location { bucket: 77, slot: 3, word: 0x8000_0000_0000_1234 };
+        for _ in 0..1_000_000 {
+            w.record(&hit(), Some(hot), 5);
+        }
+        // The server's mark sets the accessed bit: the client then sees the same item so.
+        w.record(&hit(), Some(Location { word: hot.word | SLOT_ACCESSED, ..hot }), 5);
+        let mut marks = 0;
+        assert_eq!(r.drain(|_| marks += 1).hits, 1_000_001, "every hit is counted");
+        assert_eq!(marks, 1, "one mark for a million hits in one second");
+
+        // A new second, or a new item in the same slot, is queued again.
+        w.record(&hit(), Some(hot), 6);
+        w.record(&hit(), Some(hot), 6);
+        w.record(&hit(), Some(Location { word: hot.word + 8, ..hot }), 6);
+        let mut marked = Vec::new();
+        r.drain(|l| marked.push(l.word));
+        assert_eq!(marked, [hot.word, hot.word + 8]);
+    }
+
+    #[test]
+    fn distinct_items_past_the_old_ring_all_reach_the_reader() {
+        let mut w = HintsWriter::create().unwrap();
+        let mut r = HintsReader::open(w.path()).unwrap();
+        let items = 10 * OLD_RING_ENTRIES;
+        for i in 0..items {
+            w.record(&hit(), Some(Location { bucket: i, slot: i % 8, word: 1 << 63 | i as u64 }), 1);
+        }
+        let mut seen = Vec::new();
+        r.drain(|l| seen.push(l.bucket));
+        assert_eq!(seen, (0..items).collect::<Vec<_>>());
+    }
+
+    /// A sealed memfd of `bytes` holding a hints header of `version`, as a client writes it.
+    fn area_of(bytes: usize, version: u64) -> (File, Mapping) {
+        let map = new_area(bytes, version).unwrap();
+        (map.file().try_clone().unwrap(), map)
+    }
+
+    #[test]
+    fn an_older_clients_area_is_read_with_its_own_ring() {
+        let (file, old) = area_of(area_bytes(OLD_RING_ENTRIES), OLD_VERSION);
+        let mut r = HintsReader::from_file(file).unwrap();
+        // As a version-1 writer queues: 5000 hits, the ring wrapped at 4096.
+        for n in 0..5000usize {
+            let entry = OFF_RING + (n % OLD_RING_ENTRIES) * ENTRY_BYTES;
+            old.u64_at(entry).store((n as u64) << 3, Ordering::Relaxed);
+            old.u64_at(entry + 8).store(n as u64, Ordering::Relaxed);
+        }
+        old.u64_at(OFF_COUNTERS + 8).store(5000, Ordering::Relaxed);
+        old.u64_at(OFF_HEAD).store(5000, Ordering::Release);
+        let mut seen = Vec::new();
+        assert_eq!(r.drain(|l| seen.push(l.bucket)).hits, 5000);
+        assert_eq!(seen, (5000 - OLD_RING_ENTRIES..5000).collect::<Vec<_>>(), "the newest 4096, in order");
+    }
+
+    #[test]
+    fn an_area_whose_version_does_not_match_its_size_is_refused_clearly() {
+        for (bytes, version) in
+            [(HINTS_BYTES, OLD_VERSION), (HINTS_BYTES, 3), (area_bytes(OLD_RING_ENTRIES), VERSION)]
+        {
+            let why = HintsReader::from_file(area_of(bytes, version).0).err().unwrap();
+            assert!(why.contains(&format!("version {version} in {bytes} bytes")), "{why}");
+            assert!(why.contains("reads versions 1 and 2"), "{why}");
+        }
+        let (file, _) = area_of(HINTS_BYTES + 8, VERSION);
+        assert!(HintsReader::from_file(file).err().unwrap().contains("not a hints area of"));
     }
 }
