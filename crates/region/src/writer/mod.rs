@@ -19,7 +19,7 @@
 //! Files: `attach.rs` (create, open, recover), `ops.rs` (the operations and `execute`),
 //! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `policy.rs`
 //! (which segment eviction takes), `limit.rs` (the memory limit), `values.rs` (counter and
-//! expiry rules shared with the server).
+//! expiry rules shared with the server), `walk.rs` (a read-only walk of the live items).
 
 use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
@@ -317,12 +317,14 @@ mod ops;
 mod policy;
 mod segments;
 mod values;
+mod walk;
 
 pub use limit::{LimitError, MIN_LIMIT_SEGMENTS};
 use policy::Recency;
 pub use policy::{Eviction, UnknownEviction};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
+pub use walk::WalkedItem;
 
 /// Deterministic pseudo-random numbers for the writer's tests (xorshift64): the same trace on
 /// every run, so a failure reproduces.
