@@ -6,9 +6,9 @@ use super::*;
 use crate::seqlock::{read_begin, read_validate};
 use std::ops::Range;
 
-/// One live item as a walk finds it.
+/// One item as the index shows it: found by a walk, or evicted ([`EvictionObserver`]).
 #[derive(Clone, Copy, Debug)]
-pub struct WalkedItem<'a> {
+pub struct IndexedItem<'a> {
     pub key: &'a [u8],
     /// What a lookup would tell (with `last_access`), without reading the value.
     pub info: ItemInfo,
@@ -25,7 +25,7 @@ impl Writer {
     /// each item is seen in one consistent state; an item moved to its other bucket while the
     /// walk runs may be seen twice or not at all (memcached's crawler, walking LRUs that move,
     /// has the same looseness).
-    pub fn walk_buckets(&self, buckets: Range<usize>, mut visit: impl FnMut(&WalkedItem<'_>)) {
+    pub fn walk_buckets(&self, buckets: Range<usize>, mut visit: impl FnMut(&IndexedItem<'_>)) {
         let mut keys = [[0u8; MAX_KEY_LEN]; BUCKET_SLOTS];
         let mut found: [Option<(usize, ItemInfo)>; BUCKET_SLOTS] = [None; BUCKET_SLOTS];
         for b in buckets.start..buckets.end.min(self.bucket_count()) {
@@ -45,9 +45,27 @@ impl Writer {
             }
             for (key, item) in keys.iter().zip(found.iter()) {
                 if let Some((len, info)) = item {
-                    visit(&WalkedItem { key: &key[..*len], info: *info });
+                    visit(&IndexedItem { key: &key[..*len], info: *info });
                 }
             }
+        }
+    }
+
+    /// Sets the observer of evictions. Refused (handed back) if one is set.
+    pub fn observe_evictions(
+        &self,
+        observer: Box<dyn EvictionObserver>,
+    ) -> Result<(), Box<dyn EvictionObserver>> {
+        self.evictions.set(observer)
+    }
+
+    /// Tells the eviction observer, if any, about the live item in slot `i` of bucket `b`,
+    /// which is about to be evicted. Lock held.
+    pub(super) fn tell_eviction(&self, b: usize, i: usize) {
+        let Some(observer) = self.evictions.get() else { return };
+        let mut key = [0u8; MAX_KEY_LEN];
+        if let Some((len, info)) = self.read_slot(b, i, &mut key) {
+            observer.item_evicted(&IndexedItem { key: &key[..len], info }, self.clock());
         }
     }
 
@@ -122,5 +140,33 @@ mod tests {
         }
         assert_eq!(pieces, walk_all(&w).len());
         assert_eq!(pieces, 300);
+    }
+
+    /// The keys evicted, in order.
+    type Keys = std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+    struct Evicted(Keys);
+
+    impl EvictionObserver for Evicted {
+        fn item_evicted(&self, item: &IndexedItem<'_>, _now: u32) {
+            self.0.lock().unwrap().push(item.key.to_vec());
+        }
+    }
+
+    #[test]
+    fn the_eviction_observer_hears_of_each_live_item_evicted() {
+        let config = Config { region_bytes: 8 << 20, ..Config::default() };
+        let w = Writer::create_anonymous(&config, true).unwrap();
+        let evicted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        assert!(w.observe_evictions(Box::new(Evicted(evicted.clone()))).is_ok());
+        assert!(w.observe_evictions(Box::new(Evicted(evicted.clone()))).is_err(), "one observer");
+        let value = vec![b'v'; 1000];
+        for i in 0..20_000u32 {
+            w.set(format!("key-{i}").as_bytes(), &value, 0, 0).unwrap();
+        }
+        let evicted = evicted.lock().unwrap();
+        assert!(!evicted.is_empty());
+        assert_eq!(evicted.len() as u64, w.stats().evictions);
+        assert!(evicted.iter().all(|key| key.starts_with(b"key-")));
     }
 }
