@@ -214,6 +214,33 @@ def test_watch_mutations_logs_stores_in_memcached_lines():
     assert [[s[f] for f in keep] for s in shoal] == [[m[f] for f in keep] for m in memcached]
 
 
+def evictions(server):
+    """The eviction lines a watcher sees while a small server is filled twice over."""
+    with server, server.connect() as watcher, server.connect() as client:
+        assert ask(watcher, b"watch evictions\r\n") == b"OK\r\n"
+        value = b"v" * 1000
+        for i in range(0, 20_000, 100):
+            batch = b"".join(b"set key-%d 0 0 %d noreply\r\n%s\r\n" % (i + j, len(value), value)
+                             for j in range(100))
+            ask(client, batch + b"mn\r\n", until=b"MN\r\n")
+        watcher.settimeout(1)
+        data = b""
+        while data.count(b"\n") < 10:
+            data += watcher.recv(65536)
+    return [dict(f.split(b"=", 1) for f in line.split(b" ")) for line in data.split(b"\n")[:10]]
+
+
+def test_watch_evictions_logs_evicted_items_in_memcached_lines():
+    memcached, shoal = (evictions(s) for s in (Server.memcached(memory_mb=8),
+                                                Server.shoal(memory_mb=8)))
+    fields = [b"ts", b"gid", b"type", b"key", b"fetch", b"ttl", b"la", b"clsid", b"size"]
+    assert [list(line) for line in memcached] == [list(line) for line in shoal] == [fields] * 10
+    for line in memcached + shoal:
+        assert line[b"type"] == b"eviction" and line[b"key"].startswith(b"key-"), line
+        assert (line[b"fetch"], line[b"ttl"], line[b"size"]) == (b"no", b"-1", b"1000"), line
+        assert int(line[b"la"]) <= 5
+
+
 def test_a_watcher_that_does_not_read_loses_lines_not_the_server():
     with Server.shoal() as server, server.connect() as client:
         slow = socket.socket()

@@ -125,7 +125,7 @@ pub struct Shared {
     /// TLS for TCP connections (`-Z`).
     pub tls: Option<Arc<Tls>>,
     /// `watch` connections and the lines waiting for them.
-    pub logs: crate::watch::Logs,
+    pub logs: Arc<crate::watch::Logs>,
     /// `lru_crawler enable`/`disable`.
     pub crawler: crate::exec::crawler::CrawlerState,
 }
@@ -266,6 +266,10 @@ pub fn run(settings: Settings) -> Result<(), String> {
         logs: Default::default(),
         crawler: Default::default(),
     });
+    for tenant in shared.tenants.all() {
+        let log = crate::watch::EvictionLog(shared.logs.clone());
+        let _ = tenant.writer.observe_evictions(Box::new(log)); // a fresh writer has none
+    }
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
     let ticker = spawn_clock_thread(shared.clone());

@@ -15,7 +15,7 @@ use crate::exec::{Context, NO_CONNECTION};
 use shoal_proto::crawler::{push_uriencoded, watch};
 use shoal_proto::push_u64;
 use shoal_proto::{Store, StoreCmd};
-use shoal_region::{absolute_expiry, Lookup, OpError, Store as Stored};
+use shoal_region::{absolute_expiry, EvictionObserver, IndexedItem, Lookup, OpError, Store as Stored};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -303,4 +303,35 @@ pub(crate) fn meta_stored(
         SetMode::Cas => b"cas",
     };
     stored(cx, &StoreEvent { key, cmd, status, expiry: op.fresh.expiry, size });
+}
+
+/// Logs evictions for `watch evictions`: `type=eviction key=… fetch=yes|no ttl=<seconds left,
+/// -1: never> la=<seconds since last access> clsid=1 size=<value length>`. Installed on every
+/// tenant's region; costs one load per eviction while nobody watches.
+pub struct EvictionLog(pub Arc<Logs>);
+
+impl EvictionObserver for EvictionLog {
+    fn item_evicted(&self, item: &IndexedItem<'_>, now: u32) {
+        if !self.0.wants(watch::EVICTIONS) {
+            return;
+        }
+        let info = &item.info;
+        self.0.log(watch::EVICTIONS, |line| {
+            line.extend_from_slice(b"type=eviction ");
+            push_key(line, item.key);
+            line.extend_from_slice(if info.fetched { b" fetch=yes" } else { b" fetch=no" });
+            line.extend_from_slice(b" ttl=");
+            if info.expiry == 0 {
+                line.extend_from_slice(b"-1");
+            } else {
+                push_u64(line, u64::from(info.expiry.saturating_sub(now)));
+            }
+            line.extend_from_slice(b" la=");
+            // An access time the writer does not know (before a restart) counts as now.
+            let last_access = if info.last_access == 0 { now } else { info.last_access };
+            push_u64(line, u64::from(now.saturating_sub(last_access)));
+            line.extend_from_slice(b" clsid=1 size=");
+            push_u64(line, info.value_len as u64);
+        });
+    }
 }
