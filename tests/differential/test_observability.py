@@ -301,3 +301,36 @@ def test_stats_conns_shows_the_states_memcached_shows():
     assert memcached == {"listener": "conn_listening", "fresh": "conn_new_cmd", "idle": "conn_read",
                          "partial": "conn_nread", "watcher": "conn_watch", "asking": "conn_parse_cmd"}
     assert shoal == memcached
+
+
+def test_metadump_of_a_tenants_connection_lists_its_own_keys(tmp_path):
+    from harness import free_port
+    port, main_port = free_port(), free_port()
+    while main_port == port:
+        main_port = free_port()
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(f'[[tenant]]\nname = "app"\nlisten = ["{port}"]\nprefixes = ["app:"]\nsize_mb = 16\n')
+    with Server.shoal("--tenants", str(tenants), port=main_port) as server, server.connect() as main, \
+            socket.create_connection(("127.0.0.1", port), timeout=5) as own:
+        for key in (b"app:1", b"app:2", b"plain"):
+            assert ask(main, b"set %s 0 0 1\r\nv\r\n" % key) == b"STORED\r\n"
+        everyone, _ = metadump(main)
+        assert sorted(item[b"key"] for item in everyone) == [b"app%3A1", b"app%3A2", b"plain"]
+        own_items, _ = metadump(own)
+        assert sorted(item[b"key"] for item in own_items) == [b"app%3A1", b"app%3A2"]
+
+
+def test_a_large_metadump_streams_every_key_once_between_other_connections_requests():
+    with Server.shoal("-t", "1", "-R", "4") as server, server.connect() as sock, server.connect() as other:
+        count = 30_000
+        for start in range(0, count, 1000):
+            batch = b"".join(b"set key-%d 0 0 1 noreply\r\nv\r\n" % i for i in range(start, start + 1000))
+            ask(sock, batch + b"mn\r\n", until=b"MN\r\n")
+        sock.sendall(b"lru_crawler metadump all\r\n")
+        # The dump goes a slice at a time: the same worker still answers another connection.
+        assert ask(other, b"version\r\n").startswith(b"VERSION")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            data += sock.recv(1 << 20)
+        keys = [line.split(b" ", 1)[0] for line in data[:-5].split(b"\n") if line]
+        assert len(keys) == len(set(keys)) == count
