@@ -311,10 +311,11 @@ pub(crate) fn meta_stored(
 pub struct EvictionLog(pub Arc<Logs>);
 
 impl EvictionObserver for EvictionLog {
+    fn listening(&self) -> bool {
+        self.0.wants(watch::EVICTIONS)
+    }
+
     fn item_evicted(&self, item: &IndexedItem<'_>, now: u32) {
-        if !self.0.wants(watch::EVICTIONS) {
-            return;
-        }
         let info = &item.info;
         self.0.log(watch::EVICTIONS, |line| {
             line.extend_from_slice(b"type=eviction ");

@@ -277,6 +277,8 @@ pub trait KeyObserver: Send + Sync {
 /// Told, with the bucket lock held, of each live item dropped to make room (memory or index
 /// full), before it goes. Calls must be quick and must not call the writer.
 pub trait EvictionObserver: Send + Sync {
+    /// Whether it wants to hear now: when not, the evicted item is not even read for it.
+    fn listening(&self) -> bool;
     /// `item` is being evicted; `now` is the region's clock.
     fn item_evicted(&self, item: &IndexedItem<'_>, now: u32);
 }

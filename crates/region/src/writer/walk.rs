@@ -62,7 +62,7 @@ impl Writer {
     /// Tells the eviction observer, if any, about the live item in slot `i` of bucket `b`,
     /// which is about to be evicted. Lock held.
     pub(super) fn tell_eviction(&self, b: usize, i: usize) {
-        let Some(observer) = self.evictions.get() else { return };
+        let Some(observer) = self.evictions.get().filter(|o| o.listening()) else { return };
         let mut key = [0u8; MAX_KEY_LEN];
         if let Some((len, info)) = self.read_slot(b, i, &mut key) {
             observer.item_evicted(&IndexedItem { key: &key[..len], info }, self.clock());
@@ -148,6 +148,10 @@ mod tests {
     struct Evicted(Keys);
 
     impl EvictionObserver for Evicted {
+        fn listening(&self) -> bool {
+            true
+        }
+
         fn item_evicted(&self, item: &IndexedItem<'_>, _now: u32) {
             self.0.lock().unwrap().push(item.key.to_vec());
         }
