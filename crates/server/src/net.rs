@@ -485,6 +485,10 @@ impl<'a> Worker<'a> {
         let now = u64::from(self.shared.clock.now());
         for i in 0..self.conns.len() {
             let Some(conn) = &self.conns[i] else { continue };
+            // A watcher sends no commands; memcached kicks only connections waiting for one.
+            if conn.watcher().is_some() {
+                continue;
+            }
             if now.saturating_sub(conn.info.last_cmd.load(Ordering::Relaxed)) > u64::from(seconds) {
                 Counters::bump(&self.cx.counters.idle_kicks);
                 self.close(i);
