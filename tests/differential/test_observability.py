@@ -35,9 +35,9 @@ def ask(sock, request, until=b"\r\n"):
     return data
 
 
-def both():
-    """Debian's memcached and shoal, each started for one test."""
-    return Server.memcached(), Server.shoal("--test-mode")
+def both(*extra):
+    """Debian's memcached and shoal, each started for one test with the same `extra` flags."""
+    return Server.memcached(*extra), Server.shoal("--test-mode", *extra)
 
 
 ITEMS = [  # key, flags, exptime, value
@@ -120,12 +120,12 @@ CRAWLER_REQUESTS = [
 ]
 
 
-def transcript(server):
+def transcript(server, requests=CRAWLER_REQUESTS):
     """Each crawler request's answer, read up to the `mn` sentinel's `MN` (sent apart: memcached
     leaves bytes that came with a `metadump` unread until more arrive)."""
     with server, server.connect() as sock:
         answers = []
-        for request in CRAWLER_REQUESTS:
+        for request in requests:
             sock.sendall(request)
             time.sleep(0.05)
             answer = ask(sock, b"mn\r\n", until=b"MN\r\n")
@@ -136,6 +136,24 @@ def transcript(server):
 def test_lru_crawler_answers_every_subcommand_as_memcached_does():
     memcached, shoal = (transcript(s) for s in both())
     for request, expected, got in zip(CRAWLER_REQUESTS, memcached, shoal):
+        assert got == expected, request
+
+
+DISABLED_REQUESTS = [
+    b"lru_crawler metadump all\r\n",
+    b"lru_crawler metadump x\r\n",
+    b"lru_crawler crawl 1\r\n",
+    b"lru_crawler disable\r\n",
+    b"lru_crawler enable\r\n",
+    b"lru_crawler metadump all\r\n",
+    b"lru_crawler enable\r\n",
+]
+
+
+def test_no_lru_crawler_starts_with_the_crawler_disabled_as_memcached_does():
+    memcached, shoal = (transcript(s, DISABLED_REQUESTS) for s in both("-o", "no_lru_crawler"))
+    assert memcached[0] == b"CLIENT_ERROR lru crawler disabled\r\nMN\r\n"
+    for request, expected, got in zip(DISABLED_REQUESTS, memcached, shoal):
         assert got == expected, request
 
 

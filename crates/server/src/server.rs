@@ -241,6 +241,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         .digest
         .map(|(keys, fp)| ServerDigest::attach(&tenants.default_tenant().writer, keys, fp))
         .transpose()?;
+    let crawler = crate::exec::crawler::CrawlerState::new(settings.lru_crawler);
     let rows = settings.threads + 2;
     let shared = Arc::new(Shared {
         tenant_counters: (0..rows)
@@ -264,7 +265,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         digest,
         tls,
         logs: Default::default(),
-        crawler: Default::default(),
+        crawler,
     });
     for tenant in shared.tenants.all() {
         let log = crate::watch::EvictionLog(shared.logs.clone());

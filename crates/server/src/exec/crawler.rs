@@ -14,14 +14,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Buckets walked per slice of a dump (each holds up to 7 items).
 const BUCKETS_PER_SLICE: usize = 4096;
 
-/// Whether the crawler is enabled (memcached's default; `lru_crawler disable` turns it off).
+/// Whether the crawler is enabled (`lru_crawler enable`/`disable`).
 pub struct CrawlerState {
     enabled: AtomicBool,
 }
 
-impl Default for CrawlerState {
-    fn default() -> Self {
-        CrawlerState { enabled: AtomicBool::new(true) }
+impl CrawlerState {
+    /// Enabled or not, as `-o lru_crawler`/`no_lru_crawler` said (enabled by default).
+    pub fn new(enabled: bool) -> Self {
+        CrawlerState { enabled: AtomicBool::new(enabled) }
     }
 }
 
