@@ -27,6 +27,7 @@
 
 pub mod auth;
 pub mod binary;
+pub mod crawler;
 pub mod handoff;
 pub mod meta;
 pub mod text;
@@ -34,6 +35,7 @@ mod token;
 
 pub use auth::{parse_ascii_auth, parse_plain, AsciiAuth, Plain};
 pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
+pub use crawler::{Classes, LruCrawler};
 pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Store, StoreCmd};
 pub use token::{valid_key, Tokens, KEY_MAX};
@@ -112,6 +114,11 @@ pub enum Request<'a> {
     DebugTime(i64),
     /// A meta command (`mg ms md ma mn me`).
     Meta(Meta<'a>),
+    /// `lru_crawler <subcommand> …`: the key dump (`metadump`) and the crawler's controls.
+    LruCrawler(LruCrawler),
+    /// `watch [kinds…]`: the connection becomes a stream of log lines of these kinds
+    /// ([`crawler::watch`]).
+    Watch(u16),
 }
 
 /// What [`Parser::parse`] found at the start of the buffer.

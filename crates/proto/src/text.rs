@@ -174,6 +174,14 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             _ => ShutdownMode::Invalid,
         })),
         b"stats" => done(Request::Stats(args)),
+        b"lru_crawler" => match crate::crawler::parse_lru_crawler(args) {
+            Ok(command) => done(Request::LruCrawler(command)),
+            Err(answer) => Parse::error(answer, at.end),
+        },
+        b"watch" => match crate::crawler::parse_watch(args) {
+            (Some(kinds), _) => done(Request::Watch(kinds)),
+            (None, noreply) => Parse::error_unless(noreply, "ERROR", at.end),
+        },
         b"refresh_certs" => done(Request::RefreshCerts),
         b"shm" => match split::<2>(args) {
             (_, 0) => done(Request::Shm),

@@ -55,5 +55,6 @@ pub use region::{ItemInfo, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
     counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Eviction,
-    KeyObserver, LimitError, Mark, NewItem, Stats, Store, UnknownEviction, Value, Writer, MIN_LIMIT_SEGMENTS,
+    EvictionObserver, IndexedItem, KeyObserver, LimitError, Mark, NewItem, Stats, Store, UnknownEviction,
+    Value, Writer, MIN_LIMIT_SEGMENTS,
 };

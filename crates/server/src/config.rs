@@ -16,8 +16,6 @@ const IGNORED_SUBOPTIONS: &[&str] = &[
     "no_maxconns_fast",
     "hashpower",
     "tail_repair_time",
-    "no_lru_crawler",
-    "lru_crawler",
     "lru_crawler_sleep",
     "lru_crawler_tocrawl",
     "lru_maintainer",
@@ -254,6 +252,9 @@ pub struct Settings {
     pub daemonize: bool,
     /// Close connections idle this many seconds (`-o idle_timeout=N`), counted as `idle_kicks`.
     pub idle_timeout: Option<u32>,
+    /// Whether `lru_crawler metadump` and `crawl` start enabled (`-o no_lru_crawler` turns
+    /// them off until `lru_crawler enable`).
+    pub lru_crawler: bool,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -312,6 +313,7 @@ impl ServerArgs {
     /// Checks the flags and turns them into settings; the error says what to fix.
     pub fn settings(&self) -> Result<Settings, String> {
         let mut idle_timeout = None;
+        let mut lru_crawler = true;
         let mut tls = TlsOptions { enabled: self.enable_ssl, ..TlsOptions::default() };
         for opts in &self.extended {
             for opt in opts.split(',').filter(|o| !o.is_empty()) {
@@ -327,6 +329,8 @@ impl ServerArgs {
                         })?;
                         idle_timeout = (seconds > 0).then_some(seconds);
                     }
+                    "lru_crawler" => lru_crawler = true,
+                    "no_lru_crawler" => lru_crawler = false,
                     _ if IGNORED_SUBOPTIONS.contains(&name) => {}
                     _ => return Err(format!("Illegal suboption \"{opt}\"")),
                 }
@@ -438,6 +442,7 @@ impl ServerArgs {
             user: self.user.clone(),
             daemonize: self.daemonize,
             idle_timeout,
+            lru_crawler,
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,

@@ -7,11 +7,13 @@
 
 use crate::auth::Session;
 use crate::config::{Protocol, Settings};
+use crate::exec::crawler::{dump_slice, Dump};
 use crate::exec::{binary, Context, Flow};
 use crate::server::ConnInfo;
 use crate::stats::Counters;
 use crate::tls::TlsStream;
 use crate::trace;
+use crate::watch::{Watcher, WATCHER_BUFFER};
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use shoal_proto::binary::REQUEST_MAGIC;
@@ -27,6 +29,34 @@ const READ_BUFFER: usize = 16 << 10;
 pub const MAX_REQUEST: usize = 4 << 20;
 /// Requests are not executed while this much output waits to be sent.
 pub const OUTPUT_HIGH_WATER: usize = 4 << 20;
+
+/// What a connection is doing, as memcached's `stats conns` names its states.
+pub mod state {
+    /// Accepted; nothing received yet.
+    pub const NEW_CMD: u8 = 0;
+    /// Waiting for the next request (or the rest of a command line).
+    pub const READ: u8 = 1;
+    /// Executing requests: what the connection asking `stats conns` shows.
+    pub const PARSE_CMD: u8 = 2;
+    /// Its command line is in, the value block it announced is still arriving.
+    pub const NREAD: u8 = 3;
+    /// Waiting for the client to take its answers.
+    pub const MWRITE: u8 = 4;
+    /// A watcher, or a key dump in progress.
+    pub const WATCH: u8 = 5;
+
+    /// memcached's name of a state.
+    pub fn name(state: u8) -> &'static str {
+        match state {
+            NEW_CMD => "conn_new_cmd",
+            READ => "conn_read",
+            PARSE_CMD => "conn_parse_cmd",
+            NREAD => "conn_nread",
+            MWRITE => "conn_mwrite",
+            _ => "conn_watch",
+        }
+    }
+}
 
 /// A TCP, TLS-over-TCP (`-Z`) or unix-socket stream.
 pub enum Stream {
@@ -140,6 +170,12 @@ pub struct Conn {
     /// Close once the output is written (`quit`, a protocol error memcached closes on).
     closing: bool,
     shutdown: Option<ShutdownMode>,
+    /// A key dump being written (`lru_crawler metadump`).
+    dump: Option<Dump>,
+    /// Set once the connection became a watcher (`watch`): it takes no more requests.
+    watcher: Option<Arc<Watcher>>,
+    /// Whether it ever sent a byte.
+    heard: bool,
 }
 
 impl Conn {
@@ -170,6 +206,9 @@ impl Conn {
             sent: 0,
             closing: false,
             shutdown: None,
+            dump: None,
+            watcher: None,
+            heard: false,
         }
     }
 
@@ -178,9 +217,41 @@ impl Conn {
         &mut self.stream
     }
 
+    /// The watcher this connection became, if it did.
+    pub fn watcher(&self) -> Option<&Arc<Watcher>> {
+        self.watcher.as_ref()
+    }
+
     /// Reads, executes and answers until the socket has nothing more, the output cannot be
-    /// written, or `budget` requests were executed.
-    pub fn drive(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
+    /// written, or `budget` requests were executed. A watcher's waiting lines are sent.
+    pub fn drive(&mut self, cx: &mut Context<'_>, budget: usize) -> Status {
+        self.info.state.store(state::PARSE_CMD, Ordering::Relaxed);
+        let status = self.run(cx, budget);
+        self.info.state.store(self.resting_state(), Ordering::Relaxed);
+        status
+    }
+
+    /// What the connection waits for now, as `stats conns` shows it.
+    fn resting_state(&self) -> u8 {
+        let pending = &self.buf[self.start..self.end];
+        if self.watcher.is_some() || self.dump.is_some() {
+            state::WATCH
+        } else if self.sent < self.out.len() {
+            state::MWRITE
+        } else if !self.heard {
+            state::NEW_CMD
+        } else if self.swallow > 0
+            || (self.protocol == Protocol::Binary && pending.len() >= shoal_proto::binary::HEADER_LEN)
+            || (self.protocol != Protocol::Binary && pending.contains(&b'\n'))
+        {
+            // A whole command line (or binary header) is in: its value is what it waits for.
+            state::NREAD
+        } else {
+            state::READ
+        }
+    }
+
+    fn run(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
         let mut drained = false;
         loop {
             let stopped = self.process(cx, &mut budget);
@@ -228,6 +299,21 @@ impl Conn {
             if self.out.len() - self.sent >= OUTPUT_HIGH_WATER {
                 break Stopped::Output;
             }
+            if let Some(watcher) = &self.watcher {
+                // A watcher's requests are ignored, as memcached ignores them.
+                (self.start, self.end) = (0, 0);
+                if self.out.len() - self.sent < WATCHER_BUFFER {
+                    watcher.take(&mut self.out);
+                }
+                break Stopped::Input;
+            }
+            if let Some(dump) = &mut self.dump {
+                *budget -= 1;
+                if dump_slice(cx, dump, &mut self.out) {
+                    self.dump = None;
+                }
+                continue;
+            }
             if self.swallow > 0 {
                 let n = self.swallow.min(self.end - self.start);
                 self.start += n;
@@ -253,6 +339,14 @@ impl Conn {
                     }
                     match flow {
                         Flow::Continue => {}
+                        Flow::Dump(dump) => self.dump = Some(dump),
+                        Flow::Watch(kinds) => match cx.shared.logs.add(kinds) {
+                            Ok(watcher) => {
+                                self.out.extend_from_slice(b"OK\r\n");
+                                self.watcher = Some(watcher);
+                            }
+                            Err(answer) => crate::exec::reply(&mut self.out, answer.as_bytes()),
+                        },
                         Flow::Close => self.closing = true,
                         Flow::Shutdown(mode) => {
                             self.closing = true;
@@ -350,6 +444,7 @@ impl Conn {
         }
         let (n, drained) = self.stream.read(&mut self.buf[self.end..])?;
         self.end += n;
+        self.heard |= n > 0;
         Counters::add(&counters.bytes_read, n as u64);
         Ok((n, drained))
     }

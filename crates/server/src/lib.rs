@@ -14,7 +14,7 @@
 //!
 //! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals), [`hints`] and [`handoff`] (clients' local reads),
 //! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
-//! [`stats`] (counters and `stats` answers), [`tenants`] (partitions of memory, `--tenants`), [`metrics`] (Prometheus at `--metrics-listen`), [`tls`] (`-Z`), [`udp`].
+//! [`stats`] (counters and `stats` answers), [`tenants`] (partitions of memory, `--tenants`), [`metrics`] (Prometheus at `--metrics-listen`), [`tls`] (`-Z`), [`udp`], [`watch`] (`watch`'s log streams).
 
 pub mod auth;
 pub mod config;
@@ -32,6 +32,7 @@ pub mod tenants;
 pub mod tls;
 pub mod trace;
 pub mod udp;
+pub mod watch;
 
 pub use config::{ServerArgs, Settings};
 pub use server::run;

@@ -21,7 +21,7 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread;
@@ -334,7 +334,13 @@ struct Worker<'a> {
     free: Vec<usize>,
     /// Connections that yielded with requests still buffered.
     ready: VecDeque<usize>,
+    /// Connections that became watchers (`watch`): driven every [`WATCH_INTERVAL`] to send
+    /// the lines other threads queued for them.
+    watchers: Vec<usize>,
 }
+
+/// How often a worker sends its watchers the lines queued for them.
+const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl<'a> Worker<'a> {
     fn new(
@@ -353,6 +359,7 @@ impl<'a> Worker<'a> {
             conns: Vec::new(),
             free: Vec::new(),
             ready: VecDeque::new(),
+            watchers: Vec::new(),
         }
     }
 
@@ -364,6 +371,8 @@ impl<'a> Worker<'a> {
         while !self.shared.stopping() {
             let timeout = if !self.ready.is_empty() {
                 Some(std::time::Duration::ZERO)
+            } else if !self.watchers.is_empty() {
+                Some(WATCH_INTERVAL)
             } else {
                 idle.map(|_| std::time::Duration::from_secs(1))
             };
@@ -387,6 +396,9 @@ impl<'a> Worker<'a> {
                 if let Some(i) = self.ready.pop_front() {
                     self.drive(i);
                 }
+            }
+            for k in (0..self.watchers.len()).rev() {
+                self.drive(self.watchers[k]);
             }
             if let Some(seconds) = idle {
                 if idle_checked.elapsed() >= std::time::Duration::from_secs(1) {
@@ -437,11 +449,7 @@ impl<'a> Worker<'a> {
             if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
                 eprintln!("<{id} new auto-negotiating client connection");
             }
-            let info = Arc::new(ConnInfo {
-                addr,
-                listen_addr,
-                last_cmd: AtomicU64::new(u64::from(self.shared.clock.now())),
-            });
+            let info = Arc::new(ConnInfo::new(addr, listen_addr, self.shared.clock.now()));
             self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
             self.conns[i] = Some(Conn::new(stream, id, info, &self.shared.settings, tenant));
             // Data may have arrived before registration: look now.
@@ -451,7 +459,11 @@ impl<'a> Worker<'a> {
 
     fn drive(&mut self, i: usize) {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else { return };
-        match conn.drive(&mut self.cx, self.shared.settings.reqs_per_event) {
+        let status = conn.drive(&mut self.cx, self.shared.settings.reqs_per_event);
+        if conn.watcher().is_some() && !self.watchers.contains(&i) {
+            self.watchers.push(i);
+        }
+        match status {
             Status::Open => {}
             Status::Yield => self.ready.push_back(i),
             Status::Close => self.close(i),
@@ -473,6 +485,10 @@ impl<'a> Worker<'a> {
         let now = u64::from(self.shared.clock.now());
         for i in 0..self.conns.len() {
             let Some(conn) = &self.conns[i] else { continue };
+            // A watcher sends no commands; memcached kicks only connections waiting for one.
+            if conn.watcher().is_some() {
+                continue;
+            }
             if now.saturating_sub(conn.info.last_cmd.load(Ordering::Relaxed)) > u64::from(seconds) {
                 Counters::bump(&self.cx.counters.idle_kicks);
                 self.close(i);
@@ -488,6 +504,10 @@ impl<'a> Worker<'a> {
             trace::closed(conn.id);
         }
         self.shared.hints.unregister(conn.id, self.shared);
+        if let Some(watcher) = conn.watcher() {
+            self.shared.logs.remove(watcher);
+            self.watchers.retain(|&w| w != i);
+        }
         let mut conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
         drop(conns);

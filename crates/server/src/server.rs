@@ -75,6 +75,20 @@ pub struct ConnInfo {
     pub listen_addr: String,
     /// Server time of its last command.
     pub last_cmd: AtomicU64,
+    /// What it is doing, as `stats conns` names it ([`crate::conn::state`]).
+    pub state: AtomicU8,
+}
+
+impl ConnInfo {
+    /// A connection just accepted, that has sent nothing yet.
+    pub fn new(addr: String, listen_addr: String, now: u32) -> ConnInfo {
+        ConnInfo {
+            addr,
+            listen_addr,
+            last_cmd: AtomicU64::new(u64::from(now)),
+            state: AtomicU8::new(crate::conn::state::NEW_CMD),
+        }
+    }
 }
 
 /// What every thread shares.
@@ -110,6 +124,10 @@ pub struct Shared {
     pub digest: Option<Arc<ServerDigest>>,
     /// TLS for TCP connections (`-Z`).
     pub tls: Option<Arc<Tls>>,
+    /// `watch` connections and the lines waiting for them.
+    pub logs: Arc<crate::watch::Logs>,
+    /// `lru_crawler enable`/`disable`.
+    pub crawler: crate::exec::crawler::CrawlerState,
 }
 
 impl Shared {
@@ -223,6 +241,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         .digest
         .map(|(keys, fp)| ServerDigest::attach(&tenants.default_tenant().writer, keys, fp))
         .transpose()?;
+    let crawler = crate::exec::crawler::CrawlerState::new(settings.lru_crawler);
     let rows = settings.threads + 2;
     let shared = Arc::new(Shared {
         tenant_counters: (0..rows)
@@ -245,7 +264,13 @@ pub fn run(settings: Settings) -> Result<(), String> {
         ascii_users: ascii_users.unwrap_or_default(),
         digest,
         tls,
+        logs: Default::default(),
+        crawler,
     });
+    for tenant in shared.tenants.all() {
+        let log = crate::watch::EvictionLog(shared.logs.clone());
+        let _ = tenant.writer.observe_evictions(Box::new(log)); // a fresh writer has none
+    }
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
     let ticker = spawn_clock_thread(shared.clone());

@@ -149,11 +149,13 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
             "malloc_fails",
             "log_worker_dropped",
             "log_worker_written",
-            "log_watcher_skipped",
-            "log_watcher_sent",
-            "log_watchers",
         ],
     );
+    // Lines go straight to the watchers' queues: no worker buffer drops or writes them.
+    let (watchers, sent, skipped) = shared.logs.counts();
+    line(out, "log_watcher_skipped", skipped);
+    line(out, "log_watcher_sent", sent);
+    line(out, "log_watchers", watchers);
     if let Some(tls) = &shared.tls {
         tls.stats_lines(now, |name, value| line(out, name, value));
     }
@@ -282,9 +284,13 @@ pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
     out.extend_from_slice(b"END\r\n");
 }
 
-/// `stats conns`: one block per open connection.
+/// `stats conns`: the listening sockets, then one block per open connection in the state
+/// memcached would show it in (`conn_new_cmd` before its first request, `conn_read` between
+/// requests, `conn_nread` for a value on its way, `conn_mwrite` for an answer the client has not
+/// taken, `conn_watch` for a watcher or a key dump, `conn_parse_cmd` for the one asking).
 pub fn conns(shared: &Shared, out: &mut Vec<u8>) {
     let now = shared.clock.now();
+    let uptime = now.saturating_sub(shared.clock.started());
     // memcached lists its listening sockets first (UDP ones with a `UDP` line and
     // `conn_read`: they are read like connections).
     for (fd, addr) in &shared.listening {
@@ -297,12 +303,12 @@ pub fn conns(shared: &Shared, out: &mut Vec<u8>) {
             format_args!("{fd}:state"),
             if addr.starts_with("udp:") { "conn_read" } else { "conn_listening" },
         );
-        line(out, format_args!("{fd}:secs_since_last_cmd"), 0);
+        line(out, format_args!("{fd}:secs_since_last_cmd"), uptime);
     }
     for (id, conn) in shared.conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         line(out, format_args!("{id}:addr"), &conn.addr);
         line(out, format_args!("{id}:listen_addr"), &conn.listen_addr);
-        line(out, format_args!("{id}:state"), "conn_parse_cmd");
+        line(out, format_args!("{id}:state"), crate::conn::state::name(conn.state.load(Ordering::Relaxed)));
         let last = conn.last_cmd.load(Ordering::Relaxed) as u32;
         line(out, format_args!("{id}:secs_since_last_cmd"), now.saturating_sub(last));
     }

@@ -164,6 +164,7 @@ impl Writer {
             active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
             last_access: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             observer: OnceLock::new(),
+            evictions: OnceLock::new(),
             recency,
         };
         if crashed {

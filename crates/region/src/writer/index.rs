@@ -105,6 +105,7 @@ impl Writer {
             (word & SLOT_ACCESSED != 0, generation)
         };
         let victim = slots().min_by_key(age).expect("a key has at least one bucket");
+        self.tell_eviction(victim.0, victim.1);
         self.count_drop(word_at(victim), true);
         self.region.header().index_evictions.fetch_add(1, Ordering::Relaxed);
         self.drop_slot(victim.0, victim.1);

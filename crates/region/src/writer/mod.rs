@@ -19,7 +19,7 @@
 //! Files: `attach.rs` (create, open, recover), `ops.rs` (the operations and `execute`),
 //! `index.rs` (bucket locks and slots), `segments.rs` (item space and eviction), `policy.rs`
 //! (which segment eviction takes), `limit.rs` (the memory limit), `values.rs` (counter and
-//! expiry rules shared with the server).
+//! expiry rules shared with the server), `walk.rs` (a read-only walk of the live items).
 
 use crate::error::{OpError, RegionError};
 use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
@@ -255,6 +255,8 @@ pub struct Writer {
     last_access: Box<[AtomicU32]>,
     /// Told of every key that enters or leaves the index (the server's Proteus digest).
     observer: OnceLock<Box<dyn KeyObserver>>,
+    /// Told of every live item evicted (the server's `watch evictions`).
+    evictions: OnceLock<Box<dyn EvictionObserver>>,
     /// The eviction policy and when each segment was last used (`policy.rs`).
     recency: Recency,
 }
@@ -270,6 +272,15 @@ pub trait KeyObserver: Send + Sync {
     fn key_added(&self, key: &[u8]);
     /// `key`'s slot was cleared.
     fn key_removed(&self, key: &[u8]);
+}
+
+/// Told, with the bucket lock held, of each live item dropped to make room (memory or index
+/// full), before it goes. Calls must be quick and must not call the writer.
+pub trait EvictionObserver: Send + Sync {
+    /// Whether it wants to hear now: when not, the evicted item is not even read for it.
+    fn listening(&self) -> bool;
+    /// `item` is being evicted; `now` is the region's clock.
+    fn item_evicted(&self, item: &IndexedItem<'_>, now: u32);
 }
 
 /// memcached refreshes an item's access time on a read at most once a minute.
@@ -317,12 +328,14 @@ mod ops;
 mod policy;
 mod segments;
 mod values;
+mod walk;
 
 pub use limit::{LimitError, MIN_LIMIT_SEGMENTS};
 use policy::Recency;
 pub use policy::{Eviction, UnknownEviction};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
+pub use walk::IndexedItem;
 
 /// Deterministic pseudo-random numbers for the writer's tests (xorshift64): the same trace on
 /// every run, so a failure reproduces.

@@ -286,6 +286,9 @@ impl Writer {
                 return;
             }
         }
+        if live.is_some() {
+            self.tell_eviction(b, i);
+        }
         self.count_drop(word, live.is_some());
         self.drop_slot(b, i);
     }

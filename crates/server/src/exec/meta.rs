@@ -374,6 +374,7 @@ pub(crate) fn store_op(
             SetMode::Set | SetMode::Replace => (Change::Store(fresh.clone()), SetResult::Stored),
         }
     });
+    crate::watch::meta_stored(cx, key, data.len(), op, &result);
     let (result, new_cas) = result.inspect_err(|_| {
         let _ = writer.delete(key);
     })?;

@@ -2,13 +2,14 @@
 //!
 //! One function per family: [`text`] (storage, retrieval, delete, incr/decr, touch),
 //! [`binary`] (memcached's binary protocol, on the same operations),
-//! [`meta`] (`mg ms md ma mn me`), [`lease`] (`lease-get`, `lease-set`, delete hold-off and
+//! [`meta`] (`mg ms md ma mn me`), [`crawler`] (`lru_crawler`, its `metadump`), [`lease`] (`lease-get`, `lease-set`, delete hold-off and
 //! stale values) and [`admin`] (stats, flush_all, version, verbosity, quit,
 //! shutdown, and Shoal's `shm` and `debugtime`). Answers are appended to the connection's
 //! output buffer, so a batch of pipelined requests leaves in one write.
 
 pub mod admin;
 pub mod binary;
+pub mod crawler;
 pub mod lease;
 pub mod meta;
 pub mod text;
@@ -28,6 +29,10 @@ pub enum Flow {
     Close,
     /// Close, and stop the server (`shutdown`, with `-A`).
     Shutdown(ShutdownMode),
+    /// Stream a key dump (`lru_crawler metadump`), then read the next request.
+    Dump(crawler::Dump),
+    /// Become a watcher of these kinds of log lines (`watch`): no more requests.
+    Watch(u16),
 }
 
 /// A worker's view while executing: the server, its own counters, and scratch space.
@@ -89,6 +94,14 @@ impl<'a> Context<'a> {
             Request::Arith { incr, key, delta, noreply } => text::arith(self, incr, key, delta, noreply, out),
             Request::Touch { key, exptime, noreply } => text::touch(self, key, exptime, noreply, out),
             Request::Meta(m) => meta::execute(self, m, out),
+            // A stream needs a connection to stream to.
+            Request::LruCrawler(_) | Request::Watch(_) if self.conn == NO_CONNECTION => reply(out, b"ERROR"),
+            Request::LruCrawler(command) => return crawler::execute(self, command, out),
+            // memcached hands the socket to its logger, which cannot follow answers still queued.
+            Request::Watch(_) if !out.is_empty() => {
+                reply(out, b"ERROR cannot pipeline other commands before watch")
+            }
+            Request::Watch(kinds) => return Flow::Watch(kinds),
             other => return admin::execute(self, other, out),
         }
         Flow::Continue

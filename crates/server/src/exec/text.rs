@@ -33,7 +33,9 @@ impl Context<'_> {
             }
             None => (Change::Keep, None),
         });
-        result.ok().and_then(|(info, _)| info)
+        let found = result.ok().and_then(|(info, _)| info);
+        crate::watch::fetched(self, key, &Ok(found.map_or(Lookup::Missing, Lookup::Hit)));
+        found
     }
 }
 
@@ -42,6 +44,7 @@ impl Context<'_> {
 fn read_counted(cx: &Context<'_>, key: &[u8], bump: bool, sink: &mut dyn ValueSink) -> Option<ItemInfo> {
     let (i, tenant) = cx.tenant(key);
     let found = tenant.writer.read(key, sink, bump);
+    crate::watch::fetched(cx, key, &found);
     if let Some(curve) = &tenant.curve {
         let size = match &found {
             Ok(Lookup::Hit(info)) => {
@@ -181,6 +184,7 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
         StoreCmd::Cas(unique) => w.cas(s.key, s.data, s.flags, s.exptime, unique),
         StoreCmd::LeaseSet(token) => return super::lease::set(cx, &s, token, out),
     };
+    crate::watch::text_stored(cx, &s, &result);
     let answer: &[u8] = match result {
         Ok(Stored::Stored) => {
             if let StoreCmd::Cas(_) = s.cmd {

@@ -1,0 +1,338 @@
+//! memcached's `watch`: connections that turned into streams of log lines (items fetched,
+//! stored, evicted), in memcached's line formats.
+//!
+//! ```text
+//!  worker executing a request ──► Logs::wants(kind)? ──no──► nothing (one relaxed load)
+//!                                        │ yes
+//!                                        ▼
+//!            format the line once ──► each watcher of that kind: its queue (≤ 256 KiB),
+//!                                     or `skipped` + 1 if full (a slow watcher never blocks)
+//!  the watcher's own worker, every few ms ──► queue ──► socket
+//! ```
+
+use crate::exec::meta::{SetMode, SetResult, StoreOp};
+use crate::exec::{Context, NO_CONNECTION};
+use shoal_proto::crawler::{push_uriencoded, watch};
+use shoal_proto::push_u64;
+use shoal_proto::{Store, StoreCmd};
+use shoal_region::{absolute_expiry, EvictionObserver, IndexedItem, Lookup, OpError, Store as Stored};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Lines a watcher may have waiting (memcached's `LOGGER_WATCHER_BUF_SIZE`); past it, lines
+/// for it are dropped and counted.
+pub const WATCHER_BUFFER: usize = 256 << 10;
+/// Watchers at once (memcached's `WATCHER_LIMIT`).
+pub const WATCHER_LIMIT: usize = 20;
+
+/// One watcher: the kinds it asked for and the lines waiting for it.
+pub struct Watcher {
+    kinds: u16,
+    queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    lines: Vec<u8>,
+    /// Lines dropped since the last one queued: announced as `skipped=<n>` before the next.
+    skipped: u64,
+}
+
+impl Watcher {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves the waiting lines to the end of `out`.
+    pub fn take(&self, out: &mut Vec<u8>) {
+        let mut queue = self.queue();
+        if out.is_empty() {
+            std::mem::swap(out, &mut queue.lines);
+        } else {
+            out.extend_from_slice(&queue.lines);
+            queue.lines.clear();
+        }
+    }
+}
+
+/// Every watcher, and the counters `stats` reports (`log_watchers`, `log_watcher_sent`,
+/// `log_watcher_skipped`).
+#[derive(Default)]
+pub struct Logs {
+    /// The kinds some watcher asked for: all a request pays when nobody watches is this load.
+    kinds: AtomicU32,
+    watchers: Mutex<Vec<Arc<Watcher>>>,
+    /// The number of the next line (memcached's `gid`).
+    gid: AtomicU64,
+    sent: AtomicU64,
+    skipped: AtomicU64,
+}
+
+impl Logs {
+    fn watchers(&self) -> MutexGuard<'_, Vec<Arc<Watcher>>> {
+        self.watchers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether some watcher wants lines of `kind`.
+    #[inline]
+    pub fn wants(&self, kind: u16) -> bool {
+        self.kinds.load(Ordering::Relaxed) & u32::from(kind) != 0
+    }
+
+    /// A new watcher of `kinds`, or memcached's answer when there are too many.
+    pub fn add(&self, kinds: u16) -> Result<Arc<Watcher>, &'static str> {
+        let mut all = self.watchers();
+        if all.len() >= WATCHER_LIMIT {
+            return Err("WATCHER_TOO_MANY log watcher limit reached");
+        }
+        let watcher = Arc::new(Watcher { kinds, queue: Mutex::default() });
+        all.push(watcher.clone());
+        self.kinds.fetch_or(u32::from(kinds), Ordering::Relaxed);
+        Ok(watcher)
+    }
+
+    /// Forgets a watcher (its connection closed).
+    pub fn remove(&self, watcher: &Arc<Watcher>) {
+        let mut all = self.watchers();
+        all.retain(|w| !Arc::ptr_eq(w, watcher));
+        let kinds = all.iter().fold(0, |k, w| k | u32::from(w.kinds));
+        self.kinds.store(kinds, Ordering::Relaxed);
+    }
+
+    /// `(log_watchers, log_watcher_sent, log_watcher_skipped)`.
+    pub fn counts(&self) -> (usize, u64, u64) {
+        (self.watchers().len(), self.sent.load(Ordering::Relaxed), self.skipped.load(Ordering::Relaxed))
+    }
+
+    /// Queues a line of `kind` for every watcher of it: `ts=<s>.<µs> gid=<n> ` then what
+    /// `body` writes, then `\n`.
+    pub fn log(&self, kind: u16, body: impl FnOnce(&mut Vec<u8>)) {
+        let mut line = Vec::with_capacity(160);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        // memcached prints the microseconds without leading zeros (`%d`): so does this.
+        line.extend_from_slice(b"ts=");
+        push_u64(&mut line, now.as_secs());
+        line.push(b'.');
+        push_u64(&mut line, u64::from(now.subsec_micros()));
+        line.extend_from_slice(b" gid=");
+        push_u64(&mut line, self.gid.fetch_add(1, Ordering::Relaxed) + 1);
+        line.push(b' ');
+        body(&mut line);
+        line.push(b'\n');
+        for watcher in self.watchers().iter().filter(|w| w.kinds & kind != 0) {
+            let mut queue = watcher.queue();
+            if queue.lines.len() + line.len() + 32 > WATCHER_BUFFER {
+                queue.skipped += 1;
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if queue.skipped > 0 {
+                let skipped = std::mem::take(&mut queue.skipped);
+                queue.lines.extend_from_slice(b"skipped=");
+                push_u64(&mut queue.lines, skipped);
+                queue.lines.push(b'\n');
+            }
+            queue.lines.extend_from_slice(&line);
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `key=<uri-encoded key>`.
+fn push_key(line: &mut Vec<u8>, key: &[u8]) {
+    line.extend_from_slice(b"key=");
+    push_uriencoded(line, key);
+}
+
+/// `cfd=<descriptor>`: the connection's (0 for a datagram's).
+fn push_cfd(line: &mut Vec<u8>, conn: u64) {
+    line.extend_from_slice(b" cfd=");
+    push_u64(line, if conn == NO_CONNECTION { 0 } else { conn });
+}
+
+/// Logs a read for `watch fetchers`: `type=item_get key=… status=found|not_found|flushed|
+/// expired clsid=… cfd=… size=…` (clsid 1, the one class, for an item found; 0 otherwise).
+#[inline]
+pub fn fetched(cx: &Context<'_>, key: &[u8], found: &Result<Lookup, OpError>) {
+    if !cx.shared.logs.wants(watch::FETCHERS) {
+        return;
+    }
+    let (status, size): (&[u8], usize) = match found {
+        Ok(Lookup::Hit(info)) => (b"found", info.value_len),
+        Ok(Lookup::Flushed) => (b"flushed", 0),
+        Ok(Lookup::Expired) => (b"expired", 0),
+        Ok(Lookup::Missing) | Err(_) => (b"not_found", 0),
+    };
+    cx.shared.logs.log(watch::FETCHERS, |line| {
+        line.extend_from_slice(b"type=item_get ");
+        push_key(line, key);
+        line.extend_from_slice(b" status=");
+        line.extend_from_slice(status);
+        line.extend_from_slice(if size > 0 || status == b"found" { b" clsid=1" } else { b" clsid=0" });
+        push_cfd(line, cx.conn);
+        line.extend_from_slice(b" size=");
+        push_u64(line, size as u64);
+    });
+}
+
+/// What a store did, as `watch mutations` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreStatus {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+    TooLarge,
+    NoMemory,
+}
+
+impl StoreStatus {
+    /// The status of a store the region refused.
+    pub fn of_error(e: &OpError) -> StoreStatus {
+        match e {
+            OpError::ValueTooLarge { .. } => StoreStatus::TooLarge,
+            _ => StoreStatus::NoMemory,
+        }
+    }
+
+    fn name(self) -> &'static [u8] {
+        match self {
+            StoreStatus::Stored => b"stored",
+            StoreStatus::NotStored => b"not_stored",
+            StoreStatus::Exists => b"exists",
+            StoreStatus::NotFound => b"not_found",
+            StoreStatus::TooLarge => b"too_large",
+            StoreStatus::NoMemory => b"no_memory",
+        }
+    }
+}
+
+/// A store, for [`stored`].
+pub struct StoreEvent<'a> {
+    pub key: &'a [u8],
+    /// memcached's command name: `set add replace append prepend cas`.
+    pub cmd: &'a [u8],
+    pub status: StoreStatus,
+    /// The new item's absolute expiry (0: never; `None`: expired on arrival).
+    pub expiry: Option<u32>,
+    /// The value's length.
+    pub size: usize,
+}
+
+/// Logs a store for `watch mutations`: `type=item_store key=… status=… cmd=… ttl=… clsid=1
+/// cfd=… size=…`; `ttl` is seconds left (0: never expires; 4294967295 for one that expires
+/// on arrival).
+#[inline]
+pub fn stored(cx: &Context<'_>, event: &StoreEvent<'_>) {
+    if !cx.shared.logs.wants(watch::MUTATIONS) {
+        return;
+    }
+    let now = cx.region_clock();
+    let ttl = match event.expiry {
+        Some(0) => 0,
+        Some(at) => at.wrapping_sub(now),
+        None => u32::MAX,
+    };
+    cx.shared.logs.log(watch::MUTATIONS, |line| {
+        line.extend_from_slice(b"type=item_store ");
+        push_key(line, event.key);
+        line.extend_from_slice(b" status=");
+        line.extend_from_slice(event.status.name());
+        line.extend_from_slice(b" cmd=");
+        line.extend_from_slice(event.cmd);
+        line.extend_from_slice(b" ttl=");
+        push_u64(line, u64::from(ttl));
+        line.extend_from_slice(b" clsid=1");
+        push_cfd(line, cx.conn);
+        line.extend_from_slice(b" size=");
+        push_u64(line, event.size as u64);
+    });
+}
+
+/// [`stored`] for a text-protocol storage command and its outcome.
+#[inline]
+pub fn text_stored(cx: &Context<'_>, s: &Store<'_>, result: &Result<Stored, OpError>) {
+    if !cx.shared.logs.wants(watch::MUTATIONS) {
+        return;
+    }
+    let status = match result {
+        Ok(Stored::Stored) => StoreStatus::Stored,
+        Ok(Stored::NotStored) => StoreStatus::NotStored,
+        Ok(Stored::Exists) => StoreStatus::Exists,
+        Ok(Stored::NotFound) => StoreStatus::NotFound,
+        Err(e) => StoreStatus::of_error(e),
+    };
+    let cmd: &[u8] = match s.cmd {
+        StoreCmd::Set | StoreCmd::LeaseSet(_) => b"set",
+        StoreCmd::Add => b"add",
+        StoreCmd::Replace => b"replace",
+        StoreCmd::Append => b"append",
+        StoreCmd::Prepend => b"prepend",
+        StoreCmd::Cas(_) => b"cas",
+    };
+    let expiry = absolute_expiry(s.exptime, cx.region_clock());
+    stored(cx, &StoreEvent { key: s.key, cmd, status, expiry, size: s.data.len() });
+}
+
+/// [`stored`] for a store made by `ms` or the binary protocol.
+#[inline]
+pub(crate) fn meta_stored(
+    cx: &Context<'_>,
+    key: &[u8],
+    size: usize,
+    op: &StoreOp,
+    result: &Result<(SetResult, Option<u64>), OpError>,
+) {
+    if !cx.shared.logs.wants(watch::MUTATIONS) {
+        return;
+    }
+    let status = match result {
+        Ok((SetResult::Stored, _)) => StoreStatus::Stored,
+        Ok((SetResult::NotStored, _)) => StoreStatus::NotStored,
+        Ok((SetResult::Exists, _)) => StoreStatus::Exists,
+        Ok((SetResult::NotFound, _)) => StoreStatus::NotFound,
+        Err(e) => StoreStatus::of_error(e),
+    };
+    let cmd: &[u8] = match op.mode {
+        SetMode::Set => b"set",
+        SetMode::Add => b"add",
+        SetMode::Replace => b"replace",
+        SetMode::Append => b"append",
+        SetMode::Prepend => b"prepend",
+        SetMode::Cas => b"cas",
+    };
+    stored(cx, &StoreEvent { key, cmd, status, expiry: op.fresh.expiry, size });
+}
+
+/// Logs evictions for `watch evictions`: `type=eviction key=… fetch=yes|no ttl=<seconds left,
+/// -1: never> la=<seconds since last access> clsid=1 size=<value length>`. Installed on every
+/// tenant's region; costs one load per eviction while nobody watches.
+pub struct EvictionLog(pub Arc<Logs>);
+
+impl EvictionObserver for EvictionLog {
+    fn listening(&self) -> bool {
+        self.0.wants(watch::EVICTIONS)
+    }
+
+    fn item_evicted(&self, item: &IndexedItem<'_>, now: u32) {
+        let info = &item.info;
+        self.0.log(watch::EVICTIONS, |line| {
+            line.extend_from_slice(b"type=eviction ");
+            push_key(line, item.key);
+            line.extend_from_slice(if info.fetched { b" fetch=yes" } else { b" fetch=no" });
+            line.extend_from_slice(b" ttl=");
+            if info.expiry == 0 {
+                line.extend_from_slice(b"-1");
+            } else {
+                push_u64(line, u64::from(info.expiry.saturating_sub(now)));
+            }
+            line.extend_from_slice(b" la=");
+            // An access time the writer does not know (before a restart) counts as now.
+            let last_access = if info.last_access == 0 { now } else { info.last_access };
+            push_u64(line, u64::from(now.saturating_sub(last_access)));
+            line.extend_from_slice(b" clsid=1 size=");
+            push_u64(line, info.value_len as u64);
+        });
+    }
+}
