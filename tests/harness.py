@@ -26,6 +26,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def talk(sock, request: bytes, until: bytes = b"\r\n") -> bytes:
+    """Sends `request` and reads until the answer ends with `until`."""
+    sock.sendall(request)
+    data = b""
+    while not data.endswith(until):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {data!r}"
+        data += chunk
+    return data
+
+
 class Server:
     """A server process listening on 127.0.0.1:`port`."""
 

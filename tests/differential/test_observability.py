@@ -20,19 +20,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import Server  # noqa: E402
+from harness import talk as ask  # noqa: E402
 
 MEMCACHED_TOOL = Path("/usr/share/memcached/scripts/memcached-tool")
-
-
-def ask(sock, request, until=b"\r\n"):
-    """Sends a request and reads until the answer ends with `until`."""
-    sock.sendall(request)
-    data = b""
-    while not data.endswith(until):
-        chunk = sock.recv(65536)
-        assert chunk, f"closed after {data!r}"
-        data += chunk
-    return data
 
 
 def both(*extra):

@@ -14,17 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import MEMCACHED, SHOAL, Server, free_port  # noqa: E402
-
-
-def talk(sock, request: bytes, until: bytes) -> bytes:
-    sock.sendall(request)
-    data = b""
-    while not data.endswith(until):
-        chunk = sock.recv(65536)
-        assert chunk, f"closed after {data!r}"
-        data += chunk
-    return data
+from harness import MEMCACHED, SHOAL, Server, free_port, talk  # noqa: E402
 
 
 def test_help_and_version_exit_zero_and_name_the_unix_socket():

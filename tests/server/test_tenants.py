@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import SHOAL, Server, free_port  # noqa: E402
-from server.test_server import talk  # noqa: E402
+from harness import SHOAL, Server, free_port, talk  # noqa: E402
 
 MB = 1 << 20
 
