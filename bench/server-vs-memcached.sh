@@ -1,26 +1,39 @@
 #!/usr/bin/env bash
-# Shoal vs memcached, side by side in one run on this machine (DESIGN §9, issue #3's table).
+# Shoal vs memcached, side by side in one run on this machine (DESIGN §9; issue #3's table and
+# issue #12's restated CPU target).
 #
-# Both servers get the same flags (-t 1 -m 1024 -U 0, loopback, a free port) and run pinned
-# to CPU 0, at the same time but loaded one after the other, row by row; the load generator
-# (`shoal bench load`) is pinned to CPU 1. Rows: get, set, 10-key multiget and pipelined get
-# (depth 8), each at 1 and 50 connections, 100 000 keys of 16 bytes, 100-byte values; then
-# the items that fit at -m 1024 (`shoal bench fill`, on freshly started servers).
+# Three servers run at once, pinned to CPU 0, loaded one after the other, row by row, by
+# `shoal bench load` pinned to CPU 1: memcached and `shoal server` with the same flags
+# (-t 1 -m 1024 -U 0, loopback, a free port), and the kernel's floor, the `epoll` stick of
+# bench/kernel-floor.sh (bench/kernel-floor/epoll.c, built here with gcc: one epoll_wait, recv
+# and send per request, nothing stored). Rows: get, set, 10-key multiget and pipelined get
+# (depth 8), each at 1 and 50 connections, 100 000 keys of 16 bytes, 100-byte values; gets of
+# 16 KiB values; binary-protocol gets (memcached's binary protocol; the stick does not speak it).
+# Every row runs ROUNDS times, interleaved, and the tables give medians. Then the items that fit
+# at -m 1024 (`shoal bench fill`, on freshly started servers).
+#
+# Issue #12's targets, judged per row: on an unpipelined row, Shoal's server CPU per request
+# *above the floor* (minus the stick's, same row, same run) at most 0.5x memcached's above the
+# floor; on a pipelined or multiget row, total CPU per request at most 0.7x memcached's; on a
+# binary get row, total at most 0.9x memcached's binary get.
 # Prints markdown tables on stdout (`| bench/rewrite-doc.sh server-vs-memcached` puts them into
 # docs/BENCHMARKS.md); every run's JSON and the servers' logs are kept in
 # target/bench/server-vs-memcached-<time>/.
 #
 # Without a `shoal server` to run it says so and measures memcached alone.
 #
-#   BENCH_SECS       seconds per row and server (default 5)
+#   BENCH_SECS       seconds per row, server and round (default 5)
+#   ROUNDS           rounds; the tables give medians (default 3)
 #   BENCH_MEMORY_MB  -m of both servers (default 1024)
 #   SERVER_CPU       CPU the servers are pinned to (default 0)
 #   LOAD_CPU         CPU the load generator is pinned to (default 1)
 #   MEMCACHED        the memcached binary (default /usr/bin/memcached)
+# Needs memcached, gcc and jq (apt-get install memcached gcc jq).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${BENCH_SECS:-5}
+rounds=${ROUNDS:-3}
 memory_mb=${BENCH_MEMORY_MB:-1024}
 server_cpu=${SERVER_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
@@ -32,9 +45,11 @@ say() { printf '%s\n' "$*" >&2; }
 
 [ -x "$memcached" ] || { say "no memcached at $memcached (apt-get install memcached)"; exit 1; }
 command -v jq >/dev/null || { say "jq is needed to read the JSON reports (apt-get install jq)"; exit 1; }
+command -v gcc >/dev/null || { say "gcc is needed to build the kernel-floor stick (apt-get install gcc)"; exit 1; }
 say "building target/release/shoal"
 cargo build --release --quiet -p shoal
 mkdir -p "$out"
+gcc -O2 -Wall -o "$out/floor" bench/kernel-floor/epoll.c
 
 servers=(memcached)
 if "$shoal" server -V >/dev/null 2>&1; then
@@ -46,44 +61,91 @@ fi
 server_flags=()
 source bench/lib/servers.sh
 
+# label|target|load flags. target: `floor` (above the floor <= 0.5x), `total` (<= 0.7x),
+# `binary` (total <= 0.9x, no floor).
 rows=(
-  "get, 1 connection|--get-ratio 1 --prefill --connections 1"
-  "get, 50 connections|--get-ratio 1 --prefill --connections 50"
-  "set, 1 connection|--get-ratio 0 --connections 1"
-  "set, 50 connections|--get-ratio 0 --connections 50"
-  "10-key multiget, 1 connection|--get-ratio 1 --prefill --multiget 10 --connections 1"
-  "10-key multiget, 50 connections|--get-ratio 1 --prefill --multiget 10 --connections 50"
-  "pipelined get (depth 8), 1 connection|--get-ratio 1 --prefill --pipeline 8 --connections 1"
-  "pipelined get (depth 8), 50 connections|--get-ratio 1 --prefill --pipeline 8 --connections 50"
-  "get of 16 KiB values, 1 connection|--get-ratio 1 --prefill --connections 1 --keys 10000 --value-size 16384"
-  "10-key multiget of 16 KiB values, 1 connection|--get-ratio 1 --prefill --multiget 10 --connections 1 --keys 10000 --value-size 16384"
+  "get, 1 connection|floor|--get-ratio 1 --prefill --connections 1"
+  "get, 50 connections|floor|--get-ratio 1 --prefill --connections 50"
+  "set, 1 connection|floor|--get-ratio 0 --connections 1"
+  "set, 50 connections|floor|--get-ratio 0 --connections 50"
+  "10-key multiget, 1 connection|total|--get-ratio 1 --prefill --multiget 10 --connections 1"
+  "10-key multiget, 50 connections|total|--get-ratio 1 --prefill --multiget 10 --connections 50"
+  "pipelined get (depth 8), 1 connection|total|--get-ratio 1 --prefill --pipeline 8 --connections 1"
+  "pipelined get (depth 8), 50 connections|total|--get-ratio 1 --prefill --pipeline 8 --connections 50"
+  "get of 16 KiB values, 1 connection|floor|--get-ratio 1 --prefill --connections 1 --keys 10000 --value-size 16384"
+  "10-key multiget of 16 KiB values, 1 connection|total|--get-ratio 1 --prefill --multiget 10 --connections 1 --keys 10000 --value-size 16384"
+  "binary get, 1 connection|binary|--protocol binary --get-ratio 1 --prefill --connections 1"
+  "binary get, 50 connections|binary|--protocol binary --get-ratio 1 --prefill --connections 50"
 )
 common=(--key-size 16 --duration "$secs")
 # Rows that name no data size get 100 000 keys with 100-byte values.
 small_values=(--keys 100000 --value-size 100)
 
+# start_floor: the epoll stick on a free loopback port, pinned like the servers.
+start_floor() {
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  taskset -c "$server_cpu" "$out/floor" "$port" >"$out/floor.log" 2>&1 &
+  pid[floor]=$!
+  address[floor]=127.0.0.1:$port
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return
+    sleep 0.1
+  done
+  say "the floor stick did not start listening within 10 s"; exit 1
+}
+
 for name in "${servers[@]}"; do start "$name"; done
+start_floor
 echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty)," \
-  "\`bench/server-vs-memcached.sh\` (BENCH_SECS=$secs): servers \`-t 1 -m $memory_mb -U 0\` on CPU $server_cpu," \
-  "\`shoal bench load ${common[*]}\` (and \`${small_values[*]}\` unless the row says otherwise) on CPU $load_cpu; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  "\`bench/server-vs-memcached.sh\` (BENCH_SECS=$secs ROUNDS=$rounds): servers \`-t 1 -m $memory_mb -U 0\` and the floor stick on CPU $server_cpu," \
+  "\`shoal bench load ${common[*]}\` (and \`${small_values[*]}\` unless the row says otherwise) on CPU $load_cpu;" \
+  "medians of $rounds interleaved rounds; $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)."
 echo "memcached: $("$memcached" -V)."
 echo
-echo "| row | memcached req/s | shoal req/s | ratio | memcached CPU µs/req | shoal CPU µs/req | ratio |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
-for row in "${rows[@]}"; do
-  label=${row%%|*}
-  read -ra flags <<<"${row#*|}"
-  [[ " ${flags[*]} " = *" --value-size "* ]] || flags+=("${small_values[@]}")
-  slug=$(tr -c 'a-z0-9\n' '-' <<<"$label")
-  for name in "${servers[@]}"; do
-    say "$label: $name"
-    bench load "$name" "$out/$slug-$name.json" "${common[@]}" "${flags[@]}"
+for round in $(seq "$rounds"); do
+  for row in "${rows[@]}"; do
+    IFS='|' read -r label target flag_words <<<"$row"
+    read -ra flags <<<"$flag_words"
+    [[ " ${flags[*]} " = *" --value-size "* ]] || flags+=("${small_values[@]}")
+    slug=$(tr -c 'a-z0-9\n' '-' <<<"$label")
+    names=("${servers[@]}")
+    [ "$target" = binary ] || names+=(floor)
+    for name in "${names[@]}"; do
+      say "round $round/$rounds, $label: $name"
+      bench load "$name" "$out/$slug-$name-$round.json" "${common[@]}" "${flags[@]}"
+    done
   done
-  mc_json="$out/$slug-memcached.json" sh_json="$out/$slug-shoal.json"
-  mc_rps=$(cell "$mc_json" .requests_per_second %.0f) sh_rps=$(cell "$sh_json" .requests_per_second %.0f)
-  mc_cpu=$(cell "$mc_json" .server_cpu_us_per_request %.2f)
-  sh_cpu=$(cell "$sh_json" .server_cpu_us_per_request %.2f)
-  echo "| $label | $mc_rps | $sh_rps | $(ratio "$sh_rps" "$mc_rps") | $mc_cpu | $sh_cpu | $(ratio "$sh_cpu" "$mc_cpu") |"
+done
+
+# median NAME SLUG FILTER: the median over the rounds of one figure, or — without reports.
+median() {
+  local files=("$out/$2-$1"-*.json)
+  [ -s "${files[0]}" ] || { printf '—'; return; }
+  jq -r "$3" "${files[@]}" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+# verdict RATIO LIMIT: whether a ratio meets its target.
+verdict() { awk -v r="$1" -v l="$2" 'BEGIN { if (r == "—") print "—"; else print (r <= l) ? "met" : "**not met**" }'; }
+echo "| row | memcached req/s | shoal req/s | ratio | memcached CPU µs/req | shoal CPU µs/req | floor CPU µs/req | compared | shoal ÷ memcached | target |"
+echo "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
+for row in "${rows[@]}"; do
+  IFS='|' read -r label target _ <<<"$row"
+  slug=$(tr -c 'a-z0-9\n' '-' <<<"$label")
+  mc_rps=$(median memcached "$slug" .requests_per_second) sh_rps=$(median shoal "$slug" .requests_per_second)
+  mc_cpu=$(median memcached "$slug" .server_cpu_us_per_request) sh_cpu=$(median shoal "$slug" .server_cpu_us_per_request)
+  floor_cpu=$(median floor "$slug" .server_cpu_us_per_request)
+  case $target in
+    floor)
+      compared="above the floor" limit=0.5
+      cpu_ratio=$(awk -v s="$sh_cpu" -v m="$mc_cpu" -v f="$floor_cpu" \
+        'BEGIN { if (s == "—" || m == "—" || f == "—" || m <= f) print "—"; else printf "%.2f", (s - f) / (m - f) }') ;;
+    total) compared=total limit=0.7 cpu_ratio=$(ratio "$sh_cpu" "$mc_cpu") ;;
+    binary) compared="total, binary" limit=0.9 cpu_ratio=$(ratio "$sh_cpu" "$mc_cpu") ;;
+  esac
+  shown() { if [ "$1" = — ]; then printf —; else printf "$2" "$1"; fi; }
+  echo "| $label | $(shown "$mc_rps" %.0f) | $(shown "$sh_rps" %.0f) | $(ratio "$sh_rps" "$mc_rps") |" \
+    "$(shown "$mc_cpu" %.2f) | $(shown "$sh_cpu" %.2f) | $(shown "$floor_cpu" %.2f) | $compared | $cpu_ratio |" \
+    "≤ $limit: $(verdict "$cpu_ratio" "$limit") |"
 done
 stop_all
 

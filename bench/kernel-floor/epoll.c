@@ -5,6 +5,7 @@
 struct conn {
   int fd;
   size_t n;
+  struct request_state st;
   char in[IN_BYTES];
 };
 
@@ -20,7 +21,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < k; i++) {
       struct conn *c = ready[i].data.ptr;
       if (c == NULL) {
-        int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK);
+        /* Blocking, so that a long answer goes out whole; reads never wait (MSG_DONTWAIT). */
+        int fd = accept4(listener, NULL, NULL, 0);
         if (fd < 0) continue;
         no_delay(fd);
         c = calloc(1, sizeof *c);
@@ -29,16 +31,19 @@ int main(int argc, char **argv) {
         epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e);
         continue;
       }
-      ssize_t r = recv(c->fd, c->in + c->n, sizeof c->in - c->n, 0);
+      ssize_t r = recv(c->fd, c->in + c->n, sizeof c->in - c->n, MSG_DONTWAIT);
       if (r <= 0) { /* closed, full (a line longer than the buffer), or a spurious wakeup */
         if (r == 0) close(c->fd), free(c);
         continue;
       }
       c->n += (size_t)r;
-      size_t out_len = 0, used = answer(c->in, c->n, out, &out_len);
-      memmove(c->in, c->in + used, c->n - used);
-      c->n -= used;
-      if (out_len) send(c->fd, out, out_len, 0);
+      for (;;) { /* more than one answer only when one read held more than OUT_BYTES of answers */
+        size_t out_len = 0, used = answer(&c->st, c->in, c->n, out, &out_len);
+        memmove(c->in, c->in + used, c->n - used);
+        c->n -= used;
+        if (out_len) send(c->fd, out, out_len, 0);
+        if (!out_len || !used) break;
+      }
     }
   }
 }
