@@ -20,4 +20,4 @@ mod shards;
 
 pub use curve::HitRatioCurve;
 pub use plan::{optimum, plan, Goal, Plan, PlanConfig, Tenant};
-pub use shards::{Shards, ShardsConfig, DEFAULT_MAX_SAMPLES};
+pub use shards::{KeyHash, Shards, ShardsConfig, DEFAULT_MAX_SAMPLES};

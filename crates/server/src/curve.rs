@@ -5,14 +5,14 @@
 //! sets are not references, or a look-aside fill after every miss would count as a hit.
 //! Reads clients serve from shared memory carry no key back, so they are not in it.
 //!
-//! A key is screened with its spatial hash against an atomic copy of the threshold before
-//! any lock: only sampled keys (a fixed number, however many keys there are) take the
+//! A key is hashed once and screened with its spatial hash against an atomic copy of the
+//! threshold before any lock: only sampled keys (a fixed number, however many keys there are) take the
 //! tracker's mutex; the rest add one to a count of the worker's own (no shared cache line, no
 //! locked instruction), which the correction needs: [`CurveTracker::curve`] is given the
 //! workers' counts summed and folds in what arrived since it last looked.
 
 use crate::stats::Counters;
-use shoal_curves::{HitRatioCurve, Shards, ShardsConfig};
+use shoal_curves::{HitRatioCurve, KeyHash, Shards, ShardsConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -42,29 +42,36 @@ impl CurveTracker {
     /// A request for `key`, whose item is `size` bytes (0: a miss, size unknown); a key
     /// screened out counts in `unsampled`, the calling worker's own count.
     pub fn access(&self, key: &[u8], size: u64, unsampled: &AtomicU64) {
-        if Shards::spatial(key) >= self.threshold.load(Ordering::Relaxed) {
+        let Some(key) = self.sampled(key) else {
             Counters::bump(unsampled);
             return;
-        }
+        };
         let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let shards = &mut guard.0;
-        shards.access(key, size);
+        shards.access_hashed(key, size);
         self.threshold.store(shards.threshold(), Ordering::Relaxed);
     }
 
     /// `key` was stored with an item of `size` bytes (not a reference: see
     /// [`Shards::stored`]).
     pub fn stored(&self, key: &[u8], size: u64) {
-        if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {
+        if let Some(key) = self.sampled(key) {
             self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.stored(key, size);
         }
     }
 
     /// `key` was deleted.
     pub fn remove(&self, key: &[u8]) {
-        if Shards::spatial(key) < self.threshold.load(Ordering::Relaxed) {
+        if let Some(key) = self.sampled(key) {
             self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.remove(key);
         }
+    }
+
+    /// The key's hash, if the key is in the sample (as of the threshold last published).
+    #[inline]
+    fn sampled(&self, key: &[u8]) -> Option<KeyHash> {
+        let hash = KeyHash::of(key);
+        (hash.spatial() < self.threshold.load(Ordering::Relaxed)).then_some(hash)
     }
 
     /// The curve now, the sampling rate and the keys tracked; `unsampled` is the workers'

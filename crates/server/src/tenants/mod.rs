@@ -61,8 +61,8 @@ pub struct Tenant {
 pub struct Tenants {
     list: Vec<Tenant>,
     default: usize,
-    /// (prefix, tenant), for connections bound to no tenant.
-    prefixes: Vec<(Vec<u8>, usize)>,
+    /// Which tenant a key's prefix names, for connections bound to no tenant.
+    prefixes: Prefixes,
     users: HashMap<Vec<u8>, usize>,
     /// Whether a tenants file was given.
     configured: bool,
@@ -70,6 +70,38 @@ pub struct Tenants {
     temporary: bool,
     /// One resize at a time, so two cannot both pass the check against `-m`.
     resizing: Mutex<()>,
+}
+
+/// Key prefixes and their tenants. Every key of every get is looked up here, and most keys
+/// have none of the prefixes: a bit per possible first byte turns those away before any
+/// compare.
+#[derive(Default)]
+struct Prefixes {
+    /// Bit `b` is set when some prefix starts with byte `b`.
+    first_bytes: [u64; 4],
+    /// (prefix, tenant); prefixes do not overlap (the file's check), so at most one matches.
+    list: Vec<(Vec<u8>, usize)>,
+}
+
+impl Prefixes {
+    fn new(list: impl IntoIterator<Item = (Vec<u8>, usize)>) -> Prefixes {
+        let list: Vec<(Vec<u8>, usize)> = list.into_iter().collect();
+        let mut first_bytes = [0u64; 4];
+        for &b in list.iter().filter_map(|(p, _)| p.first()) {
+            first_bytes[usize::from(b >> 6)] |= 1 << (b & 63);
+        }
+        Prefixes { first_bytes, list }
+    }
+
+    /// The tenant whose prefix `key` has, if any.
+    #[inline]
+    fn tenant_of(&self, key: &[u8]) -> Option<usize> {
+        let &b = key.first()?;
+        if self.first_bytes[usize::from(b >> 6)] & (1 << (b & 63)) == 0 {
+            return None;
+        }
+        self.list.iter().find(|(p, _)| key.starts_with(p)).map(|&(_, t)| t)
+    }
 }
 
 /// Where the region lives when no `-e` file is named: a fresh file in /dev/shm named after
@@ -146,7 +178,7 @@ impl Tenants {
                 return Ok(Tenants {
                     list: vec![Tenant { spec, writer, curve }],
                     default: 0,
-                    prefixes: Vec::new(),
+                    prefixes: Prefixes::default(),
                     users: HashMap::new(),
                     configured: false,
                     temporary,
@@ -182,11 +214,9 @@ impl Tenants {
             let curve = Some(CurveTracker::new(spec.max_bytes as u64));
             list.push(Tenant { spec, writer, curve });
         }
-        let prefixes = list
-            .iter()
-            .enumerate()
-            .flat_map(|(i, t)| t.spec.prefixes.iter().map(move |p| (p.clone(), i)))
-            .collect();
+        let prefixes = Prefixes::new(
+            list.iter().enumerate().flat_map(|(i, t)| t.spec.prefixes.iter().map(move |p| (p.clone(), i))),
+        );
         let users = list
             .iter()
             .enumerate()
@@ -244,14 +274,14 @@ impl Tenants {
         if let Some(t) = bound {
             return t;
         }
-        self.prefixes.iter().find(|(p, _)| key.starts_with(p)).map_or(self.default, |&(_, t)| t)
+        self.prefixes.tenant_of(key).unwrap_or(self.default)
     }
 
     /// The tenant whose region a connection's client may read locally: the one it is bound
     /// to, else the default — unless keys go to tenants by prefix, when a client reading one
     /// region would take another tenant's keys for misses.
     pub fn local_tenant(&self, bound: Option<usize>) -> Option<usize> {
-        bound.or((self.prefixes.is_empty()).then_some(self.default))
+        bound.or((self.prefixes.list.is_empty()).then_some(self.default))
     }
 
     /// Whether a tenants file was given.
@@ -395,5 +425,17 @@ mod tests {
             Path::new("/dev/shm/shoal-7-web.region")
         );
         assert_eq!(tenant_region_path(Path::new("/var/cache/r"), "a"), Path::new("/var/cache/r-a"));
+    }
+
+    #[test]
+    fn a_key_goes_to_the_tenant_whose_prefix_it_has() {
+        let prefixes = Prefixes::new([(b"web:".to_vec(), 1), (b"w".to_vec(), 2), (vec![0xff, b'x'], 3)]);
+        assert_eq!(prefixes.tenant_of(b"web:1"), Some(1));
+        assert_eq!(prefixes.tenant_of(b"wx"), Some(2));
+        assert_eq!(prefixes.tenant_of(&[0xff, b'x', b'1']), Some(3));
+        for none in [&b""[..], b"key:1", b"Web:1", &[0xff, b'y'], &[0x7f]] {
+            assert_eq!(prefixes.tenant_of(none), None, "{none:?}");
+        }
+        assert_eq!(Prefixes::default().tenant_of(b"web:1"), None);
     }
 }
