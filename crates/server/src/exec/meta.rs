@@ -733,3 +733,46 @@ fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
     );
     reply(out, line.as_bytes());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::item;
+    use super::*;
+    use crate::config::ServerArgs;
+    use clap::{Args, FromArgMatches};
+    use shoal_proto::{Parse, Parser, Request};
+
+    /// The settings of a server started without flags.
+    fn default_settings() -> Settings {
+        let matches = ServerArgs::augment_args(clap::Command::new("server")).get_matches_from(["server"]);
+        ServerArgs::from_arg_matches(&matches).unwrap().settings().unwrap()
+    }
+
+    fn parse(line: &[u8]) -> Meta<'_> {
+        match Parser::new(1 << 20).parse(line) {
+            Parse::Done { request: Request::Meta(m), .. } => m,
+            _ => panic!("not a meta command: {line:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hit_block_starts_over_when_the_lookup_retries() {
+        let settings = default_settings();
+        let m = parse(b"mg k v f s c O9\r\n");
+        let line = HitLine { m: &m, key: b"k", now: 100, settings: &settings, started: 50 };
+        let mut out = b"HD\r\n".to_vec();
+        let mut block = HitBlock { out: &mut out, start: 4, line: &line, unshown: None };
+        block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
+        block.append_to(&item(2, 8, 4)).extend_from_slice(b"newv"); // the item changed: again
+        assert_eq!(out, b"HD\r\nVA 4 f2 s4 c8 O9\r\nnewv");
+
+        // Without `v` the answer is the line alone; the value goes aside.
+        let m = parse(b"mg k s f\r\n");
+        let line = HitLine { m: &m, key: b"k", now: 100, settings: &settings, started: 50 };
+        let mut unshown = b"stale".to_vec();
+        let mut block = HitBlock { out: &mut out, start: 4, line: &line, unshown: Some(&mut unshown) };
+        block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
+        block.append_to(&item(2, 8, 4)).extend_from_slice(b"newv");
+        assert_eq!((out.as_slice(), unshown.as_slice()), (&b"HD\r\nHD s4 f2\r\n"[..], &b"newv"[..]));
+    }
+}

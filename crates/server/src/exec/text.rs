@@ -285,13 +285,8 @@ pub fn touch(cx: &mut Context<'_>, key: &[u8], exptime: i64, noreply: bool, out:
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::item;
     use super::*;
-
-    /// An item as a lookup would hand it to a sink.
-    pub(crate) fn item(flags: u32, cas: u64, value_len: usize) -> ItemInfo {
-        let marks = shoal_region::Marks::default();
-        ItemInfo { flags, cas, expiry: 0, value_len, fetched: false, marks, last_access: 0 }
-    }
 
     #[test]
     fn a_value_block_starts_over_when_the_lookup_retries_and_vanishes_on_a_miss() {
