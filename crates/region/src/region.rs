@@ -5,14 +5,14 @@
 use crate::error::{OpError, RegionError};
 use crate::expiry::is_expired;
 use crate::layout::{
-    derived_cas, Bucket, ItemHeader, Layout, Marks, RawHeader, SegmentMeta, Slot, ITEM_CAS_BYTES,
-    ITEM_HEADER_BYTES, MAX_KEY_LEN, SLOT_ACCESSED,
+    derived_cas, Bucket, ItemHeader, Layout, Marks, RawHeader, SegmentMeta, Slot, BUCKET_SLOTS,
+    ITEM_CAS_BYTES, ITEM_HEADER_BYTES, MAX_KEY_LEN, SLOT_ACCESSED,
 };
 use crate::mapping::Mapping;
 use crate::seqlock::{backoff, read_begin, read_validate, Patience};
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// What a lookup tells about an item that is there and alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,21 +98,46 @@ pub(crate) struct Found {
     pub header: ItemHeader,
     pub cas: u64,
     pub marks: Marks,
+    /// The slot's access time from the writer's table; 0 for a lookup without one (readers).
+    pub last_access: u32,
 }
+
+impl Found {
+    /// What the index and the item's header tell about it, before judging whether it is alive.
+    #[inline]
+    pub fn info(&self) -> ItemInfo {
+        ItemInfo {
+            flags: self.header.flags,
+            cas: self.cas,
+            expiry: self.header.expiry,
+            value_len: self.header.value_len,
+            fetched: self.word & SLOT_ACCESSED != 0,
+            marks: self.marks,
+            last_access: self.last_access,
+        }
+    }
+}
+
+/// The writer's access time per slot (`BUCKET_SLOTS` per bucket), kept in its own memory;
+/// a lookup given it reports `last_access`, one without (a reader's) reports 0.
+pub(crate) type AccessTimes<'a> = Option<&'a [AtomicU32]>;
 
 /// Where a lookup copies the value of the item it finds. Once the lookup knows the item it
 /// asks for the vector to append the value to, copies it there, and then validates; if the
 /// item changed under it, it tries again and asks anew: each call to [`ValueSink::append_to`]
 /// replaces what the earlier ones were given. A sink that writes straight into an answer (the
-/// server's `VALUE` blocks) saves copying every value twice.
+/// server's `VALUE` blocks, meta's `VA` lines) saves copying every value twice.
 pub trait ValueSink {
-    /// The vector the `len`-byte value of an item with these `flags` and `cas` is appended to.
-    fn append_to(&mut self, flags: u32, cas: u64, len: usize) -> &mut Vec<u8>;
+    /// The vector the value of `item` (`item.value_len` bytes) is appended to. `item` is what
+    /// the index and the item's header say before the lookup judges it: the lookup may still
+    /// report a miss (expired, flushed, a lease record, or gone when it retried), in which case
+    /// the caller takes back whatever the sink wrote.
+    fn append_to(&mut self, item: &ItemInfo) -> &mut Vec<u8>;
 }
 
 /// The plain sink: the vector holds the value and nothing else.
 impl ValueSink for Vec<u8> {
-    fn append_to(&mut self, _flags: u32, _cas: u64, _len: usize) -> &mut Vec<u8> {
+    fn append_to(&mut self, _item: &ItemInfo) -> &mut Vec<u8> {
         self.clear();
         self
     }
@@ -217,15 +242,10 @@ impl Region {
         }
     }
 
-    /// Reads the item a slot points to, if it is a well-formed item under `key`; copies its
-    /// value into `value` if given. Every offset is bounds-checked against the layout, so a
+    /// Reads the item a slot points to, if it is a well-formed item under `key`: its header,
+    /// segment generation and CAS. Every offset is bounds-checked against the layout, so a
     /// stale slot or a corrupt region yields `None`, never an out-of-bounds read.
-    pub fn read_item(
-        &self,
-        slot: Slot,
-        key: &[u8],
-        value: Option<&mut dyn ValueSink>,
-    ) -> Option<(ItemHeader, u64, u64)> {
+    pub fn read_item(&self, slot: Slot, key: &[u8]) -> Option<(ItemHeader, u64, u64)> {
         let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
         let key_at = self.item_offset(slot) + header.key_offset();
         let mut stored_key = [0u8; MAX_KEY_LEN];
@@ -235,11 +255,16 @@ impl Region {
         }
         let segment_gen = self.meta(slot.segment).generation.load(Ordering::Relaxed);
         let cas = self.item_cas(slot, &header, segment_gen);
-        if let Some(sink) = value {
-            let len = header.value_len;
-            self.map.read_append(key_at + key.len(), len, sink.append_to(header.flags, cas, len));
-        }
         Some((header, segment_gen, cas))
+    }
+
+    /// Copies the value of an item [`Region::read_item`] accepted into the vector `sink`
+    /// gives for it (bounds: the header was checked to fit the segment).
+    #[inline]
+    fn copy_value(&self, found: &Found, sink: &mut dyn ValueSink) {
+        let h = &found.header;
+        let value_at = self.item_offset(found.slot) + h.key_offset() + h.key_len;
+        self.map.read_append(value_at, h.value_len, sink.append_to(&found.info()));
     }
 
     /// Offset in the region of the item a slot points to (the slot must be in bounds).
@@ -277,12 +302,14 @@ impl Region {
     }
 
     /// Scans one bucket for `key` without validating; the caller validates or holds the lock.
+    /// Copies the value into `value` if given; reports the access time if given `access`.
     pub fn scan_bucket(
         &self,
         b: usize,
         key: &[u8],
         tag: u16,
-        mut value: Option<&mut dyn ValueSink>,
+        value: Option<&mut dyn ValueSink>,
+        access: AccessTimes<'_>,
     ) -> Option<Found> {
         let bucket = self.bucket(b);
         let marks = bucket.marks.load(Ordering::Relaxed);
@@ -292,16 +319,24 @@ impl Region {
             if slot.tag != tag {
                 continue;
             }
-            if let Some((header, segment_gen, cas)) = self.read_item(slot, key, reborrow(&mut value)) {
+            if let Some((header, segment_gen, cas)) = self.read_item(slot, key) {
                 let marks = Marks::of(marks, slot_index);
-                return Some(Found { bucket: b, slot_index, word, slot, segment_gen, header, cas, marks });
+                let last_access =
+                    access.map_or(0, |a| a[b * BUCKET_SLOTS + slot_index].load(Ordering::Relaxed));
+                let found =
+                    Found { bucket: b, slot_index, word, slot, segment_gen, header, cas, marks, last_access };
+                if let Some(sink) = value {
+                    self.copy_value(&found, sink);
+                }
+                return Some(found);
             }
         }
         None
     }
 
     /// Finds `key` optimistically: each candidate bucket is copied and then validated against
-    /// its version, retrying while writers race. Copies the value into `value` if given.
+    /// its version, retrying while writers race. Copies the value into `value` if given, and
+    /// reports the access time if given `access`.
     ///
     /// A writer may move an item from its second bucket to its first (to make room). A miss
     /// therefore re-checks that the first bucket did not change while the second was scanned;
@@ -311,6 +346,7 @@ impl Region {
         key: &[u8],
         hash: &KeyHash,
         mut value: Option<&mut dyn ValueSink>,
+        access: AccessTimes<'_>,
     ) -> Result<Option<Found>, OpError> {
         let mut patience = Patience::default();
         'retry: loop {
@@ -326,7 +362,7 @@ impl Region {
                         backoff(&mut spins);
                         continue;
                     };
-                    let found = self.scan_bucket(b, key, hash.tag, reborrow(&mut value));
+                    let found = self.scan_bucket(b, key, hash.tag, reborrow(&mut value), access);
                     if read_validate(version, begun) {
                         if found.is_some() {
                             return Ok(found);
@@ -354,15 +390,7 @@ impl Region {
         } else if is_expired(found.header.expiry, h.clock.load(Ordering::Acquire)) {
             Lookup::Expired
         } else {
-            Lookup::Hit(ItemInfo {
-                flags: found.header.flags,
-                cas: found.cas,
-                expiry: found.header.expiry,
-                value_len: found.header.value_len,
-                fetched: found.word & SLOT_ACCESSED != 0,
-                marks: found.marks,
-                last_access: 0,
-            })
+            Lookup::Hit(found.info())
         }
     }
 
@@ -373,19 +401,21 @@ impl Region {
     pub fn get(&self, key: &[u8], value: &mut dyn ValueSink) -> Result<(Lookup, Option<Found>), OpError> {
         let hash = self.hash(key);
         self.prefetch_buckets(&hash);
-        self.get_hashed(key, &hash, value)
+        self.get_hashed(key, &hash, value, None)
     }
 
     /// [`Region::get`] with the key's hash already computed (`hash` must be `self.hash(key)`),
-    /// for a caller that has started loading what the lookup will touch itself.
+    /// for a caller that has started loading what the lookup will touch itself, and may have
+    /// the slots' access times.
     pub fn get_hashed(
         &self,
         key: &[u8],
         hash: &KeyHash,
         value: &mut dyn ValueSink,
+        access: AccessTimes<'_>,
     ) -> Result<(Lookup, Option<Found>), OpError> {
         crate::key::check_key(key)?;
-        Ok(match self.find(key, hash, Some(value))? {
+        Ok(match self.find(key, hash, Some(value), access)? {
             // Lease records are for read-modify-writes only: a plain read misses them.
             Some(found) => match self.judge(&found) {
                 Lookup::Hit(info) if info.marks.hidden => (Lookup::Missing, None),

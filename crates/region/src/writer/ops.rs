@@ -113,10 +113,8 @@ impl Writer {
         let hash = self.region.hash(key);
         // The access time is a separate miss: start it with the buckets' rather than after.
         self.prefetch_lookup(&hash);
-        let (lookup, found) = self.region.get_hashed(key, &hash, value)?;
-        let (Lookup::Hit(mut info), Some(f)) = (lookup, found) else { return Ok(lookup) };
-        let access = &self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index];
-        info.last_access = access.load(Ordering::Relaxed);
+        let (lookup, found) = self.region.get_hashed(key, &hash, value, Some(&self.last_access))?;
+        let (Lookup::Hit(info), Some(f)) = (lookup, found) else { return Ok(lookup) };
         if bump {
             self.bump(f.bucket, f.slot_index, f.word, info.last_access);
         }
@@ -179,13 +177,8 @@ impl Writer {
         let mut current = Vec::new();
         loop {
             let sink: Option<&mut dyn ValueSink> = need_value.then_some(&mut current);
-            let found = self.region.find(key, &hash, sink)?;
-            let live = found.as_ref().and_then(|f| {
-                let mut info = self.region.judge(f).hit()?;
-                info.last_access =
-                    self.last_access[f.bucket * BUCKET_SLOTS + f.slot_index].load(Ordering::Relaxed);
-                Some(info)
-            });
+            let found = self.region.find(key, &hash, sink, Some(&self.last_access))?;
+            let live = found.as_ref().and_then(|f| self.region.judge(f).hit());
             let plan = decide(live.map(|info| Current { info, value: current.as_slice() }));
             let expect = Expect::Exactly(found.as_ref().map(state_of));
             if let Some(done) = self.execute(key, &hash, given, &current, plan, expect)? {

@@ -81,10 +81,11 @@ impl Writer {
         let segment_gen = self.region.meta(slot.segment).generation.load(Ordering::Relaxed);
         let cas = self.region.item_cas(slot, &header, segment_gen);
         let marks = Marks::of(bucket.marks.load(Ordering::Relaxed), i);
-        let found = Found { bucket: b, slot_index: i, word, slot, segment_gen, header, cas, marks };
-        let info = self.region.judge(&found).hit().filter(|info| !info.marks.hidden)?;
         let last_access = self.last_access[b * BUCKET_SLOTS + i].load(Ordering::Relaxed);
-        Some((len, ItemInfo { last_access, ..info }))
+        let found =
+            Found { bucket: b, slot_index: i, word, slot, segment_gen, header, cas, marks, last_access };
+        let info = self.region.judge(&found).hit().filter(|info| !info.marks.hidden)?;
+        Some((len, info))
     }
 }
 

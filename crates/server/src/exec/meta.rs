@@ -9,12 +9,14 @@
 //! a key `N` vivified) gets `W` (it should recache), and later ones `Z` (someone already is).
 //! The states live in the region beside the item's slot ([`shoal_region::Marks`]).
 
+use super::text::read_counted;
 use super::{push_u64, reply, store_error, Context};
+use crate::config::Settings;
 use crate::stats::Counters;
 use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, KEY_MAX};
 use shoal_region::{
     absolute_expiry, counter_text, parse_counter, touch_expiry, visible, Change, ItemInfo, Mark, Marks,
-    NewItem, OpError, Value,
+    NewItem, OpError, Value, ValueSink,
 };
 
 /// What `mg` found, after any change it made.
@@ -121,39 +123,136 @@ fn ttl_out(out: &mut Vec<u8>, expiry: u32, now: u32) {
     }
 }
 
+/// What an `mg` hit's answer line needs besides the item: the request and the clocks.
+struct HitLine<'a> {
+    m: &'a Meta<'a>,
+    key: &'a [u8],
+    now: u32,
+    settings: &'a Settings,
+    /// When the server started: the access time shown for an item whose own is unknown.
+    started: u32,
+}
+
+impl HitLine<'_> {
+    /// Writes the line before the value: `VA <len> <flags>\r\n` with `v`, else `HD <flags>\r\n`.
+    fn write(&self, hit: &Found, out: &mut Vec<u8>) {
+        let (m, f, now) = (self.m, &self.m.flags, self.now);
+        let info = hit.info;
+        let value_len = info.value_len as u64;
+        if f.has(b'v') {
+            out.extend_from_slice(b"VA ");
+            push_u64(out, value_len);
+        } else {
+            out.extend_from_slice(b"HD");
+        }
+        let cas = self.settings.visible_cas(info.cas);
+        let last_access = if info.last_access == 0 { self.started } else { info.last_access };
+        let start = if hit.created { 0 } else { hit.old_expiry };
+        let mut ttl = TtlWalk { flags: f, created: hit.created, now, expiry: start };
+        flags_out(m, self.key, info.marks.binary_key, out, |letter, out| match letter {
+            b's' => flag_number(out, b's', value_len),
+            b't' => ttl_out(out, ttl.expiry, now),
+            b'T' | b'N' => ttl.step(letter),
+            b'c' => flag_number(out, b'c', cas),
+            b'f' => flag_number(out, b'f', u64::from(info.flags)),
+            b'l' => flag_number(out, b'l', u64::from(now.saturating_sub(last_access))),
+            b'h' => flag_number(out, b'h', u64::from(info.fetched)),
+            _ => {}
+        });
+        if hit.token_was_sent {
+            out.extend_from_slice(b" Z");
+        }
+        if info.marks.stale {
+            out.extend_from_slice(b" X");
+        }
+        if hit.won {
+            out.extend_from_slice(b" W");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The answer to a plain `mg` (no `T`, `N`, `R`), written straight into the output as the
+/// lookup copies the value, like `get`'s `VALUE` blocks: one copy of the value, not two. The
+/// lookup may ask more than once (it retries when the item changes under it): each time the
+/// answer starts over. Without `v` the value is no part of the answer and lands in `unshown`.
+struct HitBlock<'a> {
+    out: &'a mut Vec<u8>,
+    /// Where the answer begins in `out`.
+    start: usize,
+    line: &'a HitLine<'a>,
+    unshown: Option<&'a mut Vec<u8>>,
+}
+
+impl ValueSink for HitBlock<'_> {
+    fn append_to(&mut self, item: &ItemInfo) -> &mut Vec<u8> {
+        self.out.truncate(self.start);
+        let hit = Found {
+            info: *item,
+            old_expiry: item.expiry,
+            created: false,
+            token_was_sent: item.marks.token_sent,
+            won: false,
+        };
+        self.line.write(&hit, self.out);
+        match &mut self.unshown {
+            Some(value) => {
+                value.clear();
+                value
+            }
+            None => {
+                self.out.reserve(item.value_len + 2);
+                self.out
+            }
+        }
+    }
+}
+
 fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let f = &m.flags;
-    let c = cx.counters;
+    let (c, shared) = (cx.counters, cx.shared);
     let now = cx.region_clock();
     let bump = !f.has(b'u');
+    let line = HitLine { m, key, now, settings: &shared.settings, started: shared.clock.started() };
     let changes = f.ttl.is_some() || f.vivify.is_some() || f.recache.is_some();
-    let mut found = if changes {
-        None
-    } else {
-        cx.lookup(key, bump).map(|info| Found {
-            info,
-            old_expiry: info.expiry,
-            created: false,
-            token_was_sent: info.marks.token_sent,
-            won: false,
-        })
-    };
-    // A stale item whose token is still to be handed out changes state: do it atomically.
-    let hands_out_token = found.as_ref().is_some_and(|h| h.info.marks.stale && !h.info.marks.token_sent);
-    if changes || hands_out_token {
-        // The first read already marked the item fetched: `h` reports what it saw.
-        let fetched_before = found.as_ref().map(|h| h.info.fetched);
-        found = get_and_change(cx, m, key, now, bump);
+    // Whether the item was read before, as the plain read saw it (it marked the item fetched).
+    let mut fetched_before = None;
+    if !changes {
+        let start = out.len();
+        let mut unshown = std::mem::take(&mut cx.value);
+        let shown = f.has(b'v');
+        let mut block = HitBlock { out, start, line: &line, unshown: (!shown).then_some(&mut unshown) };
+        let read = read_counted(cx, key, bump, &mut block);
+        cx.value = unshown;
+        match read {
+            // A stale item whose token is still to be handed out changes state: that is done
+            // atomically below, and answered from there.
+            Some(info) if info.marks.stale && !info.marks.token_sent => {
+                out.truncate(start);
+                fetched_before = Some(info.fetched);
+            }
+            Some(_) => {
+                Counters::bump(&c.cmd_get);
+                Counters::bump(&c.get_hits);
+                if shown {
+                    out.extend_from_slice(b"\r\n");
+                }
+                return;
+            }
+            None => out.truncate(start),
+        }
+    }
+    let found = if changes || fetched_before.is_some() {
+        let mut found = get_and_change(cx, m, key, now, bump);
         if let (Some(fetched), Some(hit)) = (fetched_before, found.as_mut()) {
             hit.info.fetched = fetched;
         }
-    }
-    let touched = f.ttl.is_some();
-    if touched {
-        Counters::bump(&c.cmd_touch);
+        found
     } else {
-        Counters::bump(&c.cmd_get);
-    }
+        None
+    };
+    let touched = f.ttl.is_some();
+    Counters::bump(if touched { &c.cmd_touch } else { &c.cmd_get });
     let Some(hit) = found else {
         Counters::bump(if touched { &c.touch_misses } else { &c.get_misses });
         if !f.has(b'q') {
@@ -164,38 +263,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         return;
     };
     Counters::bump(if touched { &c.touch_hits } else { &c.get_hits });
-    let info = hit.info;
-    let value_len = cx.value.len() as u64;
-    if f.has(b'v') {
-        out.extend_from_slice(b"VA ");
-        push_u64(out, value_len);
-    } else {
-        out.extend_from_slice(b"HD");
-    }
-    let cas = cx.shared.settings.visible_cas(info.cas);
-    let last_access = if info.last_access == 0 { cx.shared.clock.started() } else { info.last_access };
-    let start = if hit.created { 0 } else { hit.old_expiry };
-    let mut ttl = TtlWalk { flags: f, created: hit.created, now, expiry: start };
-    flags_out(m, key, info.marks.binary_key, out, |letter, out| match letter {
-        b's' => flag_number(out, b's', value_len),
-        b't' => ttl_out(out, ttl.expiry, now),
-        b'T' | b'N' => ttl.step(letter),
-        b'c' => flag_number(out, b'c', cas),
-        b'f' => flag_number(out, b'f', u64::from(info.flags)),
-        b'l' => flag_number(out, b'l', u64::from(now.saturating_sub(last_access))),
-        b'h' => flag_number(out, b'h', u64::from(info.fetched)),
-        _ => {}
-    });
-    if hit.token_was_sent {
-        out.extend_from_slice(b" Z");
-    }
-    if info.marks.stale {
-        out.extend_from_slice(b" X");
-    }
-    if hit.won {
-        out.extend_from_slice(b" W");
-    }
-    out.extend_from_slice(b"\r\n");
+    line.write(&hit, out);
     if f.has(b'v') {
         out.extend_from_slice(&cx.value);
         out.extend_from_slice(b"\r\n");
@@ -664,4 +732,47 @@ fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
         if info.fetched { "yes" } else { "no" },
     );
     reply(out, line.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::item;
+    use super::*;
+    use crate::config::ServerArgs;
+    use clap::{Args, FromArgMatches};
+    use shoal_proto::{Parse, Parser, Request};
+
+    /// The settings of a server started without flags.
+    fn default_settings() -> Settings {
+        let matches = ServerArgs::augment_args(clap::Command::new("server")).get_matches_from(["server"]);
+        ServerArgs::from_arg_matches(&matches).unwrap().settings().unwrap()
+    }
+
+    fn parse(line: &[u8]) -> Meta<'_> {
+        match Parser::new(1 << 20).parse(line) {
+            Parse::Done { request: Request::Meta(m), .. } => m,
+            _ => panic!("not a meta command: {line:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hit_block_starts_over_when_the_lookup_retries() {
+        let settings = default_settings();
+        let m = parse(b"mg k v f s c O9\r\n");
+        let line = HitLine { m: &m, key: b"k", now: 100, settings: &settings, started: 50 };
+        let mut out = b"HD\r\n".to_vec();
+        let mut block = HitBlock { out: &mut out, start: 4, line: &line, unshown: None };
+        block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
+        block.append_to(&item(2, 8, 4)).extend_from_slice(b"newv"); // the item changed: again
+        assert_eq!(out, b"HD\r\nVA 4 f2 s4 c8 O9\r\nnewv");
+
+        // Without `v` the answer is the line alone; the value goes aside.
+        let m = parse(b"mg k s f\r\n");
+        let line = HitLine { m: &m, key: b"k", now: 100, settings: &settings, started: 50 };
+        let mut unshown = b"stale".to_vec();
+        let mut block = HitBlock { out: &mut out, start: 4, line: &line, unshown: Some(&mut unshown) };
+        block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
+        block.append_to(&item(2, 8, 4)).extend_from_slice(b"newv");
+        assert_eq!((out.as_slice(), unshown.as_slice()), (&b"HD\r\nHD s4 f2\r\n"[..], &b"newv"[..]));
+    }
 }

@@ -181,6 +181,12 @@ pub fn store_error(counters: &Counters, e: &OpError) -> &'static [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_region::{ItemInfo, Marks};
+
+    /// An item as a lookup hands it to a sink: never read, no marks.
+    pub(crate) fn item(flags: u32, cas: u64, value_len: usize) -> ItemInfo {
+        ItemInfo { flags, cas, expiry: 0, value_len, fetched: false, marks: Marks::default(), last_access: 0 }
+    }
 
     #[test]
     fn numbers_print_in_decimal() {

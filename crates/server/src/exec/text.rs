@@ -41,7 +41,12 @@ impl Context<'_> {
 
 /// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count) and,
 /// for a read that counts as an access (`bump`), the tenant's get and its hit or miss.
-fn read_counted(cx: &Context<'_>, key: &[u8], bump: bool, sink: &mut dyn ValueSink) -> Option<ItemInfo> {
+pub(super) fn read_counted(
+    cx: &Context<'_>,
+    key: &[u8],
+    bump: bool,
+    sink: &mut dyn ValueSink,
+) -> Option<ItemInfo> {
     let (i, tenant) = cx.tenant(key);
     let found = tenant.writer.read(key, sink, bump);
     crate::watch::fetched(cx, key, &found);
@@ -98,7 +103,8 @@ impl ValueBlock<'_> {
 }
 
 impl ValueSink for ValueBlock<'_> {
-    fn append_to(&mut self, flags: u32, cas: u64, len: usize) -> &mut Vec<u8> {
+    fn append_to(&mut self, item: &ItemInfo) -> &mut Vec<u8> {
+        let (flags, len) = (item.flags, item.value_len);
         let out = &mut *self.out;
         out.truncate(self.start);
         out.extend_from_slice(b"VALUE ");
@@ -109,7 +115,7 @@ impl ValueSink for ValueBlock<'_> {
         push_u64(out, len as u64);
         if let Some(settings) = self.cas {
             out.push(b' ');
-            push_u64(out, settings.visible_cas(cas));
+            push_u64(out, settings.visible_cas(item.cas));
         }
         out.extend_from_slice(b"\r\n");
         out.reserve(len + 2);
@@ -144,7 +150,7 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
                 Counters::bump(&c.cmd_touch);
                 let info = cx.lookup_and_touch(key, exptime);
                 if let Some(info) = &info {
-                    block.append_to(info.flags, info.cas, cx.value.len()).extend_from_slice(&cx.value);
+                    block.append_to(info).extend_from_slice(&cx.value);
                 }
                 Counters::bump(if info.is_some() { &c.touch_hits } else { &c.touch_misses });
                 info.is_some()
@@ -279,6 +285,7 @@ pub fn touch(cx: &mut Context<'_>, key: &[u8], exptime: i64, noreply: bool, out:
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::item;
     use super::*;
 
     #[test]
@@ -286,13 +293,13 @@ mod tests {
         let mut out = b"VALUE a 0 1\r\nx\r\n".to_vec();
         let start = out.len();
         let mut block = ValueBlock { out: &mut out, start, key: b"k", cas: None };
-        block.append_to(1, 7, 3).extend_from_slice(b"old");
-        block.append_to(2, 8, 4).extend_from_slice(b"newv"); // the item changed: again
+        block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
+        block.append_to(&item(2, 8, 4)).extend_from_slice(b"newv"); // the item changed: again
         block.finish(true);
         assert_eq!(out, b"VALUE a 0 1\r\nx\r\nVALUE k 2 4\r\nnewv\r\n");
 
         let mut block = ValueBlock { out: &mut out, start, key: b"k", cas: None };
-        block.append_to(1, 7, 3).extend_from_slice(b"old");
+        block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
         block.finish(false); // found, then judged expired: nothing of it stays
         assert_eq!(out, b"VALUE a 0 1\r\nx\r\n");
     }
