@@ -283,7 +283,16 @@ fn drive(
             break;
         }
         if in_flight > 0 && now.duration_since(last_reply) > STALL_LIMIT {
-            return Err(format!("no reply for {} s ({in_flight} requests in flight)", STALL_LIMIT.as_secs()));
+            // A text-only server reads binary packets as the start of a line that never ends.
+            let hint = if protocol == Protocol::Binary {
+                "; a server that does not accept the binary protocol waits like this: start it with -B auto"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "no reply for {} s ({in_flight} requests in flight){hint}",
+                STALL_LIMIT.as_secs()
+            ));
         }
         let mut wake_at = now + TICK;
         if sending {

@@ -1,7 +1,7 @@
 //! # shoal-bench: Shoal's benchmark harness
 //!
-//! Owns `shoal bench`: load generation against any server that speaks memcached's text or
-//! meta protocol (Shoal, stock memcached, a router), and the measurements every performance
+//! Owns `shoal bench`: load generation against any server that speaks memcached's text, meta
+//! or binary protocol (Shoal, stock memcached, a router), and the measurements every performance
 //! claim of the project is made with, side by side with memcached (`bench/` has the scripts).
 //!
 //! - `shoal bench load` ([`load`]): a get/set mix over many connections and threads, with

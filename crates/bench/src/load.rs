@@ -37,7 +37,8 @@ pub struct LoadOptions {
     /// Requests each connection keeps in flight.
     #[arg(long, default_value_t = 1, value_parser = at_least_one)]
     pub pipeline: usize,
-    /// Keys per get (text: one `get` with them all; meta: one `mg` each).
+    /// Keys per get (text: one `get` with them all; meta: one `mg` each; binary: one `GETKQ`
+    /// each and a `NOOP`, or one `GETK` for a single key).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub multiget: u32,
     /// Fraction of requests that are gets; the rest are sets.
@@ -352,6 +353,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(parsed.target.protocol, Protocol::Meta);
+        let binary =
+            LoadOptions::try_parse_from(["load", "--protocol", "binary", "--multiget", "10"]).unwrap();
+        assert_eq!((binary.target.protocol, binary.multiget), (Protocol::Binary, 10));
         assert_eq!(parsed.distribution, Distribution::Zipf { skew: 1.1 });
         for bad in [
             &["--get-ratio", "1.5"][..],
@@ -360,7 +364,7 @@ mod tests {
             &["--rate", "0"],
             &["--duration", "-1"],
             &["--distribution", "pareto"],
-            &["--protocol", "binary"],
+            &["--protocol", "ascii"],
         ] {
             let args = std::iter::once("load").chain(bad.iter().copied());
             assert!(LoadOptions::try_parse_from(args).is_err(), "{bad:?} accepted");

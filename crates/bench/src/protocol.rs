@@ -1,8 +1,11 @@
-//! The wire: encoding gets and sets in memcached's text or meta protocol, and recognising
-//! the end of each reply in a connection's read buffer.
+//! The wire: encoding gets and sets in memcached's text, meta or binary protocol, and
+//! recognising the end of each reply in a connection's read buffer.
 //!
 //! Replies are parsed from the start of the unconsumed bytes each time more arrive; a reply
-//! is a few lines, so re-scanning a partial one costs nothing worth a state machine.
+//! is a few lines (or packets), so re-scanning a partial one costs nothing worth a state
+//! machine.
+
+mod binary;
 
 use crate::keys::Key;
 use std::fmt;
@@ -14,6 +17,9 @@ pub enum Protocol {
     Text,
     /// `mg <k> v` (one command per key of a multiget) and `ms <k> <len>`.
     Meta,
+    /// memcached's binary protocol: `GETK` (a multiget: `GETKQ` per key, then `NOOP`, as
+    /// libmemcached sends it) and `SET`.
+    Binary,
 }
 
 impl fmt::Display for Protocol {
@@ -21,6 +27,7 @@ impl fmt::Display for Protocol {
         f.write_str(match self {
             Protocol::Text => "text",
             Protocol::Meta => "meta",
+            Protocol::Binary => "binary",
         })
     }
 }
@@ -92,6 +99,7 @@ impl Protocol {
                     out.extend_from_slice(b" v\r\n");
                 }
             }
+            Protocol::Binary => binary::encode_get(keys, out),
         }
     }
 
@@ -100,6 +108,7 @@ impl Protocol {
         out.extend_from_slice(match self {
             Protocol::Text => b"set ",
             Protocol::Meta => b"ms ",
+            Protocol::Binary => return binary::encode_set(key, value, out),
         });
         out.extend_from_slice(key.as_bytes());
         if self == Protocol::Text {
@@ -117,15 +126,15 @@ impl Protocol {
         match (self, kind) {
             (Protocol::Text, RequestKind::Get { keys }) => parse_text_get(keys, buf),
             (Protocol::Meta, RequestKind::Get { keys }) => parse_meta_gets(keys, buf),
+            (Protocol::Binary, RequestKind::Get { keys }) => binary::parse_get(keys, buf),
+            (Protocol::Binary, RequestKind::Set) => binary::parse_set(buf),
             (protocol, RequestKind::Set) => {
                 let Some((line, consumed)) = next_line(buf) else { return Ok(Parsed::Incomplete) };
-                let stored = match protocol {
-                    Protocol::Text => line == b"STORED",
-                    Protocol::Meta => line == b"HD" || line.starts_with(b"HD "),
-                };
-                let refused = match protocol {
-                    Protocol::Text => [&b"NOT_STORED"[..], b"EXISTS", b"NOT_FOUND"].contains(&line),
-                    Protocol::Meta => [&b"NS"[..], b"EX", b"NF"].iter().any(|code| starts_word(line, code)),
+                let (stored, refused) = if protocol == Protocol::Text {
+                    (line == b"STORED", [&b"NOT_STORED"[..], b"EXISTS", b"NOT_FOUND"].contains(&line))
+                } else {
+                    let refused = [&b"NS"[..], b"EX", b"NF"].iter().any(|code| starts_word(line, code));
+                    (line == b"HD" || line.starts_with(b"HD "), refused)
                 };
                 if !(stored || refused || is_error(line)) {
                     return Err(unexpected(line));

@@ -10,6 +10,9 @@ use std::ops::Range;
 use std::str::FromStr;
 use std::sync::Arc;
 
+/// The largest value memcached can store (its `-I` item size limit at most).
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
 /// Sizes of the values sets write (`--value-size`): one size, or uniform over `MIN-MAX`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ValueSize {
@@ -42,6 +45,11 @@ impl FromStr for ValueSize {
         };
         if min > max {
             return Err(format!("value size range {text} is empty"));
+        }
+        if max > MAX_VALUE_BYTES {
+            return Err(format!(
+                "value size {max} is over memcached's largest item, {MAX_VALUE_BYTES} bytes (-I 1g)"
+            ));
         }
         Ok(ValueSize { min, max })
     }
@@ -153,6 +161,8 @@ mod tests {
         assert_eq!("10-20".parse(), Ok(ValueSize { min: 10, max: 20 }));
         assert!("20-10".parse::<ValueSize>().is_err());
         assert!("big".parse::<ValueSize>().is_err());
+        assert_eq!("1073741824".parse::<ValueSize>().map(|size| size.max), Ok(MAX_VALUE_BYTES));
+        assert!("1-1073741825".parse::<ValueSize>().is_err(), "over memcached's largest item");
         let range = ValueSize { min: 10, max: 12 };
         let mut rng = Rng::new(1);
         let mut seen = [false; 3];
