@@ -29,7 +29,8 @@ pub struct TenantSpec {
     /// The size it starts with.
     pub size_bytes: usize,
     pub priority: f64,
-    /// The hit ratio its service-level objective asks for (a latency goal is turned into one).
+    /// The hit ratio its service-level objective asks for (a latency or bandwidth goal is
+    /// turned into one).
     pub slo_hit_ratio: Option<f64>,
     /// How its partition evicts (`fifo` unless the file says).
     pub policy: shoal_region::Eviction,
@@ -76,6 +77,9 @@ struct Entry {
     slo_latency_us: Option<f64>,
     hit_latency_us: Option<f64>,
     miss_latency_us: Option<f64>,
+    slo_bandwidth_mb_s: Option<f64>,
+    hit_bandwidth_mb_s: Option<f64>,
+    miss_bandwidth_mb_s: Option<f64>,
     policy: Option<String>,
 }
 
@@ -215,30 +219,45 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// The hit ratio a tenant's objective asks for: given, or from a latency goal (Moirai §3: mean
-/// latency = h·hit + (1−h)·miss, so h ≥ (miss − goal) / (miss − hit)).
+/// The hit ratio a tenant's objective asks for: given, or from a latency or a bandwidth goal
+/// (Moirai §3). Both are a cost a hit and a miss pay in different measure, averaged by the hit
+/// ratio `h`: mean latency = h·hit + (1−h)·miss; time per byte read = h/hit bandwidth +
+/// (1−h)/miss bandwidth. A goal is met when the mean costs at most the goal's.
 fn slo(e: &Entry) -> Result<Option<f64>, String> {
-    let ratio = match (e.slo_hit_ratio, e.slo_latency_us) {
-        (Some(_), Some(_)) => return Err("give slo_hit_ratio or slo_latency_us, not both".into()),
-        (Some(r), None) => r,
-        (None, Some(goal)) => {
-            let (Some(hit), Some(miss)) = (e.hit_latency_us, e.miss_latency_us) else {
-                return Err("slo_latency_us needs hit_latency_us and miss_latency_us".into());
-            };
-            if !(hit >= 0.0 && miss > hit && goal >= hit) {
-                return Err(
-                    "latencies must satisfy 0 <= hit_latency_us <= slo_latency_us and hit < miss".into()
-                );
-            }
-            ((miss - goal) / (miss - hit)).max(0.0)
-        }
-        (None, None) => return Ok(None),
+    let latency = e.slo_latency_us.map(|goal| -> Result<f64, String> {
+        let (Some(hit), Some(miss)) = (e.hit_latency_us, e.miss_latency_us) else {
+            return Err("slo_latency_us needs hit_latency_us and miss_latency_us".into());
+        };
+        hit_ratio_for(goal, hit, miss).ok_or_else(|| {
+            "latencies must satisfy 0 <= hit_latency_us <= slo_latency_us and hit < miss".into()
+        })
+    });
+    let bandwidth = e.slo_bandwidth_mb_s.map(|goal| -> Result<f64, String> {
+        let (Some(hit), Some(miss)) = (e.hit_bandwidth_mb_s, e.miss_bandwidth_mb_s) else {
+            return Err("slo_bandwidth_mb_s needs hit_bandwidth_mb_s and miss_bandwidth_mb_s".into());
+        };
+        let valid = goal > 0.0 && miss > 0.0 && hit > 0.0;
+        valid.then(|| hit_ratio_for(1.0 / goal, 1.0 / hit, 1.0 / miss)).flatten().ok_or_else(|| {
+            "bandwidths must satisfy 0 < miss_bandwidth_mb_s < hit_bandwidth_mb_s and slo_bandwidth_mb_s <= hit".into()
+        })
+    });
+    let ratio = match (e.slo_hit_ratio, latency, bandwidth) {
+        (None, None, None) => return Ok(None),
+        (Some(r), None, None) => r,
+        (None, Some(r), None) | (None, None, Some(r)) => r?,
+        _ => return Err("give one of slo_hit_ratio, slo_latency_us and slo_bandwidth_mb_s".into()),
     };
     if (0.0..=1.0).contains(&ratio) {
         Ok(Some(ratio))
     } else {
         Err(format!("slo_hit_ratio {ratio} must lie between 0 and 1"))
     }
+}
+
+/// The least hit ratio whose mean cost, `h·hit + (1−h)·miss`, is at most `goal`; `None` unless
+/// `0 <= hit <= goal` and `hit < miss`.
+fn hit_ratio_for(goal: f64, hit: f64, miss: f64) -> Option<f64> {
+    (hit >= 0.0 && miss > hit && goal >= hit).then(|| ((miss - goal) / (miss - hit)).max(0.0))
 }
 
 fn parse_listen(text: &str) -> Result<Listen, String> {
@@ -389,12 +408,19 @@ prefixes = ["batch:"]
 slo_latency_us = 300
 hit_latency_us = 100
 miss_latency_us = 2100
+
+[[tenant]]
+name = "video"
+prefixes = ["v:"]
+slo_bandwidth_mb_s = 400
+hit_bandwidth_mb_s = 1000
+miss_bandwidth_mb_s = 100
 "#,
         )
         .unwrap();
         assert_eq!(file.default, None);
         let names: Vec<_> = file.tenants.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["web", "batch", "default"]);
+        assert_eq!(names, ["web", "batch", "video", "default"]);
         let web = &file.tenants[0];
         assert_eq!((web.min_bytes, web.max_bytes, web.size_bytes), (4 * MB, 32 * MB, 16 * MB));
         assert_eq!(web.policy, "lru".parse().unwrap());
@@ -406,11 +432,12 @@ miss_latency_us = 2100
                 Listen::Tcp("127.0.0.1".into(), 11313)
             ]
         );
-        // The 48 MiB left are shared by batch and the implicit default.
-        assert_eq!(file.tenants[1].size_bytes, 24 * MB);
-        assert_eq!(file.tenants[2].size_bytes, 24 * MB);
+        // The 48 MiB left are shared by batch, video and the implicit default.
+        assert!(file.tenants[1..].iter().all(|t| t.size_bytes == 16 * MB));
         // (2100 − 300) / (2100 − 100)
         assert!((file.tenants[1].slo_hit_ratio.unwrap() - 0.9).abs() < 1e-9);
+        // Time per byte: (1/100 − 1/400) / (1/100 − 1/1000)
+        assert!((file.tenants[2].slo_hit_ratio.unwrap() - 0.75 / 0.9).abs() < 1e-9);
     }
 
     #[test]
@@ -442,6 +469,10 @@ miss_latency_us = 2100
             ("[[tenant]]\nname = \"a\"\nlisten = [\"http\"]\n", "line 1", "a port"),
             ("[[tenant]]\nname = \"a\"\nslo_hit_ratio = 1.5\n", "line 1", "between 0 and 1"),
             ("[[tenant]]\nname = \"a\"\nslo_latency_us = 5\n", "line 1", "needs hit_latency_us"),
+            ("[[tenant]]\nname = \"a\"\nslo_bandwidth_mb_s = 5\nhit_bandwidth_mb_s = 9\n", "line 1", "needs hit_bandwidth_mb_s and miss"),
+            ("[[tenant]]\nname = \"a\"\nslo_bandwidth_mb_s = 50\nhit_bandwidth_mb_s = 40\nmiss_bandwidth_mb_s = 10\n", "line 1", "bandwidths must"),
+            ("[[tenant]]\nname = \"a\"\nslo_bandwidth_mb_s = 0\nhit_bandwidth_mb_s = 40\nmiss_bandwidth_mb_s = 10\n", "line 1", "bandwidths must"),
+            ("[[tenant]]\nname = \"a\"\nslo_hit_ratio = 0.5\nslo_latency_us = 5\n", "line 1", "give one of"),
             ("default = \"z\"\n[[tenant]]\nname = \"a\"\n", "", "names no tenant"),
             ("[[tenant]\nname = \"a\"\n", "line 1", ""),
             ("", "", "no tenants"),
