@@ -176,6 +176,8 @@ pub struct Conn {
     watcher: Option<Arc<Watcher>>,
     /// Whether it ever sent a byte.
     heard: bool,
+    /// Whether [`Conn::read_ahead`]'s read drained the socket (a short read), for `drive`.
+    drained_ahead: bool,
 }
 
 impl Conn {
@@ -209,6 +211,7 @@ impl Conn {
             dump: None,
             watcher: None,
             heard: false,
+            drained_ahead: false,
         }
     }
 
@@ -251,8 +254,34 @@ impl Conn {
         }
     }
 
+    /// Reads what the socket holds ahead of [`Conn::drive`], and starts loading the index
+    /// buckets of the key of a text `get`/`gets` at the head of the buffer: a worker woken for
+    /// many connections reads them all first, so their lookups' memory misses overlap instead
+    /// of queueing one after another (as a multiget's keys' do). Only an idle connection reads
+    /// here; anything but data (the end of the stream, an error, nothing yet) is left for
+    /// `drive`'s own read to meet and handle.
+    pub fn read_ahead(&mut self, cx: &mut Context<'_>) {
+        let idle = self.start == self.end && self.swallow == 0 && !self.closing;
+        if !idle || self.watcher.is_some() || self.dump.is_some() || self.sent < self.out.len() {
+            return;
+        }
+        match self.read(cx.counters) {
+            Ok((n, short)) if n > 0 => self.drained_ahead = short,
+            _ => return,
+        }
+        if let Some(key) = self.key_ahead() {
+            cx.bound = self.session.tenant;
+            cx.writer(key).prefetch_index(key);
+        }
+    }
+
+    /// The key of the text `get`/`gets` at the head of the buffer, if one is there whole.
+    fn key_ahead(&self) -> Option<&[u8]> {
+        (self.protocol == Protocol::Ascii).then(|| get_key(&self.buf[self.start..self.end])).flatten()
+    }
+
     fn run(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
-        let mut drained = false;
+        let mut drained = std::mem::take(&mut self.drained_ahead);
         loop {
             let stopped = self.process(cx, &mut budget);
             match self.flush(cx.counters) {
@@ -470,5 +499,28 @@ impl Conn {
         }
         // TLS may still hold records the socket did not take: the writable event sends them.
         self.stream.push()
+    }
+}
+
+/// The first key of a text `get`/`gets` whose line is complete at the start of `input`.
+fn get_key(input: &[u8]) -> Option<&[u8]> {
+    let rest = input.strip_prefix(b"get ").or_else(|| input.strip_prefix(b"gets "))?;
+    let end = rest.iter().position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
+    (end > 0 && end <= shoal_proto::KEY_MAX).then(|| &rest[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::get_key;
+
+    #[test]
+    fn the_key_read_ahead_is_a_whole_get_key() {
+        assert_eq!(get_key(b"get k1\r\n"), Some(&b"k1"[..]));
+        assert_eq!(get_key(b"gets k1 k2\r\n"), Some(&b"k1"[..]));
+        assert_eq!(get_key(b"get k1\n"), Some(&b"k1"[..]));
+        let long = [b"get ".as_slice(), &[b'k'; 251], b"\r\n"].concat();
+        for none in [&b"get k1"[..], b"get  k\r\n", b"set k 0 0 1\r\n", b"gat 0 k\r\n", b"", &long] {
+            assert_eq!(get_key(none), None, "{:?}", String::from_utf8_lossy(none));
+        }
     }
 }

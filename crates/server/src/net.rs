@@ -385,6 +385,14 @@ impl<'a> Worker<'a> {
             }
             tokens.clear();
             tokens.extend(events.iter().map(|e| e.token()));
+            if tokens.len() > 1 {
+                // Several connections ready: read them all before serving any (`read_ahead`).
+                for &token in &tokens {
+                    if let Some(conn) = self.conns.get_mut(token.0).and_then(Option::as_mut) {
+                        conn.read_ahead(&mut self.cx);
+                    }
+                }
+            }
             for &token in &tokens {
                 if token == WAKE {
                     self.take_arrivals();
