@@ -129,6 +129,47 @@ pub struct Stats {
     pub region_bytes: usize,
 }
 
+/// Another region's counts added in (a server with several tenants reports their sum). Every
+/// field is named, so a new one cannot be forgotten here; `segment_bytes` is a size, not a
+/// count, and stays.
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, other: &Stats) {
+        let Stats {
+            items,
+            bytes,
+            total_items,
+            evictions,
+            evicted_unfetched,
+            expired_unfetched,
+            reclaimed,
+            index_evictions,
+            segments_evicted,
+            segments_reclaimed,
+            segments,
+            segments_free,
+            segments_parked,
+            segment_bytes: _,
+            index_bytes,
+            region_bytes,
+        } = *other;
+        self.items += items;
+        self.bytes += bytes;
+        self.total_items += total_items;
+        self.evictions += evictions;
+        self.evicted_unfetched += evicted_unfetched;
+        self.expired_unfetched += expired_unfetched;
+        self.reclaimed += reclaimed;
+        self.index_evictions += index_evictions;
+        self.segments_evicted += segments_evicted;
+        self.segments_reclaimed += segments_reclaimed;
+        self.segments += segments;
+        self.segments_free += segments_free;
+        self.segments_parked += segments_parked;
+        self.index_bytes += index_bytes;
+        self.region_bytes += region_bytes;
+    }
+}
+
 const NO_SEGMENT: u32 = u32::MAX;
 
 /// Process-local segment bookkeeping, rebuilt from the segment table at attach.
@@ -360,5 +401,43 @@ impl TestRng {
 impl Drop for Writer {
     fn drop(&mut self) {
         self.region.header().clean.store(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stats;
+
+    #[test]
+    fn stats_of_two_regions_add_up_but_keep_the_segment_size() {
+        let one = Stats {
+            items: 3,
+            evictions: 1,
+            segments: 4,
+            segment_bytes: 1 << 20,
+            region_bytes: 4 << 20,
+            ..Stats::default()
+        };
+        let two = Stats {
+            items: 5,
+            evictions: 2,
+            segments: 2,
+            segment_bytes: 1 << 20,
+            region_bytes: 2 << 20,
+            ..Stats::default()
+        };
+        let mut sum = one.clone();
+        sum += &two;
+        assert_eq!(
+            sum,
+            Stats {
+                items: 8,
+                evictions: 3,
+                segments: 6,
+                segment_bytes: 1 << 20,
+                region_bytes: 6 << 20,
+                ..Stats::default()
+            }
+        );
     }
 }

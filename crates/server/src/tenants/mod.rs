@@ -317,22 +317,7 @@ impl Tenants {
     pub fn store_stats(&self) -> Stats {
         let mut all = self.list[0].writer.stats();
         for t in &self.list[1..] {
-            let s = t.writer.stats();
-            all.items += s.items;
-            all.bytes += s.bytes;
-            all.total_items += s.total_items;
-            all.evictions += s.evictions;
-            all.evicted_unfetched += s.evicted_unfetched;
-            all.expired_unfetched += s.expired_unfetched;
-            all.reclaimed += s.reclaimed;
-            all.index_evictions += s.index_evictions;
-            all.segments_evicted += s.segments_evicted;
-            all.segments_reclaimed += s.segments_reclaimed;
-            all.segments += s.segments;
-            all.segments_free += s.segments_free;
-            all.segments_parked += s.segments_parked;
-            all.index_bytes += s.index_bytes;
-            all.region_bytes += s.region_bytes;
+            all += &t.writer.stats();
         }
         all
     }
