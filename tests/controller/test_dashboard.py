@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from harness import SHOAL, Server, free_port
@@ -95,10 +94,34 @@ def browser():
         driver.quit()
 
 
+# The page rebuilds its tenant cards on every update, so an element found in one call may be gone
+# by the next: everything a check needs is read in one script, in the page's own thread.
+CARDS_SCRIPT = """
+const text = (card, sel) => card.querySelector(sel)?.textContent ?? null;
+return Object.fromEntries([...document.querySelectorAll('article.tenant[data-tenant]')].map((card) => {
+  const slo = card.querySelector('.slo');
+  const mark = card.querySelector('svg.curve-chart line[data-mark="current"]');
+  return [card.dataset.tenant, {
+    size_bytes: Number(card.dataset.sizeBytes),
+    size_text: text(card, '.size'),
+    curve_drawn: card.querySelector('svg.curve-chart polyline.curve') !== null,
+    history_drawn: card.querySelector('svg.history-chart') !== null,
+    slo_state: slo?.dataset.sloState ?? null,
+    slo_text: slo?.textContent ?? '',
+    mark_bytes: mark ? Number(mark.dataset.bytes) : null,
+  }];
+}));
+"""
+
+
+def cards(driver):
+    """Each tenant card as displayed: {name: {size_bytes, size_text, curve_drawn, ...}}."""
+    return driver.execute_script(CARDS_SCRIPT)
+
+
 def tenant_sizes(driver):
     """Each tenant card's displayed size: {name: bytes}."""
-    cards = driver.find_elements(By.CSS_SELECTOR, "article.tenant[data-tenant]")
-    return {c.get_attribute("data-tenant"): int(c.get_attribute("data-size-bytes")) for c in cards}
+    return {name: card["size_bytes"] for name, card in cards(driver).items()}
 
 
 def test_the_dashboard_shows_every_tenant_and_follows_a_resize(cluster, browser):
@@ -106,24 +129,22 @@ def test_the_dashboard_shows_every_tenant_and_follows_a_resize(cluster, browser)
     browser.get(url)
     wait = WebDriverWait(browser, 15, poll_frequency=0.1)
     wait.until(lambda d: set(tenant_sizes(d)) == {"web", "batch"})
-    assert tenant_sizes(browser) == {"web": 16 * MIB, "batch": 16 * MIB}
-    web = browser.find_element(By.CSS_SELECTOR, 'article[data-tenant="web"]')
-    assert web.find_element(By.CSS_SELECTOR, ".size").text == "16.0 MiB"
-    assert web.find_elements(By.CSS_SELECTOR, "svg.curve-chart polyline.curve"), "the curve is drawn"
-    assert web.find_elements(By.CSS_SELECTOR, "svg.history-chart"), "the hit ratio over time is drawn"
-    slo = web.find_element(By.CSS_SELECTOR, ".slo")
-    assert slo.get_attribute("data-slo-state") in ("unknown", "met", "unmet") and "80.0 %" in slo.text
-    batch = browser.find_element(By.CSS_SELECTOR, 'article[data-tenant="batch"] .slo')
-    assert batch.get_attribute("data-slo-state") == "none"
+    shown = cards(browser)
+    assert {name: card["size_bytes"] for name, card in shown.items()} == {"web": 16 * MIB, "batch": 16 * MIB}
+    web = shown["web"]
+    assert web["size_text"] == "16.0 MiB"
+    assert web["curve_drawn"], "the curve is drawn"
+    assert web["history_drawn"], "the hit ratio over time is drawn"
+    assert web["slo_state"] in ("unknown", "met", "unmet") and "80.0 %" in web["slo_text"]
+    assert shown["batch"]["slo_state"] == "none"
 
     # The server resizes (shrink first, so the sum stays within its memory); the page follows.
     assert command(server, f"tenant_memlimit batch {8 * MIB}") == "OK"
     assert command(server, f"tenant_memlimit web {24 * MIB}") == "OK"
     wait.until(lambda d: tenant_sizes(d) == {"web": 24 * MIB, "batch": 8 * MIB})
-    web = browser.find_element(By.CSS_SELECTOR, 'article[data-tenant="web"]')
-    assert web.find_element(By.CSS_SELECTOR, ".size").text == "24.0 MiB"
-    mark = web.find_element(By.CSS_SELECTOR, 'svg.curve-chart line[data-mark="current"]')
-    assert int(mark.get_attribute("data-bytes")) == 24 * MIB, "the curve's size mark moved"
+    web = cards(browser)["web"]
+    assert web["size_text"] == "24.0 MiB"
+    assert web["mark_bytes"] == 24 * MIB, "the curve's size mark moved"
 
     shot = Path(tempfile.mkdtemp(prefix="shoal-dashboard-shot-")) / "dashboard.png"
     assert browser.save_screenshot(str(shot))
