@@ -20,6 +20,7 @@
 use crate::curve::HitRatioCurve;
 use crate::fenwick::Fenwick;
 use foldhash::fast::FixedState;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -165,19 +166,26 @@ impl Shards {
         let weight = 1.0 / rate;
         self.sampled += weight;
         let clock = self.clock;
-        let tracked = self.tracked.entry(hash).or_insert(Tracked { time: usize::MAX, size: 1, spatial });
-        let size = if size == 0 { tracked.size } else { size };
-        let previous = std::mem::replace(tracked, Tracked { time: clock, size, spatial });
-        if previous.time == usize::MAX {
-            self.cold += weight;
-            self.by_spatial.insert((spatial, hash));
-        } else {
-            let since = self.times.prefix(clock) - self.times.prefix(previous.time + 1);
-            let distance = since as f64 / rate + size as f64;
-            let step = (distance / self.config.bucket_bytes as f64).ceil() as usize;
-            self.reuses[step.clamp(1, self.config.buckets + 1)] += weight;
-            self.times.add(previous.time, previous.size.wrapping_neg());
-        }
+        // One probe of the map: the entry says whether the key was seen and takes its new state.
+        let size = match self.tracked.entry(hash) {
+            Entry::Occupied(mut entry) => {
+                let size = if size == 0 { entry.get().size } else { size };
+                let previous = entry.insert(Tracked { time: clock, size, spatial });
+                let since = self.times.prefix(clock) - self.times.prefix(previous.time + 1);
+                let distance = since as f64 / rate + size as f64;
+                let step = (distance / self.config.bucket_bytes as f64).ceil() as usize;
+                self.reuses[step.clamp(1, self.config.buckets + 1)] += weight;
+                self.times.add(previous.time, previous.size.wrapping_neg());
+                size
+            }
+            Entry::Vacant(entry) => {
+                let size = size.max(1);
+                entry.insert(Tracked { time: clock, size, spatial });
+                self.cold += weight;
+                self.by_spatial.insert((spatial, hash));
+                size
+            }
+        };
         self.times.add(clock, size);
         self.clock += 1;
         if self.clock == self.times.len() {

@@ -9,18 +9,12 @@
 use super::{Parsed, Reply, UnexpectedReply};
 use crate::keys::Key;
 use crate::workload::MAX_VALUE_BYTES;
+// The wire's constants are the protocol crate's, which the server parses with.
+use shoal_proto::binary::{opcode, Status, HEADER_LEN, REQUEST_MAGIC, RESPONSE_MAGIC};
 
-const REQUEST_MAGIC: u8 = 0x80;
-const RESPONSE_MAGIC: u8 = 0x81;
-const HEADER_BYTES: usize = 24;
-
-const OPCODE_SET: u8 = 0x01;
-const OPCODE_NOOP: u8 = 0x0a;
-const OPCODE_GETK: u8 = 0x0c;
-const OPCODE_GETKQ: u8 = 0x0d;
-
-const STATUS_SUCCESS: u16 = 0x0000;
-const STATUS_KEY_NOT_FOUND: u16 = 0x0001;
+/// The statuses replies are matched on, as numbers.
+const STATUS_SUCCESS: u16 = Status::Success as u16;
+const STATUS_KEY_NOT_FOUND: u16 = Status::KeyNotFound as u16;
 
 /// A get hit's extras: the item's 4 bytes of flags.
 const GET_EXTRAS_BYTES: usize = 4;
@@ -48,20 +42,20 @@ pub fn encode_get(keys: impl IntoIterator<Item = Key>, out: &mut Vec<u8>) {
     let start = out.len();
     let mut count = 0;
     for key in keys {
-        request_header(out, OPCODE_GETKQ, 0, key.as_bytes().len(), 0);
+        request_header(out, opcode::GETKQ, 0, key.as_bytes().len(), 0);
         out.extend_from_slice(key.as_bytes());
         count += 1;
     }
     if count == 1 {
-        out[start + 1] = OPCODE_GETK; // alone, the get is answered hit or miss: no NOOP needed
+        out[start + 1] = opcode::GETK; // alone, the get is answered hit or miss: no NOOP needed
     } else {
-        request_header(out, OPCODE_NOOP, 0, 0, 0);
+        request_header(out, opcode::NOOP, 0, 0, 0);
     }
 }
 
 /// Appends a `SET` of `key` to `value`, flags 0 and no expiry.
 pub fn encode_set(key: &Key, value: &[u8], out: &mut Vec<u8>) {
-    request_header(out, OPCODE_SET, SET_EXTRAS.len(), key.as_bytes().len(), value.len());
+    request_header(out, opcode::SET, SET_EXTRAS.len(), key.as_bytes().len(), value.len());
     out.extend_from_slice(&SET_EXTRAS);
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(value);
@@ -86,7 +80,7 @@ fn next_packet(buf: &[u8]) -> Result<Option<Packet>, UnexpectedReply> {
         Some(&RESPONSE_MAGIC) => {}
         Some(_) => return Err(not_binary(buf)),
     }
-    let Some(header) = buf.get(..HEADER_BYTES) else { return Ok(None) };
+    let Some(header) = buf.get(..HEADER_LEN) else { return Ok(None) };
     let key_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
     let extras = usize::from(header[4]);
     let status = u16::from_be_bytes([header[6], header[7]]);
@@ -103,7 +97,7 @@ fn next_packet(buf: &[u8]) -> Result<Option<Packet>, UnexpectedReply> {
             hex(header)
         )));
     }
-    let len = HEADER_BYTES + body;
+    let len = HEADER_LEN + body;
     Ok((buf.len() >= len).then_some(Packet { opcode: header[1], status, extras, len }))
 }
 
@@ -111,7 +105,7 @@ fn next_packet(buf: &[u8]) -> Result<Option<Packet>, UnexpectedReply> {
 pub fn parse_get(keys: u32, buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
     if keys == 1 {
         let Some(packet) = next_packet(buf)? else { return Ok(Parsed::Incomplete) };
-        let reply = get_answer(&packet, OPCODE_GETK, buf)?;
+        let reply = get_answer(&packet, opcode::GETK, buf)?;
         return Ok(Parsed::Complete { reply, consumed: packet.len });
     }
     let mut reply = Reply::default();
@@ -120,18 +114,18 @@ pub fn parse_get(keys: u32, buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
         let Some(packet) = next_packet(&buf[pos..])? else { return Ok(Parsed::Incomplete) };
         let packet_bytes = &buf[pos..pos + packet.len];
         pos += packet.len;
-        if packet.opcode == OPCODE_NOOP && packet.status == STATUS_SUCCESS {
+        if packet.opcode == opcode::NOOP && packet.status == STATUS_SUCCESS {
             reply.misses = keys - reply.hits - reply.errors; // the keys not answered
             return Ok(Parsed::Complete { reply, consumed: pos });
         }
-        let answer = get_answer(&packet, OPCODE_GETKQ, packet_bytes)?;
+        let answer = get_answer(&packet, opcode::GETKQ, packet_bytes)?;
         // A quiet miss is not sent, but one that is counts as not answered (a miss at the NOOP).
         reply.hits += answer.hits;
         reply.errors += answer.errors;
         if reply.hits + reply.errors > keys {
             return Err(UnexpectedReply(format!(
                 "{} (more answers than the {keys} GETKQ keys asked for, before the NOOP's)",
-                hex(&packet_bytes[..HEADER_BYTES])
+                hex(&packet_bytes[..HEADER_LEN])
             )));
         }
     }
@@ -148,7 +142,7 @@ fn get_answer(packet: &Packet, opcode: u8, bytes: &[u8]) -> Result<Reply, Unexpe
         STATUS_SUCCESS => {
             return Err(UnexpectedReply(format!(
                 "{} (a get hit with {} bytes of extras, not the 4 of its flags)",
-                hex(&bytes[..HEADER_BYTES]),
+                hex(&bytes[..HEADER_LEN]),
                 packet.extras
             )))
         }
@@ -161,8 +155,8 @@ fn get_answer(packet: &Packet, opcode: u8, bytes: &[u8]) -> Result<Reply, Unexpe
 /// (exists, not stored, too large, out of memory…) counts as an error.
 pub fn parse_set(buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
     let Some(packet) = next_packet(buf)? else { return Ok(Parsed::Incomplete) };
-    if packet.opcode != OPCODE_SET {
-        return Err(out_of_step(&packet, OPCODE_SET, buf));
+    if packet.opcode != opcode::SET {
+        return Err(out_of_step(&packet, opcode::SET, buf));
     }
     let errors = u32::from(packet.status != STATUS_SUCCESS);
     Ok(Parsed::Complete { reply: Reply { errors, ..Reply::default() }, consumed: packet.len })
@@ -171,7 +165,7 @@ pub fn parse_set(buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
 fn out_of_step(packet: &Packet, expected: u8, bytes: &[u8]) -> UnexpectedReply {
     UnexpectedReply(format!(
         "{} (a binary response to opcode {:#04x} where one to {expected:#04x} was due: out of step)",
-        hex(&bytes[..HEADER_BYTES]),
+        hex(&bytes[..HEADER_LEN]),
         packet.opcode
     ))
 }
@@ -179,7 +173,7 @@ fn out_of_step(packet: &Packet, expected: u8, bytes: &[u8]) -> UnexpectedReply {
 /// The error for bytes that do not start with the response magic: most likely the text
 /// protocol's answer from a server that does not accept binary.
 fn not_binary(buf: &[u8]) -> UnexpectedReply {
-    let start = &buf[..buf.len().min(HEADER_BYTES)];
+    let start = &buf[..buf.len().min(HEADER_LEN)];
     let shown = if start[0].is_ascii_alphabetic() {
         let line = start.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
         String::from_utf8_lossy(line).into_owned()
@@ -285,51 +279,51 @@ mod tests {
     #[test]
     fn single_get_answers_are_a_hit_a_miss_or_an_error() {
         let get = |buf: &[u8]| parse_get(1, buf);
-        let found = hit(OPCODE_GETK, b"key:07");
+        let found = hit(opcode::GETK, b"key:07");
         incomplete_until_whole(get, &found);
         assert_eq!(get(&found), complete(1, 0, 0, found.len()));
         let mut two = found.clone();
         two.extend_from_slice(&found);
         assert_eq!(get(&two), complete(1, 0, 0, found.len()), "stops at the packet's end");
-        let missing = response(OPCODE_GETK, STATUS_KEY_NOT_FOUND, &[], b"key:07", b"");
+        let missing = response(opcode::GETK, STATUS_KEY_NOT_FOUND, &[], b"key:07", b"");
         incomplete_until_whole(get, &missing);
         assert_eq!(get(&missing), complete(0, 1, 0, missing.len()));
-        let too_large = response(OPCODE_GETK, 0x0003, &[], b"", b"Too large.");
+        let too_large = response(opcode::GETK, 0x0003, &[], b"", b"Too large.");
         assert_eq!(get(&too_large), complete(0, 0, 1, too_large.len()));
-        let no_flags = response(OPCODE_GETK, STATUS_SUCCESS, &[], b"key:07", b"value");
+        let no_flags = response(opcode::GETK, STATUS_SUCCESS, &[], b"key:07", b"value");
         assert!(get(&no_flags).unwrap_err().0.contains("not the 4 of its flags"));
     }
 
     #[test]
     fn multiget_answers_are_the_hits_then_the_noop() {
         let get = |buf: &[u8]| parse_get(3, buf);
-        let noop = response(OPCODE_NOOP, STATUS_SUCCESS, &[], b"", b"");
-        let reply = [hit(OPCODE_GETKQ, b"key:00"), hit(OPCODE_GETKQ, b"key:02"), noop.clone()].concat();
+        let noop = response(opcode::NOOP, STATUS_SUCCESS, &[], b"", b"");
+        let reply = [hit(opcode::GETKQ, b"key:00"), hit(opcode::GETKQ, b"key:02"), noop.clone()].concat();
         incomplete_until_whole(get, &reply);
         assert_eq!(get(&reply), complete(2, 1, 0, reply.len()));
         assert_eq!(get(&noop), complete(0, 3, 0, noop.len()), "all quiet misses");
-        let out_of_memory = response(OPCODE_GETKQ, 0x0082, &[], b"", b"Out of memory");
-        let with_error = [out_of_memory, hit(OPCODE_GETKQ, b"key:01"), noop.clone()].concat();
+        let out_of_memory = response(opcode::GETKQ, 0x0082, &[], b"", b"Out of memory");
+        let with_error = [out_of_memory, hit(opcode::GETKQ, b"key:01"), noop.clone()].concat();
         assert_eq!(get(&with_error), complete(1, 1, 1, with_error.len()));
-        let loud_miss = response(OPCODE_GETKQ, STATUS_KEY_NOT_FOUND, &[], b"key:00", b"");
+        let loud_miss = response(opcode::GETKQ, STATUS_KEY_NOT_FOUND, &[], b"key:00", b"");
         let with_loud_miss = [loud_miss, noop.clone()].concat();
         assert_eq!(get(&with_loud_miss), complete(0, 3, 0, with_loud_miss.len()));
-        let too_many: Vec<u8> = (0..4).flat_map(|_| hit(OPCODE_GETKQ, b"key:00")).collect();
+        let too_many: Vec<u8> = (0..4).flat_map(|_| hit(opcode::GETKQ, b"key:00")).collect();
         assert!(get(&too_many).unwrap_err().0.contains("more answers than the 3"));
-        let unquiet = [hit(OPCODE_GETK, b"key:00"), noop].concat();
+        let unquiet = [hit(opcode::GETK, b"key:00"), noop].concat();
         assert!(get(&unquiet).unwrap_err().0.contains("out of step"));
     }
 
     #[test]
     fn set_answers_are_stored_or_counted_as_errors() {
-        let stored = response(OPCODE_SET, STATUS_SUCCESS, &[], b"", b"");
+        let stored = response(opcode::SET, STATUS_SUCCESS, &[], b"", b"");
         incomplete_until_whole(parse_set, &stored);
         assert_eq!(parse_set(&stored), complete(0, 0, 0, 24));
         for refusal in [0x0002, 0x0005, 0x0003, 0x0082] {
-            let refused = response(OPCODE_SET, refusal, &[], b"", b"Not stored.");
+            let refused = response(opcode::SET, refusal, &[], b"", b"Not stored.");
             assert_eq!(parse_set(&refused), complete(0, 0, 1, refused.len()), "status {refusal:#x}");
         }
-        assert!(parse_set(&hit(OPCODE_GETK, b"k")).unwrap_err().0.contains("out of step"));
+        assert!(parse_set(&hit(opcode::GETK, b"k")).unwrap_err().0.contains("out of step"));
     }
 
     #[test]
@@ -339,10 +333,10 @@ mod tests {
         assert!(parse_set(b"E").unwrap_err().0.starts_with("E (not a binary"));
         let request_echo = encoded(|o| encode_get([key(1)], o));
         assert!(parse_get(1, &request_echo).unwrap_err().0.starts_with("80 0c 00 06"));
-        let mut huge = response(OPCODE_GETK, STATUS_SUCCESS, &[0; 4], b"k", b"");
+        let mut huge = response(opcode::GETK, STATUS_SUCCESS, &[0; 4], b"k", b"");
         huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(parse_get(1, &huge[..HEADER_BYTES]).unwrap_err().0.contains("over the"));
-        let mut overlapping = response(OPCODE_GETK, STATUS_SUCCESS, &[0; 4], b"key", b"");
+        assert!(parse_get(1, &huge[..HEADER_LEN]).unwrap_err().0.contains("over the"));
+        let mut overlapping = response(opcode::GETK, STATUS_SUCCESS, &[0; 4], b"key", b"");
         overlapping[2..4].copy_from_slice(&100u16.to_be_bytes());
         assert!(parse_get(1, &overlapping).unwrap_err().0.contains("exceed its 7-byte body"));
     }
