@@ -54,7 +54,10 @@ fn patch(bytes: &mut Vec<u8>, o: &Offsets, input: &mut Input) {
             5 => {
                 let at = (input.u8() as usize % 64) * 4;
                 let v = input.u32();
-                bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                // The file may have been truncated below the header by an earlier patch.
+                if let Some(word) = bytes.get_mut(at..at + 4) {
+                    word.copy_from_slice(&v.to_le_bytes());
+                }
             }
             // One bit anywhere.
             6 => {
