@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the run has taken so far, so a slow machine shows where time goes.
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "toolchain components"
 rustup component add rustfmt clippy
@@ -55,7 +56,9 @@ cargo clippy --manifest-path crates/python/Cargo.toml --all-targets -- -D warnin
 scripts/python-package.sh
 
 step "Python suites under tests/ against the release shoal server"
-PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/
+# A test that hangs fails after 300 s with its stack instead of stalling the run; the slowest
+# tests are listed so a slow machine shows where the time went.
+PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider --timeout=300 --durations=15 tests/
 
 step "loom model check of the bucket read-validate protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
@@ -65,3 +68,5 @@ if [ -x scripts/fuzz.sh ]; then
   step "fuzz (${SHOAL_FUZZ_SECS}s per target)"
   scripts/fuzz.sh "${SHOAL_FUZZ_SECS}"
 fi
+
+step "done"

@@ -26,15 +26,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def talk(sock, request: bytes, until: bytes = b"\r\n") -> bytes:
-    """Sends `request` and reads until the answer ends with `until`."""
-    sock.sendall(request)
+def read_until(sock, *ends: bytes) -> bytes:
+    """Reads until what arrived ends with one of `ends` (default a line end); a connection the
+    peer closes first fails the test rather than spinning on empty reads."""
+    ends = ends or (b"\r\n",)
     data = b""
-    while not data.endswith(until):
-        chunk = sock.recv(65536)
+    while not data.endswith(ends):
+        chunk = sock.recv(1 << 20)
         assert chunk, f"closed after {data!r}"
         data += chunk
     return data
+
+
+def talk(sock, request: bytes, until: bytes = b"\r\n") -> bytes:
+    """Sends `request` and reads until the answer ends with `until`."""
+    sock.sendall(request)
+    return read_until(sock, until)
 
 
 class Server:

@@ -8,15 +8,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import SHOAL, Server  # noqa: E402
+from harness import SHOAL, Server, talk  # noqa: E402
 
 
 def stat(server, name):
     with server.connect() as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
+        data = talk(s, b"stats\r\n", b"END\r\n")
     for line in data.decode().splitlines():
         if line.startswith(f"STAT {name} "):
             return int(line.split()[2])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import Server  # noqa: E402
+from harness import Server, read_until  # noqa: E402
 from harness import talk as ask  # noqa: E402
 
 MEMCACHED_TOOL = Path("/usr/share/memcached/scripts/memcached-tool")
@@ -234,7 +234,9 @@ def evictions(server):
         watcher.settimeout(1)
         data = b""
         while data.count(b"\n") < 10:
-            data += watcher.recv(65536)
+            chunk = watcher.recv(65536)
+            assert chunk, f"the watcher was closed after {data!r}"
+            data += chunk
     return [dict(f.split(b"=", 1) for f in line.split(b" ")) for line in data.split(b"\n")[:10]]
 
 
@@ -337,8 +339,6 @@ def test_a_large_metadump_streams_every_key_once_between_other_connections_reque
         sock.sendall(b"lru_crawler metadump all\r\n")
         # The dump goes a slice at a time: the same worker still answers another connection.
         assert ask(other, b"version\r\n").startswith(b"VERSION")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += sock.recv(1 << 20)
+        data = read_until(sock, b"END\r\n")
         keys = [line.split(b" ", 1)[0] for line in data[:-5].split(b"\n") if line]
         assert len(keys) == len(set(keys)) == count

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import Server  # noqa: E402
+from harness import Server, read_until, talk  # noqa: E402
 
 REQUIRED = """cmd_get get_hits get_misses get_expired get_flushed cmd_set cmd_touch delete_misses
 delete_hits incr_misses incr_hits decr_misses decr_hits cas_misses cas_hits cas_badval touch_hits
@@ -17,9 +17,7 @@ rusage_user rusage_system bytes_read bytes_written""".split()
 
 def stats(sock, args=""):
     sock.sendall(f"stats {args}".strip().encode() + b"\r\n")
-    data = b""
-    while not data.endswith(b"END\r\n") and not data.endswith(b"RESET\r\n"):
-        data += sock.recv(65536)
+    data = read_until(sock, b"END\r\n", b"RESET\r\n")
     return dict(line.split(" ", 2)[1:] for line in data.decode().splitlines() if line.startswith("STAT "))
 
 
@@ -56,10 +54,7 @@ def test_stats_lists_every_field_of_memcached_in_its_order_then_shoals_own():
 def conns(sock):
     """`stats conns` with descriptors, ports and client ports taken out: (field, value) pairs."""
     import re
-    sock.sendall(b"stats conns\r\n")
-    data = b""
-    while not data.endswith(b"END\r\n"):
-        data += sock.recv(65536)
+    data = talk(sock, b"stats conns\r\n", b"END\r\n")
     pairs = []
     for line in data.decode().splitlines()[:-1]:
         _, key, value = line.split(" ", 2)

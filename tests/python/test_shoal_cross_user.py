@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import shoal
-from harness import Server, free_port
+from harness import Server, free_port, talk
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root: run the suite as root")
 
@@ -30,11 +30,7 @@ def local_hits(port):
 
 def meta(server, request):
     with server.connect() as sock:
-        sock.sendall(request)
-        answer = b""
-        while not answer.endswith(b"\r\n"):
-            answer += sock.recv(4096)
-        return answer
+        return talk(sock, request)
 
 
 def test_a_root_client_reads_locally_from_a_server_run_as_nobody():
@@ -68,10 +64,7 @@ def test_shm_handoff_hands_out_one_token_per_ask():
         sock.settimeout(5)
         answers = []
         for _ in range(2):
-            sock.sendall(b"shm handoff\r\n")
-            line = b""
-            while not line.endswith(b"\r\n"):
-                line += sock.recv(4096)
+            line = talk(sock, b"shm handoff\r\n")
             answers.append(line.split(b" ", 2))
         (word, first, path), (_, second, again) = answers
         assert word == b"HANDOFF" and len(first) == 32 and first != second and path == again

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import shoal
-from harness import Server
+from harness import Server, talk
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +29,7 @@ def holder(servers, key):
     found = []
     for s in servers:
         with s.connect() as sock:
-            sock.sendall(f"get {key}\r\n".encode())
-            answer = b""
-            while not answer.endswith(b"END\r\n"):
-                answer += sock.recv(4096)
+            answer = talk(sock, f"get {key}\r\n".encode(), b"END\r\n")
             if answer.startswith(b"VALUE"):
                 found.append(address(s))
     assert len(found) == 1, f"{key} on {found}"

@@ -246,14 +246,11 @@ def test_idle_timeout_closes_idle_connections_and_counts_them_as_memcached_does(
             deadline = time.monotonic() + 4
             while time.monotonic() < deadline:
                 assert talk(busy, b"version\r\n", b"\r\n").startswith(b"VERSION"), server.kind
-                time.sleep(0.3)
+                time.sleep(0.1)
             idle.settimeout(2)
             assert idle.recv(100) == b"", f"{server.kind}: the idle connection was closed"
             sock = busy
-            sock.sendall(b"stats\r\n")
-            data = b""
-            while not data.endswith(b"END\r\n"):
-                data += sock.recv(65536)
+            data = talk(sock, b"stats\r\n", b"END\r\n")
             kicks = int(next(l.split()[2] for l in data.decode().splitlines() if l.startswith("STAT idle_kicks")))
             assert kicks >= 1, server.kind
             idle.close()
@@ -290,10 +287,7 @@ def test_cache_memlimit_answers_as_memcached_does():
             for request in MEMLIMIT_CASES:
                 reply = talk(sock, request, b"\r\n")
                 got.append(b"VERSION" if reply.startswith(b"VERSION ") else reply)
-            sock.sendall(b"cache_memlimit 40\r\nstats\r\n")
-            data = b""
-            while not data.endswith(b"END\r\n"):
-                data += sock.recv(65536)
+            data = talk(sock, b"cache_memlimit 40\r\nstats\r\n", b"END\r\n")
             limit = next(l for l in data.decode().splitlines() if l.startswith("STAT limit_maxbytes"))
             answers[server.kind] = (got, limit)
     assert answers["shoal"] == answers["memcached"]
@@ -308,10 +302,7 @@ def test_cache_memlimit_shrinks_by_evicting_and_refuses_to_grow_past_the_region(
         assert talk(sock, b"version\r\n", b"\r\n").startswith(b"VERSION")
 
         def stat(name):
-            sock.sendall(b"stats\r\n")
-            data = b""
-            while not data.endswith(b"END\r\n"):
-                data += sock.recv(65536)
+            data = talk(sock, b"stats\r\n", b"END\r\n")
             return int(next(l.split()[2] for l in data.decode().splitlines() if l.startswith(f"STAT {name} ")))
 
         before = stat("curr_items")
