@@ -4,14 +4,17 @@
 //!
 //! Input: one mode byte, then either the raw file (mode % 8 == 7) or patches applied to a
 //! valid region holding a finished word-count job or one stopped half-way (some map and
-//! every reduce task unpublished), so that patched job entries, task entries and output
-//! areas all reach the worker.
+//! every reduce task unpublished), its input copied into the region or read in place from a
+//! file, so that patched job entries, task entries, output areas and file references all
+//! reach the worker.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use shoal_mapreduce::layout::{header, job, task, Geometry, JOB_BYTES, TASK_BYTES};
-use shoal_mapreduce::{apps, step, Args, Coordinator, JobOptions, JobRegion, Worker, WorkerOptions};
+use shoal_mapreduce::{
+    apps, step, Args, Coordinator, Input as MrInput, JobOptions, JobRegion, Worker, WorkerOptions,
+};
 use shoal_region_fuzz::{Input, Scratch};
 use std::sync::{Arc, OnceLock};
 
@@ -21,45 +24,60 @@ struct Templates {
     geometry: Geometry,
 }
 
-/// A region with one finished word-count job, and the same job turned back to running.
+/// Regions with one finished word-count job, and the same job turned back to running: its
+/// input copied into the region, or read in place from a file (this target's own source, which
+/// exists wherever the target was built), so that patches reach the file reference too.
 fn templates() -> &'static Templates {
     static T: OnceLock<Templates> = OnceLock::new();
     T.get_or_init(|| {
-        let path = std::path::PathBuf::from(format!("/dev/shm/shoal-fuzz-mr-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let region = Arc::new(JobRegion::create(&path, 2 << 20, 4 << 20, 64).expect("template region"));
-        let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(1));
-        let options = JobOptions { split_bytes: 64, reduce_tasks: 3 };
-        let input = b"the quick brown fox\njumps over\nthe lazy dog\n1 2 3\n4 5 6\nthe end\n".repeat(4);
-        let app = apps::find("wordcount").expect("wordcount");
-        Coordinator::new(&region, options, |_| {})
-            .unwrap()
-            .run_app(app, &input, &Args::default())
-            .expect("template job");
-        worker.stop().expect("template worker");
-        let geometry = *region.geometry();
-        drop(region);
-        let done = std::fs::read(&path).expect("template bytes");
-        let _ = std::fs::remove_file(&path);
-        let mut running = done.clone();
-        let mut put =
-            |off: u64, v: u64| running[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
-        put(geometry.job_field(0, job::STATE), 2);
-        put(header::FINISHED, 0);
-        let word = |bytes: &[u8], off: u64| {
-            u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
-        };
-        let (first, maps, reduces) = (
-            word(&done, geometry.job_field(0, job::FIRST_TASK)),
-            word(&done, geometry.job_field(0, job::MAP_TASKS)),
-            word(&done, geometry.job_field(0, job::REDUCE_TASKS)),
-        );
-        for t in (first + maps / 2)..(first + maps + reduces) {
-            put(geometry.task_field(t, task::RESULT), 0);
-            put(geometry.task_field(t, task::CLAIM), 0);
+        let mut regions = Vec::new();
+        let mut geometry = None;
+        let copied = b"the quick brown fox\njumps over\nthe lazy dog\n1 2 3\n4 5 6\nthe end\n".repeat(4);
+        let in_place = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz_targets/mr_region_open.rs");
+        for (input, split_bytes, copy_input) in [
+            (MrInput::from_bytes(copied), 64, true),
+            (MrInput::open(std::path::Path::new(in_place)).expect("the target's source"), 1024, false),
+        ] {
+            let (done, running, g) = template(&input, JobOptions { split_bytes, reduce_tasks: 3, copy_input });
+            regions.extend([done, running]);
+            geometry = Some(g);
         }
-        Templates { scratch: Scratch::new(), regions: vec![done, running], geometry }
+        Templates { scratch: Scratch::new(), regions, geometry: geometry.expect("a template") }
     })
+}
+
+/// A region holding one finished word-count job over `input`, and the same region with the job
+/// running, half its map tasks and every reduce task unpublished.
+fn template(input: &MrInput, options: JobOptions) -> (Vec<u8>, Vec<u8>, Geometry) {
+    let path = std::path::PathBuf::from(format!("/dev/shm/shoal-fuzz-mr-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let region = Arc::new(JobRegion::create(&path, 2 << 20, 4 << 20, 64).expect("template region"));
+    let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(1));
+    let app = apps::find("wordcount").expect("wordcount");
+    Coordinator::new(&region, options, |_| {})
+        .unwrap()
+        .run_app(app, input, &Args::default())
+        .expect("template job");
+    worker.stop().expect("template worker");
+    let geometry = *region.geometry();
+    drop(region);
+    let done = std::fs::read(&path).expect("template bytes");
+    let _ = std::fs::remove_file(&path);
+    let mut running = done.clone();
+    let mut put = |off: u64, v: u64| running[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
+    put(geometry.job_field(0, job::STATE), 2);
+    put(header::FINISHED, 0);
+    let word = |bytes: &[u8], off: u64| u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap());
+    let (first, maps, reduces) = (
+        word(&done, geometry.job_field(0, job::FIRST_TASK)),
+        word(&done, geometry.job_field(0, job::MAP_TASKS)),
+        word(&done, geometry.job_field(0, job::REDUCE_TASKS)),
+    );
+    for t in (first + maps / 2)..(first + maps + reduces) {
+        put(geometry.task_field(t, task::RESULT), 0);
+        put(geometry.task_field(t, task::CLAIM), 0);
+    }
+    (done, running, geometry)
 }
 
 /// Applies patches decoded from `input` to `bytes`.

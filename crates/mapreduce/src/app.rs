@@ -4,6 +4,7 @@
 //! result. `docs/MAPREDUCE.md` is the guide to writing one.
 
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
 
 /// How an app's input may be cut into map splits.
@@ -27,20 +28,26 @@ pub struct Rendered {
 /// Records of a finished job, sorted by key.
 pub type Records = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// A job's input as stored in the region (see [`Jobs::put_input`]).
+/// A job's input as a region refers to it (see [`Jobs::put_input`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InputRef {
-    /// Offset of the input's bytes.
+    /// Offset of the input's bytes: in the region, or in the file `file` names.
     pub offset: u64,
     /// Their length.
     pub len: u64,
+    /// 0: the bytes lie in the region; else the area of the reference to the input file
+    /// workers read in place.
+    pub file: u64,
 }
 
 /// Runs jobs for an app's [`App::drive`]: the coordinator implements it.
 pub trait Jobs {
-    /// Copies `bytes` into the region, as the input of jobs to come (stored once, however
-    /// many jobs read it).
-    fn put_input(&mut self, bytes: &[u8]) -> Result<InputRef, MrError>;
+    /// Makes `input` the input of jobs to come, once however many jobs read it: a reference
+    /// to its file, which workers read in place, or (bytes, or a run with `--copy-input`) a
+    /// copy in the region.
+    fn put_input(&mut self, input: &Input) -> Result<InputRef, MrError>;
+    /// Copies `bytes` (an input the app computed, e.g. from the previous job) into the region.
+    fn put_bytes(&mut self, bytes: &[u8]) -> Result<InputRef, MrError>;
     /// Runs one job of `app` (its map and combine for `stage`) over `input` with `params`,
     /// and returns its records. A chained job passes what an earlier job returned, or
     /// something computed from it, as its `params` or input.
@@ -115,7 +122,7 @@ pub trait App: Send + Sync {
     /// combiner) and by reducers. Must be associative and commutative.
     fn combine(&self, stage: u32, acc: &mut Vec<u8>, value: &[u8]);
     /// Runs the app's jobs over `input` and renders the result.
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError>;
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError>;
 }
 
 /// Decodes a little-endian `u64` value (apps' counters); a value of another length is 0.

@@ -2,7 +2,7 @@
 //! other processes, or both) to run them, and merges each job's reduce outputs.
 //!
 //! ```text
-//! App::drive ─► Jobs::put_input (input copied into the region once)
+//! App::drive ─► Jobs::put_input (a reference to the input file, or a copy in the region)
 //!            └► Jobs::run(stage, input, params) ─► split input ─► job entry + tasks ─► Running
 //!                 wait: every reduce task published (or the job failed) ─► merge ─► Done
 //!                 ◄── records, sorted ── (a chained app computes the next job's params)
@@ -10,6 +10,7 @@
 
 use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
 use crate::error::MrError;
+use crate::input::{FileRef, Input, Source};
 use crate::job::{job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, encode, payload, read_partition};
@@ -25,12 +26,20 @@ pub struct JobOptions {
     pub split_bytes: u64,
     /// Reduce tasks (partitions of the keys) per job.
     pub reduce_tasks: u64,
+    /// Copy an input file into the region rather than have workers read it in place (for
+    /// workers that cannot see the file, or a file that may change while the job runs).
+    pub copy_input: bool,
 }
 
 impl JobOptions {
-    /// Splits of about 1/64 of the input, between 64 KiB and 16 MiB; 16 reduce tasks.
+    /// Splits of about 1/64 of the input, between 64 KiB and 16 MiB; 16 reduce tasks; an
+    /// input file read in place.
     pub fn for_input(input_bytes: u64) -> JobOptions {
-        JobOptions { split_bytes: (input_bytes / 64).clamp(64 << 10, 16 << 20), reduce_tasks: 16 }
+        JobOptions {
+            split_bytes: (input_bytes / 64).clamp(64 << 10, 16 << 20),
+            reduce_tasks: 16,
+            copy_input: false,
+        }
     }
 }
 
@@ -71,7 +80,7 @@ impl<'a> Coordinator<'a> {
     }
 
     /// Runs `app` over `input` with `args`: every job it needs, then its rendering.
-    pub fn run_app(&mut self, app: &dyn App, input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+    pub fn run_app(&mut self, app: &dyn App, input: &Input, args: &Args) -> Result<Rendered, MrError> {
         app.drive(input, args, self)
     }
 
@@ -117,17 +126,37 @@ impl<'a> Coordinator<'a> {
 }
 
 impl Jobs for Coordinator<'_> {
-    fn put_input(&mut self, bytes: &[u8]) -> Result<InputRef, MrError> {
+    fn put_input(&mut self, input: &Input) -> Result<InputRef, MrError> {
+        match input.file_ref()? {
+            Some(file) if !self.options.copy_input => {
+                let area = self.region.put_area(&file.encode())?;
+                Ok(InputRef { offset: 0, len: file.len, file: area })
+            }
+            _ => self.put_bytes(input.contents()?),
+        }
+    }
+
+    fn put_bytes(&mut self, bytes: &[u8]) -> Result<InputRef, MrError> {
         let area = self.region.put_area(bytes)?;
-        Ok(InputRef { offset: area + 8, len: bytes.len() as u64 })
+        Ok(InputRef { offset: area + 8, len: bytes.len() as u64, file: 0 })
     }
 
     fn run(&mut self, app: &dyn App, stage: u32, input: InputRef, params: &[u8]) -> Result<Records, MrError> {
         let region = self.region;
         let j = region.take_job_slot()?;
         let prepared = (|| {
-            let params = self.put_input(params)?;
-            let splits = split_input(region, input, app.split_unit(stage), self.options.split_bytes)?;
+            let params = self.put_bytes(params)?;
+            let unit = app.split_unit(stage);
+            let splits = match input.file {
+                0 => split_input(&Source::Region(region), input, unit, self.options.split_bytes)?,
+                area => {
+                    // Opened again per job: a chained app's later job sees a changed file too.
+                    let reference = FileRef::read(region, area)?;
+                    let file = reference.open()?;
+                    let source = Source::File(&file, &reference);
+                    split_input(&source, input, unit, self.options.split_bytes)?
+                }
+            };
             let spec = JobSpec { app, stage, input, params, reduces: self.options.reduce_tasks, splits };
             publish_job(region, j, &spec)
         })();

@@ -4,6 +4,7 @@
 use crate::app::{App, InputRef, SplitUnit};
 use crate::apps;
 use crate::error::MrError;
+use crate::input::Source;
 use crate::layout::{job, task, ERROR_REGION_FULL, JOB_SLOTS, KIND_MAP, KIND_REDUCE};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::pid_alive;
@@ -39,8 +40,12 @@ impl JobView {
             index: j,
             app,
             stage: word(job::STAGE) as u32,
-            input: InputRef { offset: word(job::INPUT), len: word(job::INPUT_LEN) },
-            params: InputRef { offset: word(job::PARAMS), len: word(job::PARAMS_LEN) },
+            input: InputRef {
+                offset: word(job::INPUT),
+                len: word(job::INPUT_LEN),
+                file: word(job::INPUT_FILE),
+            },
+            params: InputRef { offset: word(job::PARAMS), len: word(job::PARAMS_LEN), file: 0 },
             first_task: word(job::FIRST_TASK),
             maps: word(job::MAP_TASKS),
             reduces: word(job::REDUCE_TASKS),
@@ -50,7 +55,9 @@ impl JobView {
         if tasks_fit.is_none_or(|end| end > g.task_slots)
             || view.maps == 0
             || !(1..=MAX_REDUCE_TASKS).contains(&view.reduces)
-            || !region.in_arena(view.input.offset, view.input.len)
+            // An input read in place is checked against its file when a worker opens it.
+            || (view.input.file == 0 && !region.in_arena(view.input.offset, view.input.len))
+            || (view.input.file != 0 && !region.in_arena(view.input.file, 8))
             || !region.in_arena(view.params.offset, view.params.len)
         {
             return Err(region.corrupt(format!(
@@ -74,7 +81,7 @@ impl JobView {
         let reduce = t >= self.first_task + self.maps;
         let kind =
             if reduce { KIND_REDUCE << 32 | (t - self.first_task - self.maps) } else { KIND_MAP << 32 };
-        let split = InputRef { offset: word(task::INPUT), len: word(task::INPUT_LEN) };
+        let split = InputRef { offset: word(task::INPUT), len: word(task::INPUT_LEN), file: self.input.file };
         let inside = split.offset >= self.input.offset
             && split.offset.checked_add(split.len).is_some_and(|e| e <= self.input.offset + self.input.len);
         if word(task::JOB) != self.index || word(task::KIND) != kind || (!reduce && !inside) {
@@ -122,6 +129,7 @@ pub(crate) fn publish_job(region: &JobRegion, j: u64, spec: &JobSpec) -> Result<
         (job::FIRST_TASK, first),
         (job::MAP_TASKS, maps),
         (job::REDUCE_TASKS, spec.reduces),
+        (job::INPUT_FILE, spec.input.file),
     ] {
         region.job(j, field).store(value, Ordering::Relaxed);
     }
@@ -130,10 +138,10 @@ pub(crate) fn publish_job(region: &JobRegion, j: u64, spec: &JobSpec) -> Result<
 }
 
 /// Cuts `input` into splits of about `split_bytes` that respect `unit`: text splits end
-/// after a newline (found by reading the region near each cut), binary splits hold whole
-/// records. An empty input is one empty split.
+/// after a newline (found by reading `source`, where the input lies, near each cut), binary
+/// splits hold whole records. An empty input is one empty split.
 pub(crate) fn split_input(
-    region: &JobRegion,
+    source: &Source,
     input: InputRef,
     unit: SplitUnit,
     split_bytes: u64,
@@ -147,21 +155,23 @@ pub(crate) fn split_input(
                 let record = record.max(1) as u64;
                 at + (split_bytes / record).max(1) * record
             }
-            SplitUnit::Lines => next_line_start(region, at + split_bytes.max(1), end)?,
+            SplitUnit::Lines => next_line_start(source, at + split_bytes.max(1), end)?,
         };
         let cut = cut.min(end);
-        splits.push(InputRef { offset: at, len: cut - at });
+        splits.push(InputRef { offset: at, len: cut - at, file: input.file });
         at = cut;
     }
     Ok(splits)
 }
 
 /// The offset just after the first newline at or after `from`, or `end`.
-fn next_line_start(region: &JobRegion, from: u64, end: u64) -> Result<u64, MrError> {
+fn next_line_start(source: &Source, from: u64, end: u64) -> Result<u64, MrError> {
     const WINDOW: u64 = 4096;
     let mut at = from.min(end);
+    let mut window = Vec::new();
     while at < end {
-        let window = region.bytes(at, WINDOW.min(end - at))?;
+        window.clear();
+        source.read_append(at, WINDOW.min(end - at), &mut window)?;
         if let Some(i) = window.iter().position(|&b| b == b'\n') {
             return Ok(at + i as u64 + 1);
         }

@@ -7,16 +7,17 @@
 //! 0             header (4 KiB)          magic, layout version, geometry, arena and task
 //!                                       bump pointers, creation time, finished flag
 //! jobs_offset   jobs[JOB_SLOTS]         128 B each: state, app, stage, input, params,
-//!                                       its tasks, error, owner pid, result
+//!                                       its tasks, error, owner pid, result, input file
 //! tasks_offset  tasks[task_slots]       64 B each: job, kind, input, claim, lease, result
-//! arena_offset  arena                   areas bump-allocated, 64-byte aligned: inputs,
-//!                                       params, task outputs, results, error messages
+//! arena_offset  arena                   areas bump-allocated, 64-byte aligned: inputs (or
+//!                                       references to input files read in place), params,
+//!                                       task outputs, results, error messages
 //! ```
 
 /// First 8 bytes of every job region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHOALMRJ");
 /// Version of the layout described here. Workers and coordinators refuse any other.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 /// Bytes reserved for the header.
 pub const HEADER_BYTES: u64 = 4096;
 /// Jobs a region can ever hold (a job slot is not reused: its result stays readable).
@@ -83,7 +84,7 @@ pub mod job {
     pub const APP: u64 = 8;
     /// The app's stage (which map and combine a chained app runs).
     pub const STAGE: u64 = 24;
-    /// Offset of the job's input.
+    /// Offset of the job's input (in the region, or in the file [`INPUT_FILE`] names).
     pub const INPUT: u64 = 32;
     /// Its length.
     pub const INPUT_LEN: u64 = 40;
@@ -105,8 +106,11 @@ pub mod job {
     pub const OWNER: u64 = 104;
     /// The merged result's area (written by the coordinator), 0 until then.
     pub const RESULT: u64 = 112;
+    /// 0: the input lies in the region; else the area of a reference to the input file that
+    /// workers read in place (its path and identity, `crate::input::FileRef`).
+    pub const INPUT_FILE: u64 = 120;
     /// End of the fields.
-    pub const END: u64 = 120;
+    pub const END: u64 = 128;
 }
 
 /// Offsets of a task entry's fields.
@@ -116,7 +120,7 @@ pub mod task {
     /// [`super::KIND_MAP`] or [`super::KIND_REDUCE`] in the high 32 bits,
     /// the reduce partition in the low 32.
     pub const KIND: u64 = 8;
-    /// A map task's split of the job's input (absolute offset).
+    /// A map task's split of the job's input (absolute offset in the region or the file).
     pub const INPUT: u64 = 16;
     /// The split's length.
     pub const INPUT_LEN: u64 = 24;

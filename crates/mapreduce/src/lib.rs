@@ -24,6 +24,7 @@ mod app;
 pub mod apps;
 mod coordinator;
 mod error;
+mod input;
 mod job;
 pub mod layout;
 mod records;
@@ -40,6 +41,7 @@ pub use app::{
 };
 pub use coordinator::{Coordinator, JobOptions, Progress};
 pub use error::MrError;
+pub use input::Input;
 pub use job::MAX_REDUCE_TASKS;
 pub use records::Emit;
 pub use region::{JobRegion, JobState};

@@ -83,11 +83,11 @@ mod tests {
         assert!(region.jobs().unwrap().is_empty());
         let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(1));
         // Splits end after the first newline 4 bytes on: "a b\nc d\n" and "e f\n".
-        let options = JobOptions { split_bytes: 4, reduce_tasks: 3 };
+        let options = JobOptions { split_bytes: 4, reduce_tasks: 3, copy_input: false };
         let app = apps::find("wordcount").unwrap();
         Coordinator::new(&region, options, |_| {})
             .unwrap()
-            .run_app(app, b"a b\nc d\ne f\n", &Args::default())
+            .run_app(app, &crate::Input::from_bytes(b"a b\nc d\ne f\n".to_vec()), &Args::default())
             .unwrap();
         worker.stop().unwrap();
         let jobs = region.jobs().unwrap();

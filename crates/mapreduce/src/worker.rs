@@ -12,11 +12,13 @@
 
 use crate::app::SplitUnit;
 use crate::error::MrError;
+use crate::input::{FileRef, Source};
 use crate::job::{fail_job, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, read_partition, Emit};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -166,13 +168,13 @@ impl Drop for Worker {
 /// build cannot understand is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
     let Some((view, claim)) = next_task(region, 0, Some(lease_ms))? else { return Ok(None) };
-    run_or_fail(region, &view, claim.task, &mut Params::default()).map(Some)
+    run_or_fail(region, &view, claim.task, &mut JobCache::default()).map(Some)
 }
 
 /// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
 /// reads as a lost run, a region this build cannot understand is the caller's error.
-fn run_or_fail(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> Result<bool, MrError> {
-    match run_task(region, view, t, params) {
+fn run_or_fail(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache) -> Result<bool, MrError> {
+    match run_task(region, view, t, cache) {
         Err(e @ MrError::Corrupt { .. }) => Err(e),
         Err(e) => {
             fail_job(region, view.index, &e);
@@ -187,7 +189,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
     let region = &*shared.region;
     let rotation = std::process::id() as u64 * 7 + thread * 13;
     let mut idle = 0u32;
-    let mut params = Params::default();
+    let mut cache = JobCache::default();
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
             break;
@@ -203,7 +205,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
         idle = 0;
         shared.held.lock().expect("held claims").push(claim);
         std::thread::sleep(Duration::from_millis(shared.hold_ms));
-        let won = run_or_fail(region, &view, claim.task, &mut params);
+        let won = run_or_fail(region, &view, claim.task, &mut cache);
         shared.held.lock().expect("held claims").retain(|c| *c != claim);
         if won? {
             shared.published.fetch_add(1, Ordering::Relaxed);
@@ -254,14 +256,15 @@ fn next_task(
 }
 
 /// Runs task `t` of `view` and publishes its output; `Ok(false)` if another attempt won.
-fn run_task(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> Result<bool, MrError> {
+fn run_task(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache) -> Result<bool, MrError> {
     let split = view.check_task(region, t)?;
-    let params = params.of(region, view)?;
+    let (params, source) = cache.of(region, view)?;
     let app = view.app;
     let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine(view.stage, acc, value);
     let body = if t < view.first_task + view.maps {
         let mut emit = Emit::new(view.reduces as usize, &combine);
-        map_split(region, view, params, split, &mut emit)?;
+        map_split(&source, view, params, split, &mut emit)?;
+        source.check()?;
         emit.into_payload()
     } else {
         // Partition `part` of every map output, combined in one table, as a map combines.
@@ -282,24 +285,42 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64, params: &mut Params) -> 
     Ok(publish(region, t, area))
 }
 
-/// A worker thread's copy of the parameters of the job it last ran a task of: read once per
-/// job, not once per task (matrix multiply's parameters are all of B).
+/// What a worker thread keeps of the job it last ran a task of, set up once per job rather
+/// than once per task: a copy of its parameters (matrix multiply's are all of B) and, for an
+/// input read in place, the input file, opened and checked.
 #[derive(Default)]
-struct Params {
+struct JobCache {
     job: Option<u64>,
-    bytes: Vec<u8>,
+    params: Vec<u8>,
+    input: Option<(File, FileRef)>,
 }
 
-impl Params {
-    /// The parameters of `view`'s job.
-    fn of(&mut self, region: &JobRegion, view: &JobView) -> Result<&[u8], MrError> {
+impl JobCache {
+    /// The parameters of `view`'s job, and where its input is read from.
+    fn of<'a>(
+        &'a mut self,
+        region: &'a JobRegion,
+        view: &JobView,
+    ) -> Result<(&'a [u8], Source<'a>), MrError> {
         if self.job != Some(view.index) {
             self.job = None;
-            self.bytes.clear();
-            region.read_append(view.params.offset, view.params.len, &mut self.bytes)?;
+            self.params.clear();
+            self.input = None;
+            region.read_append(view.params.offset, view.params.len, &mut self.params)?;
+            if view.input.file != 0 {
+                let reference = FileRef::read(region, view.input.file)?;
+                if view.input.offset.checked_add(view.input.len).is_none_or(|end| end > reference.len) {
+                    return Err(region.corrupt(format!("job {}'s input runs past its file", view.index)));
+                }
+                self.input = Some((reference.open()?, reference));
+            }
             self.job = Some(view.index);
         }
-        Ok(&self.bytes)
+        let source = match &self.input {
+            Some((file, reference)) => Source::File(file, reference),
+            None => Source::Region(region),
+        };
+        Ok((&self.params, source))
     }
 }
 
@@ -311,7 +332,7 @@ const PIECE_BYTES: usize = 1 << 20;
 /// whole split, and the buffer stays in cache. The app's combiner makes the pieces' records
 /// one, so the output is the same as from a single call.
 fn map_split(
-    region: &JobRegion,
+    source: &Source,
     view: &JobView,
     params: &[u8],
     split: crate::app::InputRef,
@@ -323,7 +344,7 @@ fn map_split(
     loop {
         // A line longer than the buffer doubles it until the line fits.
         let want = (PIECE_BYTES.max(2 * buf.len()) - buf.len()).min((end - at) as usize);
-        region.read_append(at, want as u64, &mut buf)?;
+        source.read_append(at, want as u64, &mut buf)?;
         at += want as u64;
         let last = at == end;
         let cut = match unit {
@@ -368,7 +389,8 @@ mod tests {
                 WorkerOptions::threads(2),
             )
             .unwrap();
-            assert_eq!(got, pool.install(|| apps::direct(app, &input, &args)).unwrap(), "{app}");
+            let direct = pool.install(|| apps::direct(app, &crate::Input::from_bytes(input.clone()), &args));
+            assert_eq!(got, direct.unwrap(), "{app}");
         }
     }
 
@@ -378,8 +400,8 @@ mod tests {
         let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
         let j = region.take_job_slot().unwrap();
         let off = region.put_area(b"one two\nthree\n").unwrap();
-        let input = InputRef { offset: off + 8, len: 14 };
-        let splits = split_input(&region, input, SplitUnit::Lines, 4).unwrap();
+        let input = InputRef { offset: off + 8, len: 14, file: 0 };
+        let splits = split_input(&Source::Region(&region), input, SplitUnit::Lines, 4).unwrap();
         let app = apps::find("wordcount").unwrap();
         let spec = JobSpec { app, stage: 0, input, params: input, reduces: 2, splits };
         publish_job(&region, j, &spec).unwrap();
@@ -392,13 +414,41 @@ mod tests {
     }
 
     #[test]
+    fn an_input_file_changed_during_the_job_fails_it_naming_the_fix() {
+        let file = TempPath::new("changing-input");
+        std::fs::write(&file.0, "one two\nthree\n".repeat(100)).unwrap();
+        let p = TempPath::new("changing");
+        let region = std::sync::Arc::new(JobRegion::create(&p.0, 8 << 20, 8 << 20, 1000).unwrap());
+        let input = crate::Input::open(&file.0).unwrap();
+        let coordinator = {
+            let region = std::sync::Arc::clone(&region);
+            std::thread::spawn(move || {
+                let options = crate::JobOptions { split_bytes: 64, reduce_tasks: 2, copy_input: false };
+                Coordinator::new(&region, options, |_| {})?.run_app(
+                    apps::find("wordcount").unwrap(),
+                    &input,
+                    &crate::Args::default(),
+                )
+            })
+        };
+        while region.job_state(0).unwrap() != crate::JobState::Running {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(step(&region, 1000).unwrap(), Some(true), "the unchanged file maps");
+        std::fs::write(&file.0, "one two\nthree\n".repeat(99)).unwrap();
+        while step(&region, 1000).unwrap().is_some() {}
+        let err = coordinator.join().unwrap().unwrap_err().to_string();
+        assert!(err.contains("changed or was replaced") && err.contains("--copy-input"), "{err}");
+    }
+
+    #[test]
     fn a_job_of_an_app_this_build_does_not_know_is_refused_untouched() {
         let p = TempPath::new("unknown-app");
         let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
         let j = region.take_job_slot().unwrap();
         let off = region.put_area(b"one two\n").unwrap();
-        let input = InputRef { offset: off + 8, len: 8 };
-        let splits = split_input(&region, input, SplitUnit::Lines, 4).unwrap();
+        let input = InputRef { offset: off + 8, len: 8, file: 0 };
+        let splits = split_input(&Source::Region(&region), input, SplitUnit::Lines, 4).unwrap();
         let app = apps::find("wordcount").unwrap();
         publish_job(&region, j, &JobSpec { app, stage: 0, input, params: input, reduces: 1, splits })
             .unwrap();

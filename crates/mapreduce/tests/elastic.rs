@@ -5,10 +5,11 @@
 //! Workers are this very test binary re-run with `--exact child_worker` and the environment
 //! variables below; `child_worker` returns at once unless it was started that way. The
 //! coordinator runs in a thread of the test process with no worker threads of its own, so
-//! only the child processes work and the tests decide who does what.
+//! only the child processes work and the tests decide who does what. Each job's input is a
+//! file the workers read in place, or (`copy_input`) a copy in the region.
 
 use shoal_mapreduce::{
-    apps, Args, Coordinator, JobOptions, JobRegion, JobState, JobStatus, MrError, Rendered, Worker,
+    apps, Args, Coordinator, Input, JobOptions, JobRegion, JobState, JobStatus, MrError, Rendered, Worker,
     WorkerOptions,
 };
 use std::collections::HashMap;
@@ -105,7 +106,8 @@ impl Drop for Proc {
     }
 }
 
-/// Runs `app` in a coordinator thread (no worker threads of its own).
+/// Runs `app` in a coordinator thread (no worker threads of its own) over `input`, written
+/// to a file for the job and removed after it.
 fn coordinate(
     region: &Arc<JobRegion>,
     app: &str,
@@ -116,7 +118,14 @@ fn coordinate(
     let region = Arc::clone(region);
     let app = apps::find(app).unwrap();
     let args = Args::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap();
-    std::thread::spawn(move || Coordinator::new(&region, options, |_| {})?.run_app(app, &input, &args))
+    let file = Scratch::new("input");
+    std::fs::write(&file.0, input).unwrap();
+    std::thread::spawn(move || {
+        let rendered =
+            Coordinator::new(&region, options, |_| {})?.run_app(app, &Input::open(&file.0)?, &args);
+        drop(file);
+        rendered
+    })
 }
 
 /// The same app run in this process by two worker threads in a region of its own.
@@ -173,7 +182,7 @@ fn assert_counts(result: &Rendered, expected: &HashMap<String, u64>) {
     assert_eq!(&got, expected);
 }
 
-const SMALL: JobOptions = JobOptions { split_bytes: 2048, reduce_tasks: 4 };
+const SMALL: JobOptions = JobOptions { split_bytes: 2048, reduce_tasks: 4, copy_input: false };
 
 #[test]
 fn workers_joining_in_each_phase_finish_the_job_exactly() {
@@ -209,7 +218,7 @@ fn workers_joining_between_chained_jobs_give_the_same_clusters() {
     let expected = in_process("kmeans", points.as_bytes(), &args);
     let scratch = Scratch::new("chain");
     let region = scratch.region();
-    let options = JobOptions { split_bytes: 1024, reduce_tasks: 2 };
+    let options = JobOptions { split_bytes: 1024, reduce_tasks: 2, copy_input: true };
     let job = coordinate(&region, "kmeans", points.into_bytes(), &args, options);
     let status = wait_for(&region, "the first iteration", |j| j.state == JobState::Running);
     // Each worker runs one job's worth of tasks and leaves; the next joins between jobs.
@@ -337,8 +346,9 @@ fn stress_workers_killed_and_started_at_random_never_change_the_result() {
         let scratch = Scratch::new("stress");
         let region = scratch.region();
         let (text, expected) = words(3000, rounds);
-        let job =
-            coordinate(&region, "wordcount", text, &[], JobOptions { split_bytes: 1024, reduce_tasks: 6 });
+        // Every other round copies its input into the region; the others read it in place.
+        let options = JobOptions { split_bytes: 1024, reduce_tasks: 6, copy_input: rounds % 2 == 0 };
+        let job = coordinate(&region, "wordcount", text, &[], options);
         let mut workers: Vec<Proc> = Vec::new();
         while !job.is_finished() {
             while workers.len() < 2 {

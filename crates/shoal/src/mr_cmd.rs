@@ -9,7 +9,7 @@
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use shoal_mapreduce::{
-    apps, Coordinator, JobOptions, JobRegion, MrError, Worker, WorkerOptions, DEFAULT_LEASE_MS,
+    apps, Coordinator, Input, JobOptions, JobRegion, MrError, Worker, WorkerOptions, DEFAULT_LEASE_MS,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -77,6 +77,12 @@ struct RunArgs {
     /// Reduce tasks per job.
     #[arg(long, default_value_t = 16)]
     reduce_tasks: u64,
+    /// Copy the input file into the job region. By default workers read a regular input file
+    /// in place (the region names it, with its inode, size and time: a file changed during
+    /// the job fails it); copy it for workers that cannot see the file (another container or
+    /// VM sharing only the region) or an input that may change while the job runs.
+    #[arg(long)]
+    copy_input: bool,
     /// An app argument `name=value` (repeatable; `shoal mr apps` says which each app takes).
     #[arg(long = "arg", value_name = "NAME=VALUE")]
     args: Vec<String>,
@@ -206,13 +212,9 @@ fn threads(given: Option<usize>) -> usize {
 fn run_job(a: RunArgs) -> Result<(), MrError> {
     let app = apps::find(&a.app)?;
     let app_args = shoal_mapreduce::Args::parse(&a.args)?;
-    let input = std::fs::read(&a.input).map_err(|source| MrError::Io {
-        path: a.input.clone(),
-        action: "read input",
-        source,
-    })?;
     let (rendered, seconds, region) = match a.mode {
         Mode::Rayon => {
+            let input = Input::open(&a.input)?;
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads(a.threads))
                 .build()
@@ -221,7 +223,7 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
             let rendered = pool.install(|| apps::direct(app.name(), &input, &app_args))?;
             (rendered, started.elapsed().as_secs_f64(), serde_json::Value::Null)
         }
-        Mode::Elastic | Mode::Fixed => run_in_region(&a, app, &input, &app_args)?,
+        Mode::Elastic | Mode::Fixed => run_in_region(&a, app, &Input::open(&a.input)?, &app_args)?,
     };
     let text = if a.json {
         let mode = a.mode.to_possible_value().map(|v| v.get_name().to_string());
@@ -249,7 +251,7 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
 fn run_in_region(
     a: &RunArgs,
     app: &'static dyn shoal_mapreduce::App,
-    input: &[u8],
+    input: &Input,
     app_args: &shoal_mapreduce::Args,
 ) -> Result<(shoal_mapreduce::Rendered, f64, serde_json::Value), MrError> {
     let fixed = a.mode == Mode::Fixed;
@@ -264,7 +266,7 @@ fn run_in_region(
         .region
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/shoal-mr-{}", std::process::id())));
-    let input_bytes = input.len() as u64;
+    let input_bytes = input.len();
     let size = a.region_size.unwrap_or((2 * input_bytes).max(64 << 20)).div_ceil(64) * 64;
     let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
     let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
@@ -290,6 +292,7 @@ fn run_in_region(
     let mut options = JobOptions::for_input(input_bytes);
     options.split_bytes = a.split_bytes.unwrap_or(options.split_bytes);
     options.reduce_tasks = a.reduce_tasks;
+    options.copy_input = a.copy_input;
     let started = Instant::now();
     let bar = shoal_bench::progress::progress_bar("mr", Some(1));
     let outcome = Coordinator::new(&region, options, |p| {

@@ -4,8 +4,8 @@
 
 use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
-use rayon::prelude::*;
 
 /// The histogram app.
 pub struct Histogram;
@@ -38,8 +38,8 @@ impl App for Histogram {
         add_u64(acc, value);
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        check(input, args)?;
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+        check(input.len(), args)?;
         let input = jobs.put_input(input)?;
         let mut counts = [[0u64; 256]; 3];
         for (key, value) in jobs.run(self, 0, input, &[])? {
@@ -65,12 +65,12 @@ fn count(pixels: &[u8]) -> Counts {
 type Counts = [[u64; 256]; 3];
 
 /// Refuses arguments and an input that is not whole pixels.
-fn check(input: &[u8], args: &Args) -> Result<(), MrError> {
+/// Refuses arguments and an input of `len` bytes that is not whole pixels.
+fn check(len: u64, args: &Args) -> Result<(), MrError> {
     args.only(Histogram.name(), &[])?;
-    if !input.len().is_multiple_of(3) {
+    if !len.is_multiple_of(3) {
         return Err(MrError::BadInput(format!(
-            "input of {} bytes is not a whole number of RGB pixels (3 bytes each)",
-            input.len()
+            "input of {len} bytes is not a whole number of RGB pixels (3 bytes each)"
         )));
     }
     Ok(())
@@ -78,15 +78,14 @@ fn check(input: &[u8], args: &Args) -> Result<(), MrError> {
 
 /// The same histogram written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`).
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
-    check(input, args)?;
-    let counts = input.par_chunks(3 * super::DIRECT_RECORDS).map(count).reduce(
-        || [[0u64; 256]; 3],
-        |mut a, b| {
-            a.iter_mut().flatten().zip(b.iter().flatten()).for_each(|(a, b)| *a += b);
-            a
-        },
-    );
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
+    check(input.len(), args)?;
+    let add = |mut a: Counts, b: Counts| {
+        a.iter_mut().flatten().zip(b.iter().flatten()).for_each(|(a, b)| *a += b);
+        a
+    };
+    let counts =
+        super::fold_pieces(input, SplitUnit::Fixed(3), || [[0u64; 256]; 3], |a, p| add(a, count(p)), add)?;
     Ok(render(&counts))
 }
 

@@ -7,6 +7,7 @@
 
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
 use rayon::prelude::*;
 
@@ -115,9 +116,9 @@ impl App for KMeans {
         add_i64s(acc, value);
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         let (k, iterations) = arguments(args)?;
-        let centroids = initial(input, k).map_err(MrError::BadInput)?;
+        let centroids = initial(input.contents()?, k).map_err(MrError::BadInput)?;
         let input = jobs.put_input(input)?;
         lloyd(centroids, iterations, |centroids| {
             let mut sums = vec![None; k];
@@ -173,7 +174,8 @@ fn lloyd(
 /// The same clustering written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`): points parsed once, each iteration one parallel
 /// pass.
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
+    let input = input.contents()?;
     let (k, iterations) = arguments(args)?;
     let centroids = initial(input, k).map_err(MrError::BadInput)?;
     let d = centroids[0].len();

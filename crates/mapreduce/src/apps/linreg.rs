@@ -4,8 +4,8 @@
 
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
-use rayon::prelude::*;
 
 /// The linear regression app.
 pub struct LinearRegression;
@@ -46,8 +46,8 @@ impl App for LinearRegression {
         add_i64s(acc, value);
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        check(input, args)?;
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+        check(input.len(), args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, &[])?;
         let s: Vec<i64> = records.first().map(|(_, v)| bytes_i64s(v)).unwrap_or_default();
@@ -57,12 +57,11 @@ impl App for LinearRegression {
 }
 
 /// Refuses arguments and an input that is not at least two whole points.
-fn check(input: &[u8], args: &Args) -> Result<(), MrError> {
+fn check(len: u64, args: &Args) -> Result<(), MrError> {
     args.only(LinearRegression.name(), &[])?;
-    if input.len() < 4 || !input.len().is_multiple_of(2) {
+    if len < 4 || !len.is_multiple_of(2) {
         return Err(MrError::BadInput(format!(
-            "input of {} bytes is not at least two points of 2 bytes (x, y)",
-            input.len()
+            "input of {len} bytes is not at least two points of 2 bytes (x, y)"
         )));
     }
     Ok(())
@@ -70,15 +69,13 @@ fn check(input: &[u8], args: &Args) -> Result<(), MrError> {
 
 /// The same fit written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`).
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
-    check(input, args)?;
-    let s = input.par_chunks(2 * super::DIRECT_RECORDS).map(sums).reduce(
-        || [0i64; 6],
-        |mut a, b| {
-            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-            a
-        },
-    );
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
+    check(input.len(), args)?;
+    let add = |mut a: Sums, b: Sums| {
+        a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+        a
+    };
+    let s = super::fold_pieces(input, SplitUnit::Fixed(2), || [0i64; 6], |a, p| add(a, sums(p)), add)?;
     Ok(render(&s))
 }
 

@@ -6,6 +6,7 @@
 
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
 use rayon::prelude::*;
 use std::fmt::Write;
@@ -52,10 +53,10 @@ impl App for MatrixMultiply {
         add_i64s(acc, value);
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         args.only(self.name(), &[])?;
-        let (n, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
-        let mut rows = String::with_capacity(input.len());
+        let (n, m, p, a, b) = parse(input.contents()?).map_err(MrError::BadInput)?;
+        let mut rows = String::with_capacity(input.len() as usize);
         for (i, row) in a.chunks(m.max(1)).enumerate().take(n) {
             let _ = write!(rows, "{i}");
             row.iter().for_each(|v| {
@@ -65,7 +66,7 @@ impl App for MatrixMultiply {
         }
         let mut params = vec![m as i64, p as i64];
         params.extend_from_slice(&b);
-        let input = jobs.put_input(rows.as_bytes())?;
+        let input = jobs.put_bytes(rows.as_bytes())?;
         let c: Vec<Vec<i64>> = jobs
             .run(self, 0, input, &i64s_bytes(&params))?
             .into_iter()
@@ -118,7 +119,8 @@ fn parse(input: &[u8]) -> Result<Parsed, String> {
 
 /// The same product written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`): the input parsed once, rows of C in parallel.
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
+    let input = input.contents()?;
     args.only(MatrixMultiply.name(), &[])?;
     let (_, m, p, a, b) = parse(input).map_err(MrError::BadInput)?;
     let b = i64s_bytes(&b);

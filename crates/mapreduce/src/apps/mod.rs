@@ -11,8 +11,10 @@ mod pca;
 mod strmatch;
 mod wordcount;
 
-use crate::app::{lines, parse_ints, App, Args, Rendered};
+use crate::app::{lines, parse_ints, App, Args, InputRef, Rendered, SplitUnit};
 use crate::error::MrError;
+use crate::input::Input;
+use crate::job::split_input;
 pub use inputs::generate;
 #[cfg(test)]
 pub(crate) use inputs::Rng;
@@ -39,9 +41,12 @@ pub fn find(name: &str) -> Result<&'static dyn App, MrError> {
 
 /// Runs the app called `name` over `input` written directly with Rayon, in the current Rayon
 /// pool, without the framework: no region, tasks or records. Its result equals the app's
-/// through the framework (the test below checks every app), so timing both is honest.
-pub fn direct(name: &str, input: &[u8], args: &Args) -> Result<Rendered, MrError> {
-    let direct: fn(&[u8], &Args) -> Result<Rendered, MrError> = match find(name)?.name() {
+/// through the framework (the test below checks every app), so timing both is honest. The
+/// apps whose maps stream their input (word count, histogram, linear regression, string
+/// match) read it here as the framework's maps do, in pieces ([`fold_pieces`]); the others
+/// read it whole.
+pub fn direct(name: &str, input: &Input, args: &Args) -> Result<Rendered, MrError> {
+    let direct: fn(&Input, &Args) -> Result<Rendered, MrError> = match find(name)?.name() {
         "wordcount" => wordcount::direct,
         "histogram" => histogram::direct,
         "linreg" => linreg::direct,
@@ -54,9 +59,38 @@ pub fn direct(name: &str, input: &[u8], args: &Args) -> Result<Rendered, MrError
     direct(input, args)
 }
 
-/// Records (pixels, points, rows) per piece of work in the direct versions: enough to make a
-/// piece's overhead negligible, few enough to balance the threads.
+/// Records (points, rows) per piece of work in the direct versions that hold their input
+/// whole: enough to make a piece's overhead negligible, few enough to balance the threads.
 const DIRECT_RECORDS: usize = 1 << 16;
+
+/// Folds `input` in parallel, a piece at a time, with `fold` from `identity`, and merges the
+/// threads' results with `reduce`. A piece is whole records of `unit`, read into a buffer that
+/// each Rayon job reuses: the same reads, of the same size, as a map of the framework makes of
+/// its split (at least 8 pieces per thread, at most 1 MiB each).
+fn fold_pieces<T: Send>(
+    input: &Input,
+    unit: SplitUnit,
+    identity: impl Fn() -> T + Sync + Send,
+    fold: impl Fn(T, &[u8]) -> T + Sync + Send,
+    reduce: impl Fn(T, T) -> T + Sync + Send,
+) -> Result<T, MrError> {
+    let piece = (input.len() / (8 * rayon::current_num_threads() as u64)).clamp(4096, 1 << 20);
+    input.with_source(|source| {
+        let splits = split_input(source, InputRef { offset: 0, len: input.len(), file: 0 }, unit, piece)?;
+        splits
+            .par_iter()
+            .try_fold(
+                || (identity(), Vec::new()),
+                |(acc, mut buf), split| {
+                    buf.clear();
+                    source.read_append(split.offset, split.len, &mut buf)?;
+                    Ok::<_, MrError>((fold(acc, &buf), buf))
+                },
+            )
+            .map(|folded| folded.map(|(acc, _)| acc))
+            .try_reduce(&identity, |a, b| Ok(reduce(a, b)))
+    })
+}
 
 /// `text` cut after newlines into pieces for the direct versions (about 64 KiB each, at least
 /// 8 per thread), each a whole number of lines.
@@ -112,25 +146,29 @@ mod tests {
 
     #[test]
     fn every_app_written_directly_with_rayon_or_run_by_fixed_workers_equals_the_elastic_run() {
-        use crate::testing::run_local_args;
+        use crate::testing::{run_local_args, run_local_in_place};
         use crate::worker::WorkerOptions;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         for app in ALL {
             let (input, args) = generate(app.name(), 40_000, 5).unwrap();
             let args = Args::parse(&args).unwrap();
             let elastic = run_local_args(*app, &input, &args, WorkerOptions::threads(2)).unwrap();
+            let in_place = run_local_in_place(*app, &input, &args, WorkerOptions::threads(2)).unwrap();
+            assert_eq!(in_place, elastic, "{} with its input file read in place", app.name());
             let fixed = WorkerOptions { fixed: true, ..WorkerOptions::threads(2) };
             assert_eq!(run_local_args(*app, &input, &args, fixed).unwrap(), elastic, "{}", app.name());
             assert_eq!(
-                pool.install(|| direct(app.name(), &input, &args)).unwrap(),
+                pool.install(|| direct(app.name(), &Input::from_bytes(input.clone()), &args)).unwrap(),
                 elastic,
                 "{}",
                 app.name()
             );
         }
-        let err = direct("wordcount", b"x", &Args::parse(&["k=1".into()]).unwrap()).unwrap_err();
+        let err =
+            direct("wordcount", &Input::from_bytes(b"x".to_vec()), &Args::parse(&["k=1".into()]).unwrap())
+                .unwrap_err();
         assert!(err.to_string().contains("\"k\""), "{err}");
-        assert!(direct("nope", b"", &Args::default()).is_err());
+        assert!(direct("nope", &Input::from_bytes(Vec::new()), &Args::default()).is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
 use rayon::prelude::*;
 
@@ -78,7 +79,7 @@ impl App for Pca {
         }
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         args.only(self.name(), &[])?;
         let input = jobs.put_input(input)?;
         let sums = jobs.run(self, SUMS, input, &[])?;
@@ -146,7 +147,8 @@ fn centred_products(rows: &[Vec<i64>], n: i64, s: &[i64]) -> Vec<i128> {
 /// The same means and covariance written directly with Rayon in one process, without the
 /// framework (the baseline of `shoal mr run --mode rayon`): rows parsed once, two parallel
 /// passes.
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
+    let input = input.contents()?;
     args.only(Pca.name(), &[])?;
     let rows = super::parse_rows(input)?;
     let d = rows.first().map_or(0, Vec::len);

@@ -1,10 +1,10 @@
 //! String match: for each pattern given (`--arg pattern=…`, repeatable), how many lines of the
 //! input contain it (as `grep -c -F` counts).
 
-use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
+use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
-use rayon::prelude::*;
 
 /// The string match app.
 pub struct StringMatch;
@@ -30,7 +30,7 @@ impl App for StringMatch {
         add_u64(acc, value);
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         let patterns = patterns(args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, patterns.join("\0").as_bytes())?;
@@ -66,16 +66,20 @@ fn count_lines(text: &[u8], patterns: &[&[u8]]) -> Vec<u64> {
 
 /// The same counts written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`).
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
     let patterns = patterns(args)?;
     let bytes: Vec<&[u8]> = patterns.iter().map(|p| p.as_bytes()).collect();
-    let counts = super::line_pieces(input).into_par_iter().map(|piece| count_lines(piece, &bytes)).reduce(
+    let add = |mut a: Vec<u64>, b: Vec<u64>| {
+        a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+        a
+    };
+    let counts = super::fold_pieces(
+        input,
+        SplitUnit::Lines,
         || vec![0; bytes.len()],
-        |mut a, b| {
-            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-            a
-        },
-    );
+        |a, piece| add(a, count_lines(piece, &bytes)),
+        add,
+    )?;
     Ok(render(&patterns.iter().map(|p| p.to_string()).zip(counts).collect::<Vec<_>>()))
 }
 

@@ -1,11 +1,11 @@
 //! Word count: how often each word occurs. A word is a run of ASCII letters and digits,
 //! lowercased. The map combines as it goes, so a task stores each distinct word once.
 
-use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered};
+use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
+use crate::input::Input;
 use crate::records::Emit;
 use hashbrown::HashTable;
-use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The word count app.
@@ -30,7 +30,7 @@ impl App for WordCount {
         add_u64(acc, value);
     }
 
-    fn drive(&self, input: &[u8], args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
+    fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         let top = top_argument(args)?;
         let input = jobs.put_input(input)?;
         let records = jobs.run(self, 0, input, &[])?;
@@ -63,7 +63,7 @@ fn for_each_word(text: &[u8], mut found: impl FnMut(&[u8])) {
 
 /// The same count written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`): a hash map per Rayon fold, merged.
-pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
+pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
     let top = top_argument(args)?;
     // The table the framework's `Emit` uses (one XXH3 per word), so that the comparison
     // measures the framework, not a choice of hash.
@@ -76,17 +76,20 @@ pub(super) fn direct(input: &[u8], args: &Args) -> Result<Rendered, MrError> {
             }
         }
     }
-    let counts = super::line_pieces(input)
-        .into_par_iter()
-        .fold(HashTable::new, |mut counts, piece| {
+    let counts = super::fold_pieces(
+        input,
+        SplitUnit::Lines,
+        HashTable::new,
+        |mut counts, piece| {
             for_each_word(piece, |word| add(&mut counts, word, 1));
             counts
-        })
-        .reduce(HashTable::new, |a, b| {
+        },
+        |a, b| {
             let (mut into, from) = if a.len() >= b.len() { (a, b) } else { (b, a) };
             from.into_iter().for_each(|(_, word, n)| add(&mut into, &word, n));
             into
-        });
+        },
+    )?;
     let mut counts: Vec<(String, u64)> =
         counts.into_iter().map(|(_, k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect();
     Ok(render(&mut counts, top))
