@@ -38,7 +38,8 @@ fn templates() -> &'static Templates {
             (MrInput::from_bytes(copied), 64, true),
             (MrInput::open(std::path::Path::new(in_place)).expect("the target's source"), 1024, false),
         ] {
-            let (done, running, g) = template(&input, JobOptions { split_bytes, reduce_tasks: 3, copy_input });
+            let (done, running, g) =
+                template(&input, JobOptions { split_bytes, reduce_tasks: 3, copy_input });
             regions.extend([done, running]);
             geometry = Some(g);
         }
@@ -64,10 +65,13 @@ fn template(input: &MrInput, options: JobOptions) -> (Vec<u8>, Vec<u8>, Geometry
     let done = std::fs::read(&path).expect("template bytes");
     let _ = std::fs::remove_file(&path);
     let mut running = done.clone();
-    let mut put = |off: u64, v: u64| running[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
+    let mut put =
+        |off: u64, v: u64| running[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
     put(geometry.job_field(0, job::STATE), 2);
     put(header::FINISHED, 0);
-    let word = |bytes: &[u8], off: u64| u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap());
+    let word = |bytes: &[u8], off: u64| {
+        u64::from_le_bytes(bytes[off as usize..off as usize + 8].try_into().unwrap())
+    };
     let (first, maps, reduces) = (
         word(&done, geometry.job_field(0, job::FIRST_TASK)),
         word(&done, geometry.job_field(0, job::MAP_TASKS)),
