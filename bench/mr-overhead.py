@@ -77,6 +77,10 @@ def main():
         # Matrix multiply's time grows as n³ and its input as n².
         size = int(APPS[app][0] * (scale ** (2 / 3) if app == "matmul" else scale))
         path, meta = generate(app, size)
+        # Untimed: the input's pages written back and in the page cache before any mode is timed
+        # (a freshly generated input of gigabytes otherwise slows whichever mode runs first).
+        os.sync()
+        run(app, path, meta["args"], "rayon", threads)
         walls = {m: [] for m in MODES}
         cpus = {m: [] for m in MODES}
         results = {}
@@ -101,7 +105,7 @@ def main():
           f"`shoal mr run <app> <input> --mode elastic|fixed|rayon --threads {threads}` on inputs "
           f"from `shoal mr generate <app> --size N`; wall time and CPU time (user + system) of "
           f"the whole process, reading the input and writing the result included; medians of "
-          f"{rounds} interleaved rounds; load average {' '.join(load)} at the start. Every "
+          f"{rounds} interleaved rounds after an untimed warm-up run; load average {' '.join(load)} at the start. Every "
           f"mode's result was checked equal. Ratios: wall (CPU).")
     print()
     print("| app | input | elastic s wall (CPU) | fixed s | Rayon s | elastic / Rayon "
