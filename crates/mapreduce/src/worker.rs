@@ -198,7 +198,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
             if !worth_staying(region)? {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(1 << idle.min(4)));
+            std::thread::sleep(idle_wait(idle));
             idle += 1;
             continue;
         };
@@ -214,6 +214,18 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
         }
     }
     Ok(())
+}
+
+/// How long a worker thread that found nothing to claim `idle` times in a row waits before
+/// looking again: 200 µs for the first 50 looks (the usual wait is for another thread's last
+/// map task, then the reduce tasks, or for a job about to be published: a longer sleep there
+/// delays the whole job), then doubling to 16 ms (a worker waiting for jobs to come).
+fn idle_wait(idle: u32) -> Duration {
+    const QUICK_LOOKS: u32 = 50;
+    match idle.checked_sub(QUICK_LOOKS) {
+        None => Duration::from_micros(200),
+        Some(over) => Duration::from_millis(1 << over.min(4)),
+    }
 }
 
 /// Claims the first claimable task, in job order: map tasks, then (once all of a job's map
