@@ -111,8 +111,9 @@ pub trait App: Send + Sync {
     fn name(&self) -> &'static str;
     /// One line for the app list.
     fn about(&self) -> &'static str;
-    /// How the input of `stage` may be split.
-    fn split_unit(&self, _stage: u32) -> SplitUnit {
+    /// How the input of `stage` may be split, given the job's `params` (whose record size may
+    /// depend on them; they may be damaged, so any bytes must give some unit).
+    fn split_unit(&self, _stage: u32, _params: &[u8]) -> SplitUnit {
         SplitUnit::Lines
     }
     /// Maps one split of the input of `stage`; `params` are the job's parameters. An `Err`

@@ -145,8 +145,8 @@ impl Jobs for Coordinator<'_> {
         let region = self.region;
         let j = region.take_job_slot()?;
         let prepared = (|| {
+            let unit = app.split_unit(stage, params);
             let params = self.put_bytes(params)?;
-            let unit = app.split_unit(stage);
             let splits = match input.file {
                 0 => split_input(&Source::Region(region), input, unit, self.options.split_bytes)?,
                 area => {

@@ -76,6 +76,8 @@ struct Shared {
     lost: AtomicU64,
     /// The lease of a claim; `None` in the fixed-worker mode.
     lease_ms: Option<u64>,
+    /// The parameters of the job a thread last read them for, shared by the threads.
+    params: Arc<SharedParams>,
     max_tasks: u64,
     hold_ms: u64,
 }
@@ -91,6 +93,7 @@ impl Worker {
             published: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             lease_ms,
+            params: Arc::default(),
             max_tasks: options.max_tasks.unwrap_or(u64::MAX),
             hold_ms: options.hold_ms,
         });
@@ -168,7 +171,7 @@ impl Drop for Worker {
 /// build cannot understand is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
     let Some((view, claim)) = next_task(region, 0, Some(lease_ms))? else { return Ok(None) };
-    run_or_fail(region, &view, claim.task, &mut JobCache::default()).map(Some)
+    run_or_fail(region, &view, claim.task, &mut JobCache::new(Arc::default())).map(Some)
 }
 
 /// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
@@ -189,7 +192,7 @@ fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
     let region = &*shared.region;
     let rotation = std::process::id() as u64 * 7 + thread * 13;
     let mut idle = 0u32;
-    let mut cache = JobCache::default();
+    let mut cache = JobCache::new(Arc::clone(&shared.params));
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
             break;
@@ -297,17 +300,26 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache) ->
     Ok(publish(region, t, area))
 }
 
+/// A job's parameters as read once for all the threads of a worker process: `(job, bytes)`.
+/// One copy, not one per thread: matrix multiply's are all of B, which every map streams
+/// through, and a copy per thread halved what the shared cache held of it.
+type SharedParams = Mutex<Option<(u64, Arc<Vec<u8>>)>>;
+
 /// What a worker thread keeps of the job it last ran a task of, set up once per job rather
-/// than once per task: a copy of its parameters (matrix multiply's are all of B) and, for an
-/// input read in place, the input file, opened and checked.
-#[derive(Default)]
+/// than once per task: its parameters and, for an input read in place, the input file,
+/// opened and checked.
 struct JobCache {
     job: Option<u64>,
-    params: Vec<u8>,
+    shared: Arc<SharedParams>,
+    params: Arc<Vec<u8>>,
     input: Option<(File, FileRef)>,
 }
 
 impl JobCache {
+    fn new(shared: Arc<SharedParams>) -> JobCache {
+        JobCache { job: None, shared, params: Arc::default(), input: None }
+    }
+
     /// The parameters of `view`'s job, and where its input is read from.
     fn of<'a>(
         &'a mut self,
@@ -316,9 +328,19 @@ impl JobCache {
     ) -> Result<(&'a [u8], Source<'a>), MrError> {
         if self.job != Some(view.index) {
             self.job = None;
-            self.params.clear();
             self.input = None;
-            region.read_append(view.params.offset, view.params.len, &mut self.params)?;
+            let mut shared = self.shared.lock().expect("shared params");
+            self.params = match &*shared {
+                Some((job, params)) if *job == view.index => Arc::clone(params),
+                _ => {
+                    let mut params = Vec::new();
+                    region.read_append(view.params.offset, view.params.len, &mut params)?;
+                    let params = Arc::new(params);
+                    *shared = Some((view.index, Arc::clone(&params)));
+                    params
+                }
+            };
+            drop(shared);
             if view.input.file != 0 {
                 let reference = FileRef::read(region, view.input.file)?;
                 if view.input.offset.checked_add(view.input.len).is_none_or(|end| end > reference.len) {
@@ -350,7 +372,7 @@ fn map_split(
     split: crate::app::InputRef,
     emit: &mut Emit,
 ) -> Result<(), MrError> {
-    let unit = view.app.split_unit(view.stage);
+    let unit = view.app.split_unit(view.stage, params);
     let mut buf = Vec::with_capacity(PIECE_BYTES);
     let (mut at, end) = (split.offset, split.offset + split.len);
     loop {

@@ -21,7 +21,7 @@ impl App for Histogram {
         "pixels per value of each channel of a raw RGB image (3 bytes a pixel)"
     }
 
-    fn split_unit(&self, _stage: u32) -> SplitUnit {
+    fn split_unit(&self, _stage: u32, _params: &[u8]) -> SplitUnit {
         SplitUnit::Fixed(3)
     }
 

@@ -37,7 +37,7 @@ impl App for LinearRegression {
         "least-squares line through points of two bytes each (x, y)"
     }
 
-    fn split_unit(&self, _stage: u32) -> SplitUnit {
+    fn split_unit(&self, _stage: u32, _params: &[u8]) -> SplitUnit {
         SplitUnit::Fixed(2)
     }
 

@@ -1,15 +1,17 @@
 //! Matrix multiply, MapReduce style: C = A·B for integer matrices. The input is text: a line
 //! `n m p`, then n lines of A (m integers each), then m lines of B (p integers each). The
-//! coordinator sends B to every map as the job's parameters; the input is A's rows, each
-//! prefixed by its index; a map emits one row of C per row of A (key: row index, big-endian,
+//! coordinator parses it once and sends B to every map as the job's parameters; the job's
+//! input is A's rows as binary records (`[row index u64][m × i64]`, little-endian: a map does
+//! not parse text again); a map emits one row of C per row of A (key: row index, big-endian,
 //! so the result comes sorted).
 
-use crate::app::{add_i64s, bytes_i64s, i64s_bytes, lines, parse_ints, App, Args, Jobs, Rendered};
+use crate::app::{
+    add_i64s, bytes_i64s, i64s_bytes, le_u64, lines, parse_ints, App, Args, Jobs, Rendered, SplitUnit,
+};
 use crate::error::MrError;
 use crate::input::Input;
 use crate::records::Emit;
 use rayon::prelude::*;
-use std::fmt::Write;
 
 /// The matrix multiply app.
 pub struct MatrixMultiply;
@@ -21,6 +23,12 @@ impl App for MatrixMultiply {
 
     fn about(&self) -> &'static str {
         "C = A·B; text input: `n m p`, n rows of A, m rows of B (integers)"
+    }
+
+    fn split_unit(&self, _stage: u32, params: &[u8]) -> SplitUnit {
+        // Whole rows of A; damaged parameters give some unit, and the map refuses them.
+        let m = params.get(..8).map_or(0, le_u64).min(1 << 20) as usize;
+        SplitUnit::Fixed(8 * (m + 1))
     }
 
     fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
@@ -38,13 +46,19 @@ impl App for MatrixMultiply {
             _ => return Err(format!("matmul's parameters hold {numbers} numbers, not m, p and B")),
         };
         let b = &params[16..];
-        for line in lines(split) {
-            let row = parse_ints(line)?;
-            let (&i, a) = row.split_first().ok_or("an empty row")?;
-            if a.len() != m {
-                return Err(format!("row {i} of A has {} numbers, not {m}", a.len()));
+        let record = 8 * (m + 1);
+        if !split.len().is_multiple_of(record) {
+            return Err(format!(
+                "a split of {} bytes is not whole rows of A ({record} bytes each)",
+                split.len()
+            ));
+        }
+        let mut a = vec![0i64; m];
+        for row in split.chunks_exact(record) {
+            for (x, bytes) in a.iter_mut().zip(row[8..].chunks_exact(8)) {
+                *x = i64::from_le_bytes(bytes.try_into().expect("8 bytes"));
             }
-            out.emit(&(i as u64).to_be_bytes(), &i64s_bytes(&multiply_row(a, b, p)));
+            out.emit(&le_u64(&row[..8]).to_be_bytes(), &i64s_bytes(&multiply_row(&a, b, p)));
         }
         Ok(())
     }
@@ -56,17 +70,14 @@ impl App for MatrixMultiply {
     fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         args.only(self.name(), &[])?;
         let (n, m, p, a, b) = parse(input.contents()?).map_err(MrError::BadInput)?;
-        let mut rows = String::with_capacity(input.len() as usize);
+        let mut rows = Vec::with_capacity(8 * n * (m + 1));
         for (i, row) in a.chunks(m.max(1)).enumerate().take(n) {
-            let _ = write!(rows, "{i}");
-            row.iter().for_each(|v| {
-                let _ = write!(rows, " {v}");
-            });
-            rows.push('\n');
+            rows.extend_from_slice(&(i as u64).to_le_bytes());
+            row.iter().for_each(|v| rows.extend_from_slice(&v.to_le_bytes()));
         }
         let mut params = vec![m as i64, p as i64];
         params.extend_from_slice(&b);
-        let input = jobs.put_bytes(rows.as_bytes())?;
+        let input = jobs.put_bytes(&rows)?;
         let c: Vec<Vec<i64>> = jobs
             .run(self, 0, input, &i64s_bytes(&params))?
             .into_iter()
