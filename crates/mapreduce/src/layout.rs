@@ -7,11 +7,11 @@
 //! 0             header (4 KiB)          magic, layout version, geometry, arena and task
 //!                                       bump pointers, creation time, finished flag
 //! jobs_offset   jobs[JOB_SLOTS]         128 B each: state, app, stage, input, params,
-//!                                       its tasks, error, owner pid, result, input file
+//!                                       its tasks, error, owner pid, input file
 //! tasks_offset  tasks[task_slots]       64 B each: job, kind, input, claim, lease, result
 //! arena_offset  arena                   areas bump-allocated, 64-byte aligned: inputs (or
 //!                                       references to input files read in place), params,
-//!                                       task outputs, results, error messages
+//!                                       task outputs, error messages
 //! ```
 
 /// First 8 bytes of every job region.
@@ -20,7 +20,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"SHOALMRJ");
 pub const LAYOUT_VERSION: u64 = 2;
 /// Bytes reserved for the header.
 pub const HEADER_BYTES: u64 = 4096;
-/// Jobs a region can ever hold (a job slot is not reused: its result stays readable).
+/// Jobs a region can ever hold (a job slot is not reused: its reduce outputs stay readable).
 pub const JOB_SLOTS: u64 = 1024;
 /// Bytes of one job entry.
 pub const JOB_BYTES: u64 = 128;
@@ -104,13 +104,11 @@ pub mod job {
     pub const ERROR_DETAIL: u64 = 96;
     /// The coordinator's pid.
     pub const OWNER: u64 = 104;
-    /// The merged result's area (written by the coordinator), 0 until then.
-    pub const RESULT: u64 = 112;
     /// 0: the input lies in the region; else the area of a reference to the input file that
     /// workers read in place (its path and identity, `crate::input::FileRef`).
-    pub const INPUT_FILE: u64 = 120;
+    pub const INPUT_FILE: u64 = 112;
     /// End of the fields.
-    pub const END: u64 = 128;
+    pub const END: u64 = 120;
 }
 
 /// Offsets of a task entry's fields.
