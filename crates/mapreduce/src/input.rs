@@ -154,8 +154,10 @@ impl FileRef {
         FileRef::decode(&bytes).ok_or_else(|| region.corrupt(format!("the input file reference at {area}")))
     }
 
-    /// Opens the file and checks that it is the one the job was split from. Never blocks on a
-    /// FIFO and never reads anything but a regular file, whatever a damaged region names.
+    /// Opens the file and checks that it is the one the job was split from. A path that is
+    /// not the job's regular file (whatever a damaged region names: a device, a FIFO) is
+    /// refused before it is opened — opening some devices does something — and the open is
+    /// non-blocking besides.
     pub fn open(&self) -> Result<File, MrError> {
         let io = |source| MrError::Io {
             path: self.path.clone(),
@@ -163,6 +165,10 @@ impl FileRef {
                      it needs the job started with --copy-input)",
             source,
         };
+        let named = std::fs::metadata(&self.path).map_err(io)?;
+        if !named.is_file() || FileRef::of(&self.path, &named) != *self {
+            return Err(self.changed());
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
