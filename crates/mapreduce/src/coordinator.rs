@@ -16,6 +16,7 @@ use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, read_partition};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, result};
+use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -165,17 +166,23 @@ impl Jobs for Coordinator<'_> {
             return Err(e);
         }
         let outputs = self.wait(j, stage)?;
-        let mut records = Records::new();
-        for area in outputs {
-            let bytes = read_partition(region, area, 0)?;
-            for record in decode(&bytes) {
-                let (k, v) = record.map_err(|e| region.corrupt(format!("job {j}'s output: {e}")))?;
-                records.push((k.to_vec(), v.to_vec()));
-            }
-        }
-        // Partitions hold disjoint keys: one sort orders the whole result.
-        // The records go to the app only: they stay readable in the region as the reduce
-        // outputs, and a merged copy there (nobody read it) cost matmul a serial pass over C.
+        // The reduce outputs are read and decoded in parallel (the workers are idle now: this
+        // is the job's serial tail, and for matmul a pass over all of C).
+        let parts = outputs
+            .par_iter()
+            .map(|&area| {
+                let bytes = read_partition(region, area, 0)?;
+                decode(&bytes)
+                    .map(|record| {
+                        let (k, v) = record.map_err(|e| region.corrupt(format!("job {j}'s output: {e}")))?;
+                        Ok((k.to_vec(), v.to_vec()))
+                    })
+                    .collect::<Result<Records, MrError>>()
+            })
+            .collect::<Result<Vec<Records>, MrError>>()?;
+        let mut records = parts.concat();
+        // Partitions hold disjoint keys: one sort orders the whole result. The records go to
+        // the app only: they stay readable in the region as the reduce outputs.
         records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         region.job(j, job::STATE).store(JobState::Done as u64, Ordering::Release);
         Ok(records)
