@@ -152,7 +152,10 @@ pub fn add_i64s(acc: &mut [u8], value: &[u8]) {
 
 /// `i64`s as little-endian bytes.
 pub fn i64s_bytes(values: &[i64]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    // Sized once: a `flat_map` collect grows byte by byte (matmul emits a row of C per row).
+    let mut out = Vec::with_capacity(8 * values.len());
+    values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    out
 }
 
 /// Little-endian bytes as `i64`s (a trailing partial word is ignored).
