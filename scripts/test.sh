@@ -38,8 +38,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tests/requirements.txt
 
-step "cargo fmt --check"
+step "cargo fmt --check (the workspace and the fuzz crate)"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings

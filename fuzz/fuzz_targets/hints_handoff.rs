@@ -40,7 +40,8 @@ fuzz_target!(|input: &[u8]| {
     for (i, piece) in bytes.chunks(chunk).enumerate() {
         if i == 0 && shape & 0x40 != 0 {
             let rights = [ControlMessage::ScmRights(&fds)];
-            sendmsg::<()>(client.as_raw_fd(), &[IoSlice::new(piece)], &rights, MsgFlags::empty(), None).unwrap();
+            sendmsg::<()>(client.as_raw_fd(), &[IoSlice::new(piece)], &rights, MsgFlags::empty(), None)
+                .unwrap();
         } else {
             client.write_all(piece).unwrap();
         }

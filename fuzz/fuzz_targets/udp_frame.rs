@@ -26,7 +26,10 @@ fuzz_target!(|datagram: &[u8]| {
     for_each_frame(id, datagram, &mut Vec::new(), |frame| {
         assert!(frame.len() > HEADER && frame.len() <= MAX_DATAGRAM);
         assert_eq!(frame[..4], [id.to_be_bytes(), seq.to_be_bytes()].concat()[..]);
-        assert_eq!(usize::from(u16::from_be_bytes([frame[4], frame[5]])), datagram.len().div_ceil(MAX_DATAGRAM - HEADER));
+        assert_eq!(
+            usize::from(u16::from_be_bytes([frame[4], frame[5]])),
+            datagram.len().div_ceil(MAX_DATAGRAM - HEADER)
+        );
         joined.extend_from_slice(&frame[HEADER..]);
         seq += 1;
     });
