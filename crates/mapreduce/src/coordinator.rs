@@ -10,7 +10,7 @@
 
 use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
 use crate::error::MrError;
-use crate::input::{FileRef, Input, Source};
+use crate::input::{open_input, Input, Source};
 use crate::job::{job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, read_partition};
@@ -128,7 +128,7 @@ impl<'a> Coordinator<'a> {
 
 impl Jobs for Coordinator<'_> {
     fn put_input(&mut self, input: &Input) -> Result<InputRef, MrError> {
-        match input.file_ref()? {
+        match input.file_ref() {
             Some(file) if !self.options.copy_input => {
                 let area = self.region.put_area(&file.encode())?;
                 Ok(InputRef { offset: 0, len: file.len, file: area })
@@ -150,12 +150,10 @@ impl Jobs for Coordinator<'_> {
             let params = self.put_bytes(params)?;
             let splits = match input.file {
                 0 => split_input(&Source::Region(region), input, unit, self.options.split_bytes)?,
-                area => {
+                _ => {
                     // Opened again per job: a chained app's later job sees a changed file too.
-                    let reference = FileRef::read(region, area)?;
-                    let file = reference.open()?;
-                    let source = Source::File(&file, &reference);
-                    split_input(&source, input, unit, self.options.split_bytes)?
+                    let (file, reference) = open_input(region, input)?;
+                    split_input(&Source::File(&file, &reference), input, unit, self.options.split_bytes)?
                 }
             };
             let spec = JobSpec { app, stage, input, params, reduces: self.options.reduce_tasks, splits };

@@ -12,9 +12,11 @@
 //! ```text
 //!  Input::open(path) ── regular file ──► Jobs::put_input ──► FileRef area in the region
 //!                    └─ anything else ─► bytes (read once) ─► copied into the region
-//!  worker: FileRef ─► open (non-blocking), fstat, identity must match ─► Source::File ─► pread
+//!  coordinator, worker: open_input ─► FileRef ─► stat: the same regular file? ─► open
+//!                       (non-blocking) ─► Source::File ─► pread, identity checked again
 //! ```
 
+use crate::app::InputRef;
 use crate::error::MrError;
 use crate::region::JobRegion;
 use std::fs::File;
@@ -25,15 +27,16 @@ use std::sync::OnceLock;
 
 /// A job's input as `shoal mr run` is given it.
 pub struct Input {
-    file: Option<(PathBuf, File)>,
-    len: u64,
+    /// The file and its identity when opened; `None` for bytes.
+    file: Option<(File, FileRef)>,
+    /// All of it: given, or read from the file on first use.
     bytes: OnceLock<Vec<u8>>,
 }
 
 impl Input {
     /// Bytes in memory (a generated input, a test's): always copied into the region.
     pub fn from_bytes(bytes: Vec<u8>) -> Input {
-        Input { file: None, len: bytes.len() as u64, bytes: OnceLock::from(bytes) }
+        Input { file: None, bytes: OnceLock::from(bytes) }
     }
 
     /// The file at `path`: a regular file can be read in place by workers; anything else (a
@@ -49,17 +52,21 @@ impl Input {
         }
         // Workers run in other directories: they need the absolute path.
         let path = path.canonicalize().map_err(io("find the absolute path of input"))?;
-        Ok(Input { file: Some((path, file)), len: meta.len(), bytes: OnceLock::new() })
+        let reference = FileRef::of(&path, &meta);
+        Ok(Input { file: Some((file, reference)), bytes: OnceLock::new() })
     }
 
     /// Its length in bytes.
     pub fn len(&self) -> u64 {
-        self.len
+        match &self.file {
+            Some((_, reference)) => reference.len,
+            None => self.bytes.get().map_or(0, |bytes| bytes.len() as u64),
+        }
     }
 
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// All of it, read on first use: for an app whose coordinator parses its input (matrix
@@ -68,10 +75,10 @@ impl Input {
         if let Some(bytes) = self.bytes.get() {
             return Ok(bytes);
         }
-        let (path, file) = self.file.as_ref().expect("an input without bytes has a file");
-        let mut bytes = vec![0; self.len as usize];
+        let (file, reference) = self.file.as_ref().expect("an input without bytes has a file");
+        let mut bytes = vec![0; reference.len as usize];
         file.read_exact_at(&mut bytes, 0).map_err(|source| MrError::Io {
-            path: path.clone(),
+            path: reference.path.clone(),
             action: "read input",
             source,
         })?;
@@ -80,22 +87,29 @@ impl Input {
 
     /// Reads it through `f` as a [`Source`] of its own offsets: the file, or the bytes.
     pub(crate) fn with_source<T>(&self, f: impl FnOnce(&Source) -> Result<T, MrError>) -> Result<T, MrError> {
-        match (&self.file, self.file_ref()?) {
-            (Some((_, file)), Some(reference)) => f(&Source::File(file, &reference)),
-            _ => f(&Source::Memory(self.contents()?)),
+        match &self.file {
+            Some((file, reference)) => f(&Source::File(file, reference)),
+            None => f(&Source::Memory(self.contents()?)),
         }
     }
 
-    /// The file workers may read in place, with its identity; `None` for bytes.
-    pub(crate) fn file_ref(&self) -> Result<Option<FileRef>, MrError> {
-        let Some((path, file)) = &self.file else { return Ok(None) };
-        let meta = file.metadata().map_err(|source| MrError::Io {
-            path: path.clone(),
-            action: "read input",
-            source,
-        })?;
-        Ok(Some(FileRef::of(path, &meta)))
+    /// The file workers may read in place, with its identity when opened; `None` for bytes.
+    pub(crate) fn file_ref(&self) -> Option<&FileRef> {
+        self.file.as_ref().map(|(_, reference)| reference)
     }
+}
+
+/// Opens the input file a job reads in place (`input.file`, the area of its reference),
+/// after checking that the job's input lies inside it: what the coordinator splits and each
+/// worker maps.
+pub(crate) fn open_input(region: &JobRegion, input: InputRef) -> Result<(File, FileRef), MrError> {
+    let reference = FileRef::read(region, input.file)?;
+    if input.offset.checked_add(input.len).is_none_or(|end| end > reference.len) {
+        return Err(
+            region.corrupt(format!("an input of {} bytes at {} runs past its file", input.len, input.offset))
+        );
+    }
+    Ok((reference.open()?, reference))
 }
 
 /// An input file as a job region records it: enough to find the file and to know it is still
@@ -174,10 +188,7 @@ impl FileRef {
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(&self.path)
             .map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(self.changed());
-        }
+        // What was opened is still that file (not one swapped in since the stat).
         self.check(&file)?;
         Ok(file)
     }
@@ -261,7 +272,7 @@ mod tests {
         std::fs::write(&path, b"hello\n").unwrap();
         let input = Input::open(&path).unwrap();
         assert_eq!((input.len(), input.contents().unwrap()), (6, &b"hello\n"[..]));
-        let reference = input.file_ref().unwrap().unwrap();
+        let reference = input.file_ref().unwrap().clone();
         assert_eq!(FileRef::decode(&reference.encode()), Some(reference.clone()));
         assert!(reference.open().is_ok());
         for bad in [&b""[..], &[0; 32], &[0; 40], b"0123456789012345678901234567890123\0/x"] {
@@ -279,7 +290,7 @@ mod tests {
     #[test]
     fn what_is_not_a_regular_file_is_read_whole_and_a_fifo_never_blocks_a_worker() {
         let input = Input::open(Path::new("/dev/null")).unwrap();
-        assert!(input.is_empty() && input.file_ref().unwrap().is_none());
+        assert!(input.is_empty() && input.file_ref().is_none());
         let fifo = std::env::temp_dir().join(format!("shoal-mr-fifo-{}", std::process::id()));
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         let named = FileRef { path: fifo.clone(), dev: 0, ino: 0, len: 0, mtime_ns: 0 };

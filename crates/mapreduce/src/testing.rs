@@ -26,7 +26,7 @@ pub(crate) fn run_local_args(
     args: &Args,
     workers: WorkerOptions,
 ) -> Result<Rendered, MrError> {
-    run_local_input(app, &Input::from_bytes(input.to_vec()), input.len() as u64, args, workers)
+    run_local_input(app, &Input::from_bytes(input.to_vec()), args, workers)
 }
 
 /// [`run_local_args`] with the input written to a file that the workers read in place.
@@ -38,20 +38,19 @@ pub(crate) fn run_local_in_place(
 ) -> Result<Rendered, MrError> {
     let file = TempPath::new("input");
     std::fs::write(&file.0, input).expect("write a test input");
-    run_local_input(app, &Input::open(&file.0)?, input.len() as u64, args, workers)
+    run_local_input(app, &Input::open(&file.0)?, args, workers)
 }
 
 fn run_local_input(
     app: &dyn App,
     input: &Input,
-    len: u64,
     args: &Args,
     workers: WorkerOptions,
 ) -> Result<Rendered, MrError> {
     let path = TempPath::new(app.name());
     let region = Arc::new(JobRegion::create(&path.0, 4 << 20, 1 << 30, 1 << 14)?);
     let worker = Worker::start(Arc::clone(&region), workers);
-    let options = JobOptions { split_bytes: (len / 9).max(64), reduce_tasks: 5, copy_input: false };
+    let options = JobOptions { split_bytes: (input.len() / 9).max(64), reduce_tasks: 5, copy_input: false };
     let rendered = Coordinator::new(&region, options, |_| {})?.run_app(app, input, args);
     worker.stop()?;
     rendered

@@ -12,7 +12,7 @@
 
 use crate::app::SplitUnit;
 use crate::error::MrError;
-use crate::input::{FileRef, Source};
+use crate::input::{open_input, FileRef, Source};
 use crate::job::{fail_job, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, read_partition, Emit};
@@ -342,11 +342,7 @@ impl JobCache {
             };
             drop(shared);
             if view.input.file != 0 {
-                let reference = FileRef::read(region, view.input.file)?;
-                if view.input.offset.checked_add(view.input.len).is_none_or(|end| end > reference.len) {
-                    return Err(region.corrupt(format!("job {}'s input runs past its file", view.index)));
-                }
-                self.input = Some((reference.open()?, reference));
+                self.input = Some(open_input(region, view.input)?);
             }
             self.job = Some(view.index);
         }

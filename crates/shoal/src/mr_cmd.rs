@@ -212,9 +212,9 @@ fn threads(given: Option<usize>) -> usize {
 fn run_job(a: RunArgs) -> Result<(), MrError> {
     let app = apps::find(&a.app)?;
     let app_args = shoal_mapreduce::Args::parse(&a.args)?;
+    let input = Input::open(&a.input)?;
     let (rendered, seconds, region) = match a.mode {
         Mode::Rayon => {
-            let input = Input::open(&a.input)?;
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads(a.threads))
                 .build()
@@ -223,7 +223,7 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
             let rendered = pool.install(|| apps::direct(app.name(), &input, &app_args))?;
             (rendered, started.elapsed().as_secs_f64(), serde_json::Value::Null)
         }
-        Mode::Elastic | Mode::Fixed => run_in_region(&a, app, &Input::open(&a.input)?, &app_args)?,
+        Mode::Elastic | Mode::Fixed => run_in_region(&a, app, &input, &app_args)?,
     };
     let text = if a.json {
         let mode = a.mode.to_possible_value().map(|v| v.get_name().to_string());
