@@ -11,7 +11,7 @@
 use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
 use crate::error::MrError;
 use crate::input::{open_input, Input, Source};
-use crate::job::{job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
+use crate::job::{guided_split, job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, read_partition};
 use crate::region::{JobRegion, JobState};
@@ -148,12 +148,13 @@ impl Jobs for Coordinator<'_> {
         let prepared = (|| {
             let unit = app.split_unit(stage, params);
             let params = self.put_bytes(params)?;
+            let size = |left| guided_split(self.options.split_bytes, left);
             let splits = match input.file {
-                0 => split_input(&Source::Region(region), input, unit, self.options.split_bytes)?,
+                0 => split_input(&Source::Region(region), input, unit, size)?,
                 _ => {
                     // Opened again per job: a chained app's later job sees a changed file too.
                     let (file, reference) = open_input(region, input)?;
-                    split_input(&Source::File(&file, &reference), input, unit, self.options.split_bytes)?
+                    split_input(&Source::File(&file, &reference), input, unit, size)?
                 }
             };
             let spec = JobSpec { app, stage, input, params, reduces: self.options.reduce_tasks, splits };

@@ -137,31 +137,41 @@ pub(crate) fn publish_job(region: &JobRegion, j: u64, spec: &JobSpec) -> Result<
     Ok(())
 }
 
-/// Cuts `input` into splits of about `split_bytes` that respect `unit`: text splits end
-/// after a newline (found by reading `source`, where the input lies, near each cut), binary
-/// splits hold whole records. An empty input is one empty split.
+/// Cuts `input` into splits that respect `unit`, each of about `size(bytes left)` bytes: text
+/// splits end after a newline (found by reading `source`, where the input lies, near each cut),
+/// binary splits hold whole records. An empty input is one empty split.
 pub(crate) fn split_input(
     source: &Source,
     input: InputRef,
     unit: SplitUnit,
-    split_bytes: u64,
+    size: impl Fn(u64) -> u64,
 ) -> Result<Vec<InputRef>, MrError> {
     let end = input.offset + input.len;
     let mut splits = Vec::new();
     let mut at = input.offset;
     while at < end || splits.is_empty() {
+        let split_bytes = size(end - at).max(1);
         let cut = match unit {
             SplitUnit::Fixed(record) => {
                 let record = record.max(1) as u64;
                 at + (split_bytes / record).max(1) * record
             }
-            SplitUnit::Lines => next_line_start(source, at + split_bytes.max(1), end)?,
+            SplitUnit::Lines => next_line_start(source, at + split_bytes, end)?,
         };
         let cut = cut.min(end);
         splits.push(InputRef { offset: at, len: cut - at, file: input.file });
         at = cut;
     }
     Ok(splits)
+}
+
+/// The size of a job's next map split when `left` bytes of input remain to be cut: `split_bytes`
+/// until the last quarter or so, then a sixteenth of what is left, down to an eighth of
+/// `split_bytes` (guided scheduling). Workers claim map tasks in order, so the last tasks to
+/// run are the smallest and the threads finish together: with even splits, the thread that
+/// took the last one ran on alone for up to a whole split while the others waited.
+pub(crate) fn guided_split(split_bytes: u64, left: u64) -> u64 {
+    (left / 16).clamp((split_bytes / 8).max(1), split_bytes.max(1))
 }
 
 /// The offset just after the first newline at or after `from`, or `end`.
@@ -244,4 +254,33 @@ pub(crate) fn worth_staying(region: &JobRegion) -> Result<bool, MrError> {
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guided_splits_cover_the_input_and_shrink_only_in_the_tail() {
+        let (len, split_bytes) = (64 << 20, 1 << 20);
+        let input = InputRef { offset: 0, len, file: 0 };
+        let bytes = Source::Memory(&[]);
+        let splits =
+            split_input(&bytes, input, SplitUnit::Fixed(1000), |left| guided_split(split_bytes, left))
+                .unwrap();
+        let mut at = 0;
+        for s in &splits {
+            assert_eq!(s.offset, at, "splits are contiguous");
+            assert!(s.len % 1000 == 0 || s.offset + s.len == len, "whole records: {s:?}");
+            at += s.len;
+        }
+        assert_eq!(at, len);
+        let sizes: Vec<u64> = splits.iter().map(|s| s.len).collect();
+        assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "never larger than the split before");
+        let full = sizes.iter().filter(|&&s| s > split_bytes - 1000).count();
+        assert!((44..=52).contains(&full), "about three quarters in full splits, not {full}");
+        let last = sizes[sizes.len() - 2]; // the very last one holds what is left
+        assert!(last < split_bytes / 7 && last > split_bytes / 9, "the tail ends at an eighth: {last}");
+        assert!(splits.len() < 2 * 64, "{} splits", splits.len());
+    }
 }

@@ -13,11 +13,14 @@
 //!
 //! The arena is a bump allocator: an area is allocated once, at its final size, when the
 //! attempt's output is complete, so keys seen once cost exactly their record and nothing is
-//! ever freed or moved. An abandoned attempt's area is simply never published.
+//! ever freed or moved. An abandoned attempt's area is simply never published. A reducer's
+//! table ([`Merge`]) points into the partitions it read rather than copying each record: a key
+//! that only one map emitted (every key of matrix multiply) is copied once, into the output.
 
 use crate::error::MrError;
 use crate::region::JobRegion;
 use hashbrown::HashTable;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -43,13 +46,23 @@ impl<'a> Emit<'a> {
 
     /// Emits one record: combined with the record already held for `key`, if any.
     pub fn emit(&mut self, key: &[u8], value: &[u8]) {
+        self.emit_as(key, value, <[u8]>::to_vec)
+    }
+
+    /// [`Emit::emit`] of a value the caller hands over: a new key keeps it without a copy
+    /// (matrix multiply emits a row of C per row of A, each key once).
+    pub fn emit_owned(&mut self, key: &[u8], value: Vec<u8>) {
+        self.emit_as(key, value, |v| v)
+    }
+
+    fn emit_as<V: AsRef<[u8]>>(&mut self, key: &[u8], value: V, own: impl FnOnce(V) -> Vec<u8>) {
         let hash = xxh3_64(key);
         let part = partition_of(hash, self.partitions.len());
         let table = &mut self.partitions[part];
         match table.find_mut(hash, |(h, k, _)| *h == hash && k == key) {
-            Some((_, _, acc)) => (self.combine)(acc, value),
+            Some((_, _, acc)) => (self.combine)(acc, value.as_ref()),
             None => {
-                table.insert_unique(hash, (hash, key.to_vec(), value.to_vec()), |e| e.0);
+                table.insert_unique(hash, (hash, key.to_vec(), own(value)), |e| e.0);
             }
         }
     }
@@ -57,9 +70,41 @@ impl<'a> Emit<'a> {
     /// The payload of the task's output area: every partition's records, in no order (the
     /// coordinator sorts the job's result once).
     pub(crate) fn into_payload(self) -> Vec<u8> {
-        let parts: Vec<Vec<u8>> =
-            self.partitions.iter().map(|t| encode(t.iter().map(|(_, k, v)| (&k[..], &v[..])))).collect();
-        payload(&parts)
+        payload(self.partitions.iter().map(|t| t.iter().map(|(_, k, v)| (&k[..], &v[..]))))
+    }
+}
+
+/// A record held by [`Merge`]: the key's hash, the key, the value (a copy once combined).
+type Merged<'r> = (u64, &'r [u8], Cow<'r, [u8]>);
+
+/// A reduce task's table: the records of one partition of every map output, combined per
+/// key. Keys and values stay where they were decoded (in the partitions' bytes, which the
+/// caller keeps) until a second value of a key makes its own copy to combine into.
+pub(crate) struct Merge<'r, 'c> {
+    table: HashTable<Merged<'r>>,
+    combine: &'c Combine<'c>,
+}
+
+impl<'r, 'c> Merge<'r, 'c> {
+    /// An empty table that combines with `combine`.
+    pub(crate) fn new(combine: &'c Combine<'c>) -> Self {
+        Merge { table: HashTable::new(), combine }
+    }
+
+    /// Adds one record.
+    pub(crate) fn add(&mut self, key: &'r [u8], value: &'r [u8]) {
+        let hash = xxh3_64(key);
+        match self.table.find_mut(hash, |(h, k, _)| *h == hash && *k == key) {
+            Some((_, _, acc)) => (self.combine)(acc.to_mut(), value),
+            None => {
+                self.table.insert_unique(hash, (hash, key, Cow::Borrowed(value)), |e| e.0);
+            }
+        }
+    }
+
+    /// The payload of the reduce output area: one partition of the combined records.
+    pub(crate) fn into_payload(self) -> Vec<u8> {
+        payload(std::iter::once(self.table.iter().map(|(_, k, v)| (*k, &v[..]))))
     }
 }
 
@@ -70,31 +115,26 @@ fn partition_of(hash: u64, partitions: usize) -> usize {
     (((hash & 0xffff_ffff) * partitions as u64) >> 32) as usize
 }
 
-/// Records encoded back to back, in the order given.
-pub(crate) fn encode<'r>(records: impl Iterator<Item = (&'r [u8], &'r [u8])> + Clone) -> Vec<u8> {
-    let size = records.clone().map(|(k, v)| 8 + k.len() + v.len()).sum();
-    let mut out = Vec::with_capacity(size);
-    for (k, v) in records {
+/// An area payload holding `parts` as partitions, each its records back to back in the
+/// order given; written in one pass into a vector sized once.
+pub(crate) fn payload<'r, R>(parts: impl Iterator<Item = R> + Clone) -> Vec<u8>
+where
+    R: Iterator<Item = (&'r [u8], &'r [u8])>,
+{
+    let sizes: Vec<usize> =
+        parts.clone().map(|records| records.map(|(k, v)| 8 + k.len() + v.len()).sum()).collect();
+    let mut out = Vec::with_capacity(8 + 8 * sizes.len() + sizes.iter().sum::<usize>());
+    out.extend_from_slice(&(sizes.len() as u64).to_le_bytes());
+    let mut end = 0u64;
+    for size in &sizes {
+        end += *size as u64;
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    for (k, v) in parts.flatten() {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
         out.extend_from_slice(v);
-    }
-    out
-}
-
-/// An area payload holding `parts` as partitions.
-pub(crate) fn payload(parts: &[Vec<u8>]) -> Vec<u8> {
-    let data: usize = parts.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(8 + 8 * parts.len() + data);
-    out.extend_from_slice(&(parts.len() as u64).to_le_bytes());
-    let mut end = 0u64;
-    for p in parts {
-        end += p.len() as u64;
-        out.extend_from_slice(&end.to_le_bytes());
-    }
-    for p in parts {
-        out.extend_from_slice(p);
     }
     out
 }
@@ -185,14 +225,15 @@ mod tests {
 
     #[test]
     fn malformed_records_and_areas_are_errors() {
-        let good = encode([(&b"k"[..], &b"v"[..])].into_iter());
+        let area_bytes = payload(std::iter::once([(&b"k"[..], &b"v"[..])].into_iter()));
+        let good = &area_bytes[16..];
         for cut in 0..good.len() {
             let results: Vec<_> = decode(&good[..cut]).collect();
             assert!(cut == 0 || results.last().unwrap().is_err(), "cut at {cut}");
         }
         let p = TempPath::new("bad-area");
         let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 10).unwrap();
-        let area = region.put_area(&payload(&[good])).unwrap();
+        let area = region.put_area(&area_bytes).unwrap();
         region.word(area + 16).store(1 << 40, Ordering::Relaxed);
         assert!(read_partition(&region, area, 0).is_err());
         region.word(area + 8).store(u64::MAX, Ordering::Relaxed);

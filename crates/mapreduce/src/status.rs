@@ -82,7 +82,7 @@ mod tests {
         let region = Arc::new(JobRegion::create(&p.0, 16 << 20, 16 << 20, 100).unwrap());
         assert!(region.jobs().unwrap().is_empty());
         let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(1));
-        // Splits end after the first newline 4 bytes on: "a b\nc d\n" and "e f\n".
+        // An input this small is all tail (see `guided_split`): a split per line.
         let options = JobOptions { split_bytes: 4, reduce_tasks: 3, copy_input: false };
         let app = apps::find("wordcount").unwrap();
         Coordinator::new(&region, options, |_| {})
@@ -95,7 +95,7 @@ mod tests {
         let j = &jobs[0];
         assert_eq!(
             (j.state, j.app.as_str(), j.maps, j.reduces),
-            (JobState::Done, "wordcount", (2, 2), (3, 3))
+            (JobState::Done, "wordcount", (3, 3), (3, 3))
         );
         assert!(j.claims.is_empty());
     }

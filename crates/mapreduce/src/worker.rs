@@ -15,7 +15,7 @@ use crate::error::MrError;
 use crate::input::{open_input, FileRef, Source};
 use crate::job::{fail_job, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
-use crate::records::{decode, read_partition, Emit};
+use crate::records::{decode, read_partition, Emit, Merge};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
 use std::fs::File;
@@ -98,10 +98,10 @@ impl Worker {
             hold_ms: options.hold_ms,
         });
         let threads = (0..options.threads.max(1))
-            .map(|n| {
+            .map(|_| {
                 let shared = Arc::clone(&shared);
                 std::thread::spawn(move || {
-                    let outcome = work(&shared, n as u64);
+                    let outcome = work(&shared);
                     if outcome.is_err() {
                         shared.stop.store(true, Ordering::Relaxed); // the others leave too
                     }
@@ -170,7 +170,7 @@ impl Drop for Worker {
 /// another loop (and for fuzzing). A job's failure is recorded in the job; only a region this
 /// build cannot understand is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
-    let Some((view, claim)) = next_task(region, 0, Some(lease_ms))? else { return Ok(None) };
+    let Some((view, claim)) = next_task(region, Some(lease_ms))? else { return Ok(None) };
     run_or_fail(region, &view, claim.task, &mut JobCache::new(Arc::default())).map(Some)
 }
 
@@ -188,16 +188,15 @@ fn run_or_fail(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache)
 }
 
 /// One worker thread's loop.
-fn work(shared: &Shared, thread: u64) -> Result<(), MrError> {
+fn work(shared: &Shared) -> Result<(), MrError> {
     let region = &*shared.region;
-    let rotation = std::process::id() as u64 * 7 + thread * 13;
     let mut idle = 0u32;
     let mut cache = JobCache::new(Arc::clone(&shared.params));
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
             break;
         }
-        let Some((view, claim)) = next_task(region, rotation, shared.lease_ms)? else {
+        let Some((view, claim)) = next_task(region, shared.lease_ms)? else {
             if !worth_staying(region)? {
                 break;
             }
@@ -232,13 +231,10 @@ fn idle_wait(idle: u32) -> Duration {
 }
 
 /// Claims the first claimable task, in job order: map tasks, then (once all of a job's map
-/// tasks have results) its reduce tasks. Each thread starts its scan at its own place.
+/// tasks have results) its reduce tasks. Every thread claims in task order, so a job's last
+/// map tasks, its smallest (see [`crate::job::guided_split`]), run last.
 /// `lease_ms` is `None` in the fixed-worker mode (see [`try_claim`]).
-fn next_task(
-    region: &JobRegion,
-    rotation: u64,
-    lease_ms: Option<u64>,
-) -> Result<Option<(JobView, Claim)>, MrError> {
+fn next_task(region: &JobRegion, lease_ms: Option<u64>) -> Result<Option<(JobView, Claim)>, MrError> {
     for j in 0..JOB_SLOTS {
         if region.job_state(j)? == JobState::Free {
             break;
@@ -249,10 +245,8 @@ fn next_task(
         }
         for reduce in [false, true] {
             let tasks = view.tasks(reduce);
-            let n = tasks.end - tasks.start;
             let mut pending = false;
-            for i in 0..n {
-                let t = tasks.start + (rotation + i) % n;
+            for t in tasks {
                 if result(region, t).is_some() {
                     continue;
                 }
@@ -284,14 +278,19 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache) ->
     } else {
         // Partition `part` of every map output, combined in one table, as a map combines.
         let part = t - view.first_task - view.maps;
-        let mut merged = Emit::new(1, &combine);
-        for m in view.tasks(false) {
-            let area =
-                result(region, m).ok_or_else(|| region.corrupt(format!("map task {m} has no result")))?;
-            let bytes = read_partition(region, area, part)?;
-            for record in decode(&bytes) {
+        let parts = view
+            .tasks(false)
+            .map(|m| {
+                let area =
+                    result(region, m).ok_or_else(|| region.corrupt(format!("map task {m} has no result")))?;
+                Ok((m, read_partition(region, area, part)?))
+            })
+            .collect::<Result<Vec<_>, MrError>>()?;
+        let mut merged = Merge::new(&combine);
+        for (m, bytes) in &parts {
+            for record in decode(bytes) {
                 let (key, value) = record.map_err(|e| region.corrupt(format!("map task {m}: {e}")))?;
-                merged.emit(key, value);
+                merged.add(key, value);
             }
         }
         merged.into_payload()
@@ -431,7 +430,7 @@ mod tests {
         let j = region.take_job_slot().unwrap();
         let off = region.put_area(b"one two\nthree\n").unwrap();
         let input = InputRef { offset: off + 8, len: 14, file: 0 };
-        let splits = split_input(&Source::Region(&region), input, SplitUnit::Lines, 4).unwrap();
+        let splits = split_input(&Source::Region(&region), input, SplitUnit::Lines, |_| 4).unwrap();
         let app = apps::find("wordcount").unwrap();
         let spec = JobSpec { app, stage: 0, input, params: input, reduces: 2, splits };
         publish_job(&region, j, &spec).unwrap();
@@ -478,7 +477,7 @@ mod tests {
         let j = region.take_job_slot().unwrap();
         let off = region.put_area(b"one two\n").unwrap();
         let input = InputRef { offset: off + 8, len: 8, file: 0 };
-        let splits = split_input(&Source::Region(&region), input, SplitUnit::Lines, 4).unwrap();
+        let splits = split_input(&Source::Region(&region), input, SplitUnit::Lines, |_| 4).unwrap();
         let app = apps::find("wordcount").unwrap();
         publish_job(&region, j, &JobSpec { app, stage: 0, input, params: input, reduces: 1, splits })
             .unwrap();

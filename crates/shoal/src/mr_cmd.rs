@@ -71,7 +71,8 @@ struct RunArgs {
     /// Threads per worker. Default: the CPUs available.
     #[arg(long)]
     threads: Option<usize>,
-    /// Input bytes per map task (K, M, G suffixes). Default: 1/64 of the input, 64K–16M.
+    /// Input bytes per map task (K, M, G suffixes); the last quarter or so of the input goes in
+    /// smaller tasks, down to an eighth of this. Default: 1/64 of the input, 64K–16M.
     #[arg(long, value_parser = parse_size)]
     split_bytes: Option<u64>,
     /// Reduce tasks per job.

@@ -58,7 +58,7 @@ impl App for MatrixMultiply {
             for (x, bytes) in a.iter_mut().zip(row[8..].chunks_exact(8)) {
                 *x = i64::from_le_bytes(bytes.try_into().expect("8 bytes"));
             }
-            out.emit(&le_u64(&row[..8]).to_be_bytes(), &i64s_bytes(&multiply_row(&a, b, p)));
+            out.emit_owned(&le_u64(&row[..8]).to_be_bytes(), i64s_bytes(&multiply_row(&a, b, p)));
         }
         Ok(())
     }
@@ -70,17 +70,20 @@ impl App for MatrixMultiply {
     fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
         args.only(self.name(), &[])?;
         let (n, m, p, a, b) = parse(input.contents()?).map_err(MrError::BadInput)?;
-        let mut rows = Vec::with_capacity(8 * n * (m + 1));
-        for (i, row) in a.chunks(m.max(1)).enumerate().take(n) {
-            rows.extend_from_slice(&(i as u64).to_le_bytes());
-            row.iter().for_each(|v| rows.extend_from_slice(&v.to_le_bytes()));
-        }
+        // Serial work here delays the whole job: A's rows are laid out by every thread.
+        let mut rows = vec![0u8; 8 * n * (m + 1)];
+        rows.par_chunks_mut(8 * (m + 1)).zip(a.par_chunks(m)).enumerate().for_each(|(i, (record, row))| {
+            record[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            for (at, v) in record[8..].chunks_exact_mut(8).zip(row) {
+                at.copy_from_slice(&v.to_le_bytes());
+            }
+        });
         let mut params = vec![m as i64, p as i64];
         params.extend_from_slice(&b);
         let input = jobs.put_bytes(&rows)?;
         let c: Vec<Vec<i64>> = jobs
             .run(self, 0, input, &i64s_bytes(&params))?
-            .into_iter()
+            .into_par_iter()
             .map(|(_, v)| bytes_i64s(&v))
             .collect();
         Ok(render(&c))

@@ -76,7 +76,7 @@ fn fold_pieces<T: Send>(
 ) -> Result<T, MrError> {
     let piece = (input.len() / (8 * rayon::current_num_threads() as u64)).clamp(4096, 1 << 20);
     input.with_source(|source| {
-        let splits = split_input(source, InputRef { offset: 0, len: input.len(), file: 0 }, unit, piece)?;
+        let splits = split_input(source, InputRef { offset: 0, len: input.len(), file: 0 }, unit, |_| piece)?;
         splits
             .par_iter()
             .try_fold(
