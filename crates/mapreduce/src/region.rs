@@ -355,7 +355,12 @@ impl JobRegion {
             return Ok(());
         }
         let at = out.len();
-        out.resize(at + len as usize, 0);
+        if out.capacity() == 0 {
+            // calloc: the kernel zeroes the pages as the read faults them in, no pass of ours.
+            *out = vec![0; len as usize];
+        } else {
+            out.resize(at + len as usize, 0);
+        }
         self.file.read_exact_at(&mut out[at..], off).map_err(|source| MrError::Io {
             path: self.path.clone(),
             action: "read from job region",
