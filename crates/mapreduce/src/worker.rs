@@ -133,6 +133,8 @@ impl Worker {
     /// Asks the threads to leave after their current task, waits for them and reports.
     pub fn stop(mut self) -> Result<WorkerReport, MrError> {
         self.shared.stop.store(true, Ordering::Relaxed);
+        // Idle threads wait parked: woken, they leave now rather than after their wait.
+        self.threads.iter().for_each(|t| t.thread().unpark());
         self.join()
     }
 
@@ -200,7 +202,7 @@ fn work(shared: &Shared) -> Result<(), MrError> {
             if !worth_staying(region)? {
                 break;
             }
-            std::thread::sleep(idle_wait(idle));
+            std::thread::park_timeout(idle_wait(idle));
             idle += 1;
             continue;
         };
@@ -218,8 +220,8 @@ fn work(shared: &Shared) -> Result<(), MrError> {
     Ok(())
 }
 
-/// How long a worker thread that found nothing to claim `idle` times in a row waits before
-/// looking again: 200 µs for the first 50 looks (the usual wait is for another thread's last
+/// How long a worker thread that found nothing to claim `idle` times in a row waits (parked:
+/// [`Worker::stop`] wakes it) before looking again: 200 µs for the first 50 looks (the usual wait is for another thread's last
 /// map task, then the reduce tasks, or for a job about to be published: a longer sleep there
 /// delays the whole job), then doubling to 16 ms (a worker waiting for jobs to come).
 fn idle_wait(idle: u32) -> Duration {
