@@ -6,8 +6,8 @@ framework) — with the same threads, rounds interleaved, medians reported with 
 Prints a markdown table (for docs/BENCHMARKS.md); raw timings go to target/bench/.
 
 Called by bench/mr-overhead.sh, which builds the binary first. Environment:
-  MR_SCALE (default 1: runs of a second or two; the run time grows about as MR_SCALE, so 6
-  gives the issue's ≥ 10 s for word count and matrix multiply), ROUNDS (3), THREADS (2),
+  MR_SCALE (default 1: runs of a second or two; the run time grows about as MR_SCALE, so 10
+  gives the issue's 10 s for word count and matrix multiply), ROUNDS (3), THREADS (2),
   MR_APPS (the four apps).
 """
 import json

@@ -3,7 +3,7 @@
 # with fixed workers (the original Phoenix) and written directly with Rayon (no framework),
 # same threads, interleaved rounds, medians and ratios. Prints a markdown table for
 # docs/BENCHMARKS.md: bench/mr-overhead.sh | bench/rewrite-doc.sh mr-overhead
-#   MR_SCALE (1; 6 for ≥ 10 s runs of word count and matmul)  ROUNDS (3)  THREADS (2)  MR_APPS
+#   MR_SCALE (1; 10 for 10 s runs of word count and matmul)  ROUNDS (3)  THREADS (2)  MR_APPS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "building target/release/shoal" >&2
