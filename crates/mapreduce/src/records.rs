@@ -224,6 +224,37 @@ mod tests {
     }
 
     #[test]
+    fn a_merge_combines_repeated_keys_and_copies_each_record_once() {
+        let first = payload(std::iter::once(
+            [(&b"a"[..], &1u64.to_le_bytes()[..]), (b"b", &2u64.to_le_bytes())].into_iter(),
+        ));
+        let second = payload(std::iter::once(
+            [(&b"a"[..], &5u64.to_le_bytes()[..]), (b"c", &7u64.to_le_bytes())].into_iter(),
+        ));
+        let mut merge = Merge::new(&add);
+        for area in [&first, &second] {
+            decode(&area[16..]).for_each(|r| {
+                let (k, v) = r.unwrap();
+                merge.add(k, v)
+            });
+        }
+        assert!(
+            matches!(merge.table.iter().find(|e| e.1 == b"b").unwrap().2, Cow::Borrowed(_)),
+            "unique: borrowed"
+        );
+        assert!(
+            matches!(merge.table.iter().find(|e| e.1 == b"a").unwrap().2, Cow::Owned(_)),
+            "combined: owned"
+        );
+        let out = merge.into_payload();
+        let mut all: Vec<(Vec<u8>, u64)> = decode(&out[16..])
+            .map(|r| r.map(|(k, v)| (k.to_vec(), u64::from_le_bytes(v.try_into().unwrap()))).unwrap())
+            .collect();
+        all.sort();
+        assert_eq!(all, [(b"a".to_vec(), 6), (b"b".to_vec(), 2), (b"c".to_vec(), 7)]);
+    }
+
+    #[test]
     fn malformed_records_and_areas_are_errors() {
         let area_bytes = payload(std::iter::once([(&b"k"[..], &b"v"[..])].into_iter()));
         let good = &area_bytes[16..];
