@@ -58,13 +58,14 @@ impl<'a> Emit<'a> {
     fn emit_as<V: AsRef<[u8]>>(&mut self, key: &[u8], value: V, own: impl FnOnce(V) -> Vec<u8>) {
         let hash = xxh3_64(key);
         let part = partition_of(hash, self.partitions.len());
-        let table = &mut self.partitions[part];
-        match table.find_mut(hash, |(h, k, _)| *h == hash && k == key) {
-            Some((_, _, acc)) => (self.combine)(acc, value.as_ref()),
-            None => {
-                table.insert_unique(hash, (hash, key.to_vec(), own(value)), |e| e.0);
-            }
-        }
+        let combine = self.combine;
+        combine_or_insert(
+            &mut self.partitions[part],
+            (hash, key),
+            value,
+            |acc, value| combine(acc, value.as_ref()),
+            |value| (key.to_vec(), own(value)),
+        );
     }
 
     /// The payload of the task's output area: every partition's records, in no order (the
@@ -93,18 +94,37 @@ impl<'r, 'c> Merge<'r, 'c> {
 
     /// Adds one record.
     pub(crate) fn add(&mut self, key: &'r [u8], value: &'r [u8]) {
-        let hash = xxh3_64(key);
-        match self.table.find_mut(hash, |(h, k, _)| *h == hash && *k == key) {
-            Some((_, _, acc)) => (self.combine)(acc.to_mut(), value),
-            None => {
-                self.table.insert_unique(hash, (hash, key, Cow::Borrowed(value)), |e| e.0);
-            }
-        }
+        let combine = self.combine;
+        combine_or_insert(
+            &mut self.table,
+            (xxh3_64(key), key),
+            value,
+            |acc, value| combine(acc.to_mut(), value),
+            |value| (key, Cow::Borrowed(value)),
+        );
     }
 
     /// The payload of the reduce output area: one partition of the combined records.
     pub(crate) fn into_payload(self) -> Vec<u8> {
         payload(std::iter::once(self.table.iter().map(|(_, k, v)| (*k, &v[..]))))
+    }
+}
+
+/// The find-or-insert both tables are: `value` combined into the entry of `key` (whose XXH3
+/// is `hash`) with `combine`, or a new entry made of it by `insert`.
+fn combine_or_insert<K: AsRef<[u8]>, V, W>(
+    table: &mut HashTable<(u64, K, V)>,
+    (hash, key): (u64, &[u8]),
+    value: W,
+    combine: impl FnOnce(&mut V, W),
+    insert: impl FnOnce(W) -> (K, V),
+) {
+    match table.find_mut(hash, |(h, k, _)| *h == hash && k.as_ref() == key) {
+        Some((_, _, acc)) => combine(acc, value),
+        None => {
+            let (k, v) = insert(value);
+            table.insert_unique(hash, (hash, k, v), |e| e.0);
+        }
     }
 }
 

@@ -221,9 +221,10 @@ fn work(shared: &Shared) -> Result<(), MrError> {
 }
 
 /// How long a worker thread that found nothing to claim `idle` times in a row waits (parked:
-/// [`Worker::stop`] wakes it) before looking again: 200 µs for the first 50 looks (the usual wait is for another thread's last
-/// map task, then the reduce tasks, or for a job about to be published: a longer sleep there
-/// delays the whole job), then doubling to 16 ms (a worker waiting for jobs to come).
+/// [`Worker::stop`] wakes it) before looking again: 200 µs for the first 50 looks (the usual
+/// wait is for another thread's last map task, then the reduce tasks, or for a job about to be
+/// published: a longer sleep there delays the whole job), then doubling to 16 ms (a worker
+/// waiting for jobs to come).
 fn idle_wait(idle: u32) -> Duration {
     const QUICK_LOOKS: u32 = 50;
     match idle.checked_sub(QUICK_LOOKS) {

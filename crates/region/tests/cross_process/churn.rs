@@ -260,3 +260,17 @@ pub fn churn(
     }
     c
 }
+
+/// Asserts that `r` and `w` answer every one of `keys` alike, hit values included.
+pub fn assert_reader_agrees(w: &Writer, r: &Reader, keys: &[Vec<u8>], context: &str) {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for key in keys {
+        let by_reader = r.get(key, &mut a).unwrap().settled();
+        let by_writer = w.get(key, &mut b).unwrap().settled();
+        let key = String::from_utf8_lossy(key);
+        assert_eq!(by_reader, by_writer, "{context}: reader and writer disagree on {key}");
+        if by_reader.hit().is_some() {
+            assert_eq!(a, b, "{context}: {key}");
+        }
+    }
+}

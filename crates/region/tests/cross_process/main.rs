@@ -322,15 +322,7 @@ fn stress(config: &Config, secs: u64, min_hit_percent: u64) -> shoal_region::Sta
     // At rest, the writer and a fresh reader agree on every key, and every hit checks.
     let keys = all_churn_keys();
     let r = Reader::open(&shm.path).unwrap();
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for key in &keys {
-        let by_reader = r.get(key, &mut a).unwrap().settled();
-        let by_writer = w.get(key, &mut b).unwrap().settled();
-        assert_eq!(by_reader, by_writer, "reader and writer disagree on {}", String::from_utf8_lossy(key));
-        if by_reader.hit().is_some() {
-            assert_eq!(a, b);
-        }
-    }
+    assert_reader_agrees(&w, &r, &keys, "at rest");
     let at_rest = verify_keys(&keys, |k, v| r.get(k, v));
     println!("at rest: {}", at_rest.line());
     assert_eq!(at_rest.bad, 0);
@@ -604,15 +596,7 @@ fn sigkilled_writer_leaves_a_recoverable_region() {
 
         // A fresh reader agrees with the recovered writer on every key.
         let r = Reader::open(&shm.path).expect("reader after recovery");
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for key in &keys {
-            let by_reader = r.get(key, &mut a).unwrap().settled();
-            let by_writer = w.get(key, &mut b).unwrap().settled();
-            assert_eq!(by_reader, by_writer, "round {round}: {}", String::from_utf8_lossy(key));
-            if by_reader.hit().is_some() {
-                assert_eq!(a, b);
-            }
-        }
+        assert_reader_agrees(&w, &r, &keys, &format!("round {round}"));
 
         // The region keeps working: round trips...
         let mut value = Vec::new();

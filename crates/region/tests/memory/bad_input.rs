@@ -102,15 +102,7 @@ fn corrupt_region_files_are_refused_clearly() {
     let restore = || std::fs::write(path, &good).unwrap();
 
     // Random bytes, a short file, an empty file.
-    let mut x = 0x1234_5678_9abc_def0u64;
-    let noise: Vec<u8> = (0..1 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let noise = noise(0x1234_5678_9abc_def0, 1 << 20);
     for bytes in [&noise[..], &noise[..100], &noise[..HEADER_BYTES], &[][..]] {
         std::fs::write(path, bytes).unwrap();
         assert!(matches!(refused(path), RegionError::BadMagic), "{} bytes", bytes.len());
@@ -195,15 +187,7 @@ fn garbage_in_segments_never_crashes_readers_or_the_writer() {
     let segments_offset = w.layout().segments_offset as u64;
     let segment_bytes = w.layout().segment_bytes;
     drop(w);
-    let mut x = 0x0dd_ba11u64;
-    let noise: Vec<u8> = (0..5 * segment_bytes)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let noise = noise(0x0dd_ba11, 5 * segment_bytes);
     patch(&file.0, segments_offset, &noise);
 
     let r = Reader::open(&file.0).unwrap();

@@ -48,10 +48,7 @@ fn value(prefix: &str, i: usize, len: usize) -> Vec<u8> {
     let seed = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ prefix.len() as u64;
     let mut x = seed;
     while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
+        v.extend_from_slice(&xorshift(&mut x).to_le_bytes());
     }
     v.truncate(len);
     if len >= 8 {
@@ -75,6 +72,19 @@ fn fill(w: &Writer, prefix: &str, count: usize, exptime: i64) {
     for i in 0..count {
         assert_eq!(w.set(&key(prefix, i), &value(prefix, i, 1024), 0, exptime), Ok(Store::Stored));
     }
+}
+
+/// One step of xorshift64: a cheap, repeatable stream of bits.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// `len` bytes of noise from `seed` (the low byte of each xorshift step).
+fn noise(mut seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|_| xorshift(&mut seed) as u8).collect()
 }
 
 mod bad_input;
