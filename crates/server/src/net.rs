@@ -39,8 +39,6 @@ pub struct Listeners {
     tcp_tenant: Vec<Option<usize>>,
     /// Unix sockets, each with the tenant its connections are bound to, if any.
     unix: Vec<(UnixListener, PathBuf, Option<usize>)>,
-    /// The unix sockets' mode (`-a`).
-    unix_mask: u32,
     udp: Option<UdpSocket>,
     waker: Arc<Waker>,
 }
@@ -75,10 +73,33 @@ fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
 }
 
 impl Listeners {
-    /// Binds every listener the settings ask for; an error names the address and the fix.
-    pub fn bind(settings: &crate::config::Settings) -> Result<Listeners, String> {
-        let mut tcp = Vec::new();
-        let mut tcp_tls = Vec::new();
+    /// Binds every listener the settings and the tenants ask for; an error names the address
+    /// and the fix. Tenants' own listeners start listening first, so a client that reaches the
+    /// main port (what scripts and test harnesses wait for) finds every listener already up;
+    /// the main ones still come first in the lists (the port file, `stats conns`).
+    pub fn bind(settings: &crate::config::Settings, tenants: &[TenantSpec]) -> Result<Listeners, String> {
+        let unix_mask = settings.unix_socket.as_ref().map_or(0o700, |(_, mask)| *mask);
+        let (mut tenant_tcp, mut tenant_unix) = (Vec::new(), Vec::new());
+        let default_host = settings.tcp.first().map_or("0.0.0.0", |(h, _)| h.as_str());
+        for (i, tenant) in tenants.iter().enumerate() {
+            for listen in &tenant.listen {
+                let (host, port) = match listen {
+                    Listen::Unix(path) => {
+                        tenant_unix.push((unix_listener(path, unix_mask)?, path.clone(), Some(i)));
+                        continue;
+                    }
+                    Listen::Port(port) => (default_host, *port),
+                    Listen::Tcp(host, port) => (host.as_str(), *port),
+                };
+                for addr in resolve(host, port)? {
+                    let listener = tcp_listener(addr, settings.backlog).map_err(|e| {
+                        format!("tenant {}: failed to listen on TCP {addr}: {e}", tenant.name)
+                    })?;
+                    tenant_tcp.push((listener, i));
+                }
+            }
+        }
+        let (mut tcp, mut tcp_tls) = (Vec::new(), Vec::new());
         for (host, port) in &settings.tcp {
             let tls = settings.tls.enabled && !settings.notls.contains(&(host.clone(), *port));
             for addr in resolve(host, *port)? {
@@ -91,8 +112,7 @@ impl Listeners {
                 tcp_tls.push(tls);
             }
         }
-        let unix_mask = settings.unix_socket.as_ref().map_or(0o700, |(_, mask)| *mask);
-        let unix = match &settings.unix_socket {
+        let mut unix = match &settings.unix_socket {
             Some((path, _)) => vec![(unix_listener(path, unix_mask)?, path.clone(), None)],
             None => Vec::new(),
         };
@@ -111,43 +131,16 @@ impl Listeners {
         if tcp.is_empty() && unix.is_empty() {
             return Err("nothing to listen on: give a TCP port (-p) or a unix socket (-s)".into());
         }
+        let mut tcp_tenant = vec![None; tcp.len()];
+        tcp_tls.resize(tcp.len() + tenant_tcp.len(), settings.tls.enabled);
+        tcp_tenant.extend(tenant_tcp.iter().map(|&(_, tenant)| Some(tenant)));
+        tcp.extend(tenant_tcp.into_iter().map(|(listener, _)| listener));
+        unix.append(&mut tenant_unix);
         let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
         let waker = Arc::new(
             Waker::new(poll.registry(), WAKE).map_err(|e| format!("could not create a waker: {e}"))?,
         );
-        let tcp_tenant = vec![None; tcp.len()];
-        Ok(Listeners { poll, tcp, tcp_tls, tcp_tenant, unix, unix_mask, udp, waker })
-    }
-
-    /// Binds the listeners tenants have to themselves (a port on `-l`'s first address, an
-    /// address, or a unix socket); their connections are bound to their tenant.
-    pub fn bind_tenants(
-        &mut self,
-        settings: &crate::config::Settings,
-        tenants: &[TenantSpec],
-    ) -> Result<(), String> {
-        let host = settings.tcp.first().map_or("0.0.0.0", |(h, _)| h.as_str());
-        for (i, tenant) in tenants.iter().enumerate() {
-            for listen in &tenant.listen {
-                let (host, port) = match listen {
-                    Listen::Unix(path) => {
-                        self.unix.push((unix_listener(path, self.unix_mask)?, path.clone(), Some(i)));
-                        continue;
-                    }
-                    Listen::Port(port) => (host, *port),
-                    Listen::Tcp(host, port) => (host.as_str(), *port),
-                };
-                for addr in resolve(host, port)? {
-                    let listener = tcp_listener(addr, settings.backlog).map_err(|e| {
-                        format!("tenant {}: failed to listen on TCP {addr}: {e}", tenant.name)
-                    })?;
-                    self.tcp.push(listener);
-                    self.tcp_tls.push(settings.tls.enabled);
-                    self.tcp_tenant.push(Some(i));
-                }
-            }
-        }
-        Ok(())
+        Ok(Listeners { poll, tcp, tcp_tls, tcp_tenant, unix, udp, waker })
     }
 
     /// Wakes the acceptor (to notice a stop).

@@ -199,10 +199,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let clock = Clock::new();
     let tls = settings.tls.enabled.then(|| Tls::load(&settings.tls, clock.now())).transpose()?.map(Arc::new);
     let tenants_file = Tenants::read_file(&settings)?;
-    let mut listeners = Listeners::bind(&settings)?;
-    if let Some(file) = &tenants_file {
-        listeners.bind_tenants(&settings, &file.tenants)?;
-    }
+    let listeners = Listeners::bind(&settings, tenants_file.as_ref().map_or(&[], |f| &f.tenants))?;
     let tenants = Tenants::open(&settings, tenants_file)?;
     let regions: Vec<PathBuf> = tenants.all().iter().map(|t| t.writer.path().to_path_buf()).collect();
     for region in &regions {
