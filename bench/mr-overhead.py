@@ -13,6 +13,7 @@ Called by bench/mr-overhead.sh, which builds the binary first. Environment:
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,15 +35,36 @@ def say(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
+# `shoal mr generate` builds an input in memory, up to this size.
+GENERATE_MAX = 16 << 30
+# Apps whose input is fixed-size records, so pieces generated apart join into one valid input.
+JOINABLE = {"histogram", "linreg"}
+
+
 def generate(app, size):
     path = f"{OUT}/mr-input-{app}-{size}"
     meta = path + ".json"
     if not (os.path.exists(path) and os.path.exists(meta)):
         say(f"generating {path}")
-        out = subprocess.run([SHOAL, "mr", "generate", app, path, "--size", str(size), "--json"],
-                             check=True, capture_output=True, text=True).stdout
+        pieces = -(-size // GENERATE_MAX)
+        if pieces > 1 and app not in JOINABLE:
+            sys.exit(f"{app}: inputs over {GENERATE_MAX >> 30} GiB can be made only for {sorted(JOINABLE)}")
+        # Over the generator's limit: pieces of whole 6-byte records from seeds 1, 2, …,
+        # appended into one file (a larger input than the page cache holds is read from disk).
+        piece = size if pieces == 1 else size // pieces // 6 * 6
+        part = path if pieces == 1 else path + ".part"
+        for seed in range(1, pieces + 1):
+            out = subprocess.run([SHOAL, "mr", "generate", app, part, "--size", str(piece),
+                                  "--seed", str(seed), "--json"],
+                                 check=True, capture_output=True, text=True).stdout
+            if part != path:
+                with open(part, "rb") as f, open(path, "ab" if seed > 1 else "wb") as whole:
+                    shutil.copyfileobj(f, whole, 64 << 20)
+                os.remove(part)
+        info = json.loads(out)
+        info.update(path=path, bytes=os.path.getsize(path))
         with open(meta, "w") as f:
-            f.write(out)
+            json.dump(info, f)
     with open(meta) as f:
         return path, json.load(f)
 
