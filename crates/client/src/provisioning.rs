@@ -68,9 +68,10 @@ impl State {
                 let until = t
                     .get("until")
                     .and_then(Value::as_f64)
-                    .filter(|u| u.is_finite() && *u >= 0.0)
+                    .and_then(|u| Duration::try_from_secs_f64(u).ok())
+                    .and_then(|u| UNIX_EPOCH.checked_add(u))
                     .ok_or("\"transition.until\" is not a Unix time")?;
-                Some(Transition { from, until: UNIX_EPOCH + Duration::from_secs_f64(until) })
+                Some(Transition { from, until })
             }
         };
         Ok(State { servers, active, transition })
@@ -124,8 +125,11 @@ mod tests {
         bad["transition"]["from"] = json!(0);
         assert!(State::from_json(&bad).unwrap_err().contains("transition.from"));
         let mut bad = state.to_json();
-        bad["transition"]["until"] = json!("soon");
-        assert!(State::from_json(&bad).unwrap_err().contains("transition.until"));
+        for until in [json!("soon"), json!(-1.0), json!(1e300)] {
+            // 1e300 s is past what a SystemTime holds: refused, not a panic.
+            bad["transition"]["until"] = until;
+            assert!(State::from_json(&bad).unwrap_err().contains("transition.until"));
+        }
         assert!(State::from_json(&json!({"active": 1})).unwrap_err().contains("servers"));
     }
 

@@ -52,6 +52,44 @@ fn error<T>(path: &str, message: impl Into<String>) -> Result<T> {
     Err(ConfigError { path: path.to_string(), message: message.into() })
 }
 
+/// How deep objects and lists may nest in a configuration (serde_json's own limit; a route
+/// tree takes two levels per handle).
+const MAX_NESTING: usize = 128;
+
+/// Where the text first opens an object or list more than [`MAX_NESTING`] levels deep, if it
+/// does: brackets inside strings and comments (JSON5's `//`, `/* */`) do not count.
+fn too_deep(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Some(i);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                i += bytes[i..].iter().position(|&b| b == b'\n').unwrap_or(bytes.len() - i);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i +=
+                    bytes[i + 2..].windows(2).position(|w| w == b"*/").map_or(bytes.len() - i, |end| end + 3);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// One server a route can send to. The same address in two pools is one destination (one
 /// health state, one connection per worker).
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +118,11 @@ pub struct Config {
 impl Config {
     /// Reads a configuration file's text.
     pub fn parse(text: &str) -> Result<Config> {
+        // The JSON5 parser and the tree it builds recurse once per level: a file nested
+        // deeper than any route tree overflowed the stack (a router reloading it died).
+        if let Some(at) = too_deep(text) {
+            return error("", format!("nested more than {MAX_NESTING} levels deep (at byte {at})"));
+        }
         let value: Value = json5::from_str(text).map_err(|e| ConfigError {
             path: String::new(),
             message: format!("not JSON (comments and trailing commas are fine): {e}"),
@@ -648,4 +691,30 @@ fn failover_errors(value: Option<&Value>, path: &str) -> Result<FailoverErrors> 
         }
     }
     Ok(errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_before_parsing_and_strings_and_comments_do_not_count() {
+        let deep = |n: usize| format!("{{\"route\": {}\"PoolRoute|A\"{}}}", "[".repeat(n), "]".repeat(n));
+        // 100 000 levels overflowed the stack in the JSON5 parser.
+        let err = Config::parse(&deep(100_000)).unwrap_err().to_string();
+        assert!(err.contains("nested more than 128 levels deep (at byte 137)"), "{err}");
+        assert_eq!(too_deep(&deep(MAX_NESTING - 1)), None);
+        assert_eq!(too_deep(&deep(MAX_NESTING)), Some(10 + MAX_NESTING - 1));
+        let quoted = format!(
+            "{{\"a\": \"{}\", 'b': '\\'{}', // {}\n /* {} */ \"c\": 1}}",
+            "[".repeat(200),
+            "{".repeat(200),
+            "[".repeat(200),
+            "{".repeat(200)
+        );
+        assert_eq!(too_deep(&quoted), None);
+        // Unclosed strings and comments end the scan, as the parser will then refuse them.
+        assert_eq!(too_deep("{\"a\": \"[[[["), None);
+        assert_eq!(too_deep("{/* [[[["), None);
+    }
 }

@@ -264,11 +264,13 @@ pub fn parse_curve(lines: &[String]) -> Result<HitRatioCurve, String> {
                     .ok()
                     .filter(|r: &f64| (0.0..=1.0).contains(r))
                     .ok_or(format!("{line:?}: ratio"))?;
-                if bytes != hits.len() as u64 * step {
-                    return Err(format!(
-                        "{line:?}: expected the point at {} bytes",
-                        hits.len() as u64 * step
-                    ));
+                // A step so large that the next point's size overflows has no next point.
+                let expected = (hits.len() as u64).checked_mul(step);
+                if expected != Some(bytes) {
+                    return Err(match expected {
+                        Some(at) => format!("{line:?}: expected the point at {at} bytes"),
+                        None => format!("{line:?}: a point past {} bytes", u64::MAX),
+                    });
                 }
                 hits.push(ratio);
             }
@@ -368,6 +370,12 @@ mod tests {
         assert!(err("STAT step_bytes 100\nSTAT hit_ratio 0 1.5").contains("ratio"));
         assert!(err("STAT step_bytes 0").contains("step_bytes"));
         assert!(err("STAT step_bytes 100").contains("no hit_ratio"));
+        // A step too large for a second point is refused, not an overflow.
+        let huge = format!(
+            "STAT step_bytes {0}\nSTAT hit_ratio 0 0\nSTAT hit_ratio {0} 0.5\nSTAT hit_ratio 0 1",
+            u64::MAX
+        );
+        assert!(err(&huge).contains("past 18446744073709551615 bytes"));
     }
 
     #[test]
