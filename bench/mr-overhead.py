@@ -8,7 +8,9 @@ Prints a markdown table (for docs/BENCHMARKS.md); raw timings go to target/bench
 Called by bench/mr-overhead.sh, which builds the binary first. Environment:
   MR_SCALE (default 1: runs of a second or two; the run time grows about as MR_SCALE, so 10
   gives the issue's 10 s for word count and matrix multiply), ROUNDS (3), THREADS (2),
-  MR_APPS (the four apps).
+  MR_APPS (the four apps), COLD (1: the page cache dropped before every run, so each one reads
+  its input from disk; needs root — for inputs larger than memory, whose runs otherwise
+  depend on what the run before left cached).
 """
 import json
 import os
@@ -69,7 +71,18 @@ def generate(app, size):
         return path, json.load(f)
 
 
-def run(app, path, args, mode, threads):
+def drop_page_cache():
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+    except OSError as e:
+        sys.exit(f"COLD=1 drops the page cache before each run, which needs root: {e}")
+
+
+def run(app, path, args, mode, threads, cold=False):
+    if cold:
+        drop_page_cache()
     cmd = [SHOAL, "mr", "run", app, path, "--mode", mode, "--threads", str(threads), "--json",
            "--output", f"{OUT}/mr-overhead-{app}-{mode}.json"]
     for a in args:
@@ -90,6 +103,7 @@ def main():
     rounds = int(os.environ.get("ROUNDS", "3"))
     threads = int(os.environ.get("THREADS", "2"))
     apps = os.environ.get("MR_APPS", " ".join(APPS)).split()
+    cold = os.environ.get("COLD") == "1"
     os.makedirs(OUT, exist_ok=True)
     load = open("/proc/loadavg").read().split()[:3]
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
@@ -102,14 +116,15 @@ def main():
         # Untimed: the input's pages written back and in the page cache before any mode is timed
         # (a freshly generated input of gigabytes otherwise slows whichever mode runs first).
         os.sync()
-        run(app, path, meta["args"], "rayon", threads)
+        if not cold:
+            run(app, path, meta["args"], "rayon", threads)
         walls = {m: [] for m in MODES}
         cpus = {m: [] for m in MODES}
         results = {}
         for r in range(rounds):
             # Interleaved, and each round in another order, so drifting load hits all modes.
             for mode in MODES[r % 3:] + MODES[:r % 3]:
-                wall, cpu, result = run(app, path, meta["args"], mode, threads)
+                wall, cpu, result = run(app, path, meta["args"], mode, threads, cold)
                 walls[mode].append(wall)
                 cpus[mode].append(cpu)
                 results.setdefault(mode, result)
@@ -123,11 +138,13 @@ def main():
     with open(f"{OUT}/mr-overhead.json", "w") as f:
         json.dump(raw, f, indent=1)
     print(f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, "
-          f"`bench/mr-overhead.sh` (MR_SCALE={scale:g} ROUNDS={rounds} THREADS={threads}): "
+          f"`bench/mr-overhead.sh` (MR_SCALE={scale:g} ROUNDS={rounds} THREADS={threads}"
+          f"{' COLD=1' if cold else ''}): "
           f"`shoal mr run <app> <input> --mode elastic|fixed|rayon --threads {threads}` on inputs "
           f"from `shoal mr generate <app> --size N`; wall time and CPU time (user + system) of "
           f"the whole process, reading the input and writing the result included; medians of "
-          f"{rounds} interleaved rounds after an untimed warm-up run; load average {' '.join(load)} at the start. Every "
+          f"{rounds} interleaved rounds"
+          f"{', the page cache dropped before every run, so each read its input from disk' if cold else ' after an untimed warm-up run'}; load average {' '.join(load)} at the start. Every "
           f"mode's result was checked equal. Ratios: wall (CPU).")
     print()
     print("| app | input | elastic s wall (CPU) | fixed s | Rayon s | elastic / Rayon "
