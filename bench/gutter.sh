@@ -9,11 +9,13 @@
 #   KILL_SECS  how long it stays down (default 60)
 #   AFTER      seconds measured after it returns (default 20)
 #   RATE       operations per second per client, 3 clients (default 1000)
+#   WARMUP     operations that warm the cache before each measured run (default 40000; a
+#              higher RATE needs more, or the run's first seconds still fill the cache)
 # `bench/gutter.sh --report <run directory>` prints a run's table again (same settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-kill_at=${KILL_AT:-30} kill_secs=${KILL_SECS:-60} after=${AFTER:-20} rate=${RATE:-1000}
+kill_at=${KILL_AT:-30} kill_secs=${KILL_SECS:-60} after=${AFTER:-20} rate=${RATE:-1000} warmup=${WARMUP:-40000}
 records=100000
 say() { printf '%s\n' "$*" >&2; }
 # report: the table of a run in $out (kill_at, kill_secs, rate as the run had them).
@@ -97,7 +99,7 @@ for run in with-gutter without-gutter; do
   sleep 0.5
   say "$run: warming the cache up, then $((operations / rate)) s measured; server 0 down from ${kill_at} s for ${kill_secs} s"
   ycsb --workload read-heavy --cache tcp --cache-server "127.0.0.1:$port" --clients 3 --rate 100000 \
-    --operations 40000 --warmup 0 >/dev/null
+    --operations "$warmup" --warmup 0 >/dev/null
   ycsb --workload read-heavy --cache tcp --cache-server "127.0.0.1:$port" --clients 3 --rate "$rate" \
     --operations "$operations" --warmup 0 --keep-cache --label "$run" >"$out/$run.ycsb.json" &
   load=$!
