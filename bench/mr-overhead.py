@@ -6,8 +6,10 @@ framework) — with the same threads, rounds interleaved, medians reported with 
 Prints a markdown table (for docs/BENCHMARKS.md); raw timings go to target/bench/.
 
 Called by bench/mr-overhead.sh, which builds the binary first. Environment:
-  MR_SCALE (default 1: runs of a second or two; the run time grows about as MR_SCALE, so 10
-  gives the issue's 10 s for word count and matrix multiply), ROUNDS (3), THREADS (2),
+  MR_SCALE (default 1: runs of a second or two; the run time grows about as MR_SCALE, so 14
+  gives the issue's 10 s for word count and matrix multiply, and 64 — 32 GiB, more than this
+  machine's memory, read from disk with COLD=1 — for histogram and linear regression),
+  ROUNDS (3), THREADS (2),
   MR_APPS (the four apps), COLD (1: the page cache dropped before every run, so each one reads
   its input from disk; needs root — for inputs larger than memory, whose runs otherwise
   depend on what the run before left cached).

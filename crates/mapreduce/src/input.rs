@@ -255,7 +255,7 @@ impl Source<'_> {
                 // next one (a map reads its split piece after piece) are asked for at once, so
                 // the disk reads ahead while this piece is mapped (a 32 GiB linreg from disk:
                 // 35 s → 31 s, see BENCHMARKS.md). Advice only: its errors change nothing.
-                let ahead = (2 * len) as i64;
+                let ahead = i64::try_from(len.saturating_mul(2)).unwrap_or(i64::MAX);
                 let _ = posix_fadvise(file, off as i64, ahead, PosixFadviseAdvice::POSIX_FADV_WILLNEED);
                 let at = out.len();
                 out.resize(at + len as usize, 0);
