@@ -3,7 +3,8 @@
 whole stack — PostgreSQL, `shoal invalidator`, a `shoal router` per cluster, two `shoal
 server`s behind each — while a killer sends kill -9 to each of these processes in turn (a
 seeded shuffle), one every `--kill-every` seconds (each restarted at once; a server restarts
-empty). After the writes, every process is brought back, the invalidator is let catch up,
+empty). The writes go on past `--writes` until every process has been killed once, so a fast
+machine still kills each under load. After the writes, every process is brought back, the invalidator is let catch up,
 and every cached key in every cluster is compared with the database: a cached value that
 differs is stale.
 
@@ -127,6 +128,7 @@ def main():
         wait_for(lambda: db.execute(slot).fetchone()[0] == 1, 10, "the slot exists")
 
         done = threading.Event()
+        every_process_killed = threading.Event()
         counts = {"reads": 0, "fills": 0, "kills": 0, "errors": 0}
         killed = {}
 
@@ -160,21 +162,27 @@ def main():
                 killed[kind] = killed.get(kind, 0) + 1
                 time.sleep(0.2)
                 victim.start()
+                if turn == len(order):
+                    every_process_killed.set()
 
         threads = [threading.Thread(target=reader, args=(r,)) for r in routers for _ in range(2)]
         if args.kill_every > 0:
             threads.append(threading.Thread(target=killer))
+        else:
+            every_process_killed.set()
         for t in threads:
             t.start()
         started = time.time()
         with db.cursor() as cur:
-            for i in range(args.writes):
+            i = 0
+            while i < args.writes or not every_process_killed.is_set():
                 k = random.randrange(args.keys)
                 with db.transaction():
                     cur.execute("UPDATE kv SET v = v + 1 WHERE k = %s", (k,))
                     shoal.invalidate(cur, [f"k:{k}"])
                 if i % 10000 == 0:
                     print(f"  {i} writes, {counts['kills']} kills, {time.time() - started:.0f} s", file=sys.stderr)
+                i += 1
         write_secs = time.time() - started
         done.set()
         for t in threads:
@@ -196,7 +204,7 @@ def main():
                 if got is not None:
                     cached += 1
                     stale += int(got) != v
-        result = {"ack_rule": args.ack_rule, "writes": args.writes, "keys": args.keys,
+        result = {"ack_rule": args.ack_rule, "writes": i, "keys": args.keys,
                   "write_seconds": round(write_secs, 1), "kills": counts["kills"], "killed": killed, "reads": counts["reads"],
                   "fills": counts["fills"], "read_errors": counts["errors"], "cached_keys_checked": cached,
                   "stale": stale, "invalidator": status(metrics)}
