@@ -4,9 +4,9 @@ whole stack — PostgreSQL, `shoal invalidator`, a `shoal router` per cluster, t
 server`s behind each — while a killer sends kill -9 to each of these processes in turn (a
 seeded shuffle), one every `--kill-every` seconds (each restarted at once; a server restarts
 empty). The writes go on past `--writes` until every process has been killed once, so a fast
-machine still kills each under load. After the writes, every process is brought back, the invalidator is let catch up,
-and every cached key in every cluster is compared with the database: a cached value that
-differs is stale.
+machine still kills each under load. After the writes, every process is brought back, the
+invalidator is let catch up, and every cached key in every cluster is compared with the
+database: a cached value that differs is stale.
 
 Readers use leases (lease_get, read the database, lease_set), so a delete that lands while a
 reader is filling voids the fill; what the checker counts is invalidation lost, not the
