@@ -9,6 +9,7 @@ until it accepts connections, and killed when the `with` block ends.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -42,6 +43,16 @@ def talk(sock, request: bytes, until: bytes = b"\r\n") -> bytes:
     """Sends `request` and reads until the answer ends with `until`."""
     sock.sendall(request)
     return read_until(sock, until)
+
+
+def _stopped(task: Path) -> bool:
+    """Whether the thread behind /proc/<pid>/task/<tid> is stopped (state T or t)."""
+    try:
+        stat = (task / "stat").read_text()
+    except FileNotFoundError:
+        return True  # it ended
+    # The state follows the parenthesised name, which may itself hold ") ".
+    return stat.rsplit(") ", 1)[1][:1] in ("T", "t")
 
 
 class Server:
@@ -98,6 +109,20 @@ class Server:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def pause(self, timeout=5.0):
+        """Freezes the server (SIGSTOP) and waits until every thread of it has stopped: the
+        signal reaches one thread first, and the others may answer a request meanwhile."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        deadline = time.monotonic() + timeout
+        while not all(_stopped(task) for task in tasks.iterdir()):
+            assert time.monotonic() < deadline, f"{self.argv} did not stop within {timeout}s"
+            time.sleep(0.001)
+
+    def resume(self):
+        """Lets a paused server run again (SIGCONT)."""
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def connect(self, timeout=5.0) -> socket.socket:
         return socket.create_connection(self.address, timeout=timeout)

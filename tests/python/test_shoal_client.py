@@ -2,8 +2,6 @@
 `shoal server` — with reads through shared memory and with reads over the network — and
 against Debian's memcached, where every read goes over the network."""
 
-import os
-import signal
 import threading
 import time
 
@@ -169,7 +167,7 @@ def test_network_io_releases_the_interpreter_lock(target):
     _, server = target
     c = shoal.Client(server.address, local=False, timeout=2.0)
     c.set("k", b"1")
-    os.kill(server.proc.pid, signal.SIGSTOP)
+    server.pause()
     try:
         ticks = 0
         done = threading.Event()
@@ -187,7 +185,7 @@ def test_network_io_releases_the_interpreter_lock(target):
         thread.join()
         assert ticks > 100  # the main thread ran while the get waited ~2 s
     finally:
-        os.kill(server.proc.pid, signal.SIGCONT)
+        server.resume()
     c.close()
 
 

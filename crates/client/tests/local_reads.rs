@@ -366,16 +366,12 @@ fn a_frozen_server_stops_local_reads_once_its_clock_stands_still() {
     let options = Options { io_timeout: Some(std::time::Duration::from_millis(300)), ..Options::default() };
     let mut c = Client::connect(&server.address(), options).unwrap();
     c.set(b"k", b"v", 0, 0).unwrap();
-    let pid = server.child.id().to_string();
-    let signal = |name: &str| {
-        assert!(std::process::Command::new("kill").args([name, &pid]).status().unwrap().success())
-    };
-    signal("-STOP");
+    server.pause();
     // The connection stays open and the region unchanged, but the clock stops moving: within
     // STALE_CLOCK (and the second the clock was in) reads leave the region for the network,
     // which times out.
     let gave_up = eventually(shoal_client::local::STALE_CLOCK.as_secs() + 3, || c.get(b"k").is_err());
-    signal("-CONT");
+    server.resume();
     assert!(gave_up, "a server that stopped moving its clock is not read locally forever");
     assert_eq!(c.get(b"k").unwrap().unwrap().value, b"v", "and once it runs again, reads work");
 }

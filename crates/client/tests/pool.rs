@@ -193,27 +193,19 @@ fn a_stalled_server_shrinks_the_window_which_grows_back() {
     pool.get_many(&refs(&keys)).unwrap();
     let wide = pool.window();
     assert!(wide > 8, "answers in time widen the window: {wide}");
-    signal(&servers[2], "STOP");
+    servers[2].pause();
     let got = pool.get_many(&refs(&keys)).unwrap();
     assert!(got.len() < keys.len());
     let narrow = pool.window();
     assert!(narrow < wide, "a timeout halves the window: {wide} -> {narrow}");
     assert!(pool.counters().timeouts >= 1);
-    signal(&servers[2], "CONT");
+    servers[2].resume();
     std::thread::sleep(Duration::from_millis(400)); // past the retry interval
     for _ in 0..3 {
         pool.get_many(&refs(&keys)).unwrap();
     }
     assert!(pool.window() > narrow, "it grows back");
     assert_eq!(pool.get_many(&refs(&keys)).unwrap().len(), keys.len(), "the server is back");
-}
-
-fn signal(server: &Server, name: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(server.child.id().to_string())
-        .status();
-    assert!(ok.unwrap().success());
 }
 
 #[test]

@@ -90,9 +90,33 @@ impl Server {
 
     /// Sends `signal` (`"USR1"`, `"TERM"`, …) and waits for the process to end.
     pub fn stop_with(mut self, signal: &str) {
-        let sent = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status();
-        assert!(sent.unwrap().success(), "kill -{signal}");
+        self.signal(signal);
         self.child.wait().unwrap();
+    }
+
+    /// Freezes the server (SIGSTOP) and waits until every thread of it has stopped: `kill`
+    /// returns once the signal is queued, and a thread running on the other core may still
+    /// answer a request before it stops.
+    pub fn pause(&self) {
+        self.signal("STOP");
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stopped = |task: std::fs::DirEntry| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // The state follows the parenthesised name, which may itself hold ") ".
+            stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
+        };
+        let all_stopped = || std::fs::read_dir(&tasks).unwrap().flatten().all(stopped);
+        assert!(eventually(5, all_stopped), "the server did not stop within 5 s");
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let sent = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status();
+        assert!(sent.unwrap().success(), "kill -{name}");
     }
 
     /// One raw request and the answer up to `until`, over a fresh connection.
