@@ -63,10 +63,11 @@ fn value_bytes(value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 /// The bytes of a `bytes` object, or the UTF-8 of a `str` (which Python caches in the
 /// object), borrowed: a batch of keys is read without copying any.
 fn text_or_bytes<'a>(object: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, [u8]>> {
-    if let Ok(b) = object.cast::<PyBytes>() {
-        Ok(Cow::Borrowed(b.as_bytes()))
-    } else if let Ok(s) = object.cast::<PyString>() {
+    // `str` first: Python code names its keys with text far more often than with bytes.
+    if let Ok(s) = object.cast::<PyString>() {
         Ok(Cow::Borrowed(s.to_str()?.as_bytes()))
+    } else if let Ok(b) = object.cast::<PyBytes>() {
+        Ok(Cow::Borrowed(b.as_bytes()))
     } else {
         let type_name = object.get_type().name()?;
         Err(PyTypeError::new_err(format!("{what} are bytes or str, not {type_name}")))
@@ -117,8 +118,25 @@ fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
 #[pyclass(module = "shoal", frozen)]
 struct Client {
     inner: Mutex<Option<Pool>>,
+    /// Where a multiget gathers its hits, kept for the next one (a batch of 100 small values
+    /// would otherwise regrow its buffer a dozen times).
+    batch: Mutex<Batch>,
     /// A pool (`servers=`) rather than one server: `stats()` and `version()` answer per server.
     pooled: bool,
+}
+
+/// A multiget's hits, gathered without the interpreter: their values back to back in one
+/// buffer, and for each hit its key's index, flags, CAS and where its value ends.
+#[derive(Default)]
+struct Batch {
+    values: Vec<u8>,
+    hits: Vec<(usize, u32, u64, usize)>,
+}
+
+impl Batch {
+    /// The most a client keeps for its next multiget (bytes of values, hits): a batch larger
+    /// than that gives its buffers back to the allocator.
+    const KEPT: (usize, usize) = (1 << 20, 1 << 16);
 }
 
 /// The time in seconds an optional float names.
@@ -226,7 +244,7 @@ impl Client {
                 Ok(pool)
             })
             .map_err(raise)?;
-        Ok(Client { inner: Mutex::new(Some(pool)), pooled })
+        Ok(Client { inner: Mutex::new(Some(pool)), batch: Mutex::default(), pooled })
     }
 
     /// The server that owns `key` (`host:port` or a socket path).
@@ -673,20 +691,25 @@ impl Client {
         entry: impl Fn(Python<'py>, ItemRef<'_>) -> PyResult<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let raw: Vec<Cow<'_, [u8]>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        // Hits are gathered without the interpreter: values back to back in one buffer.
-        let mut values = Vec::new();
-        let mut hits: Vec<(usize, u32, u64, std::ops::Range<usize>)> = Vec::with_capacity(keys.len());
+        let mut batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|p| p.into_inner()));
+        let Batch { values, hits } = &mut batch;
+        values.clear();
+        hits.clear();
         self.call(py, |c| {
             let refs: Vec<&[u8]> = raw.iter().map(|k| &**k).collect();
             c.get_many_each(&refs, |i, item| {
-                let start = values.len();
                 values.extend_from_slice(item.value);
-                hits.push((i, item.flags, item.cas, start..values.len()));
+                hits.push((i, item.flags, item.cas, values.len()));
             })
         })?;
         let dict = PyDict::new(py);
-        for (i, flags, cas, range) in hits {
-            dict.set_item(&keys[i], entry(py, ItemRef { value: &values[range], flags, cas })?)?;
+        let mut start = 0;
+        for &(i, flags, cas, end) in hits.iter() {
+            dict.set_item(&keys[i], entry(py, ItemRef { value: &values[start..end], flags, cas })?)?;
+            start = end;
+        }
+        if values.capacity() <= Batch::KEPT.0 && hits.capacity() <= Batch::KEPT.1 {
+            *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = batch;
         }
         Ok(dict)
     }

@@ -152,6 +152,7 @@ impl HintsWriter {
     /// [`Reader::clock`](crate::Reader::clock)).
     #[inline]
     pub fn record(&mut self, lookup: &Lookup, location: Option<Location>, now: u32) {
+        let before = self.counts.to_array();
         let c = &mut self.counts;
         c.gets += 1;
         match lookup {
@@ -160,8 +161,11 @@ impl HintsWriter {
             Lookup::Flushed => (c.misses, c.flushed) = (c.misses + 1, c.flushed + 1),
             _ => c.misses += 1,
         }
-        for (i, n) in self.counts.to_array().into_iter().enumerate() {
-            self.map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
+        // Only the counters this read moved (two or three of them) are stored.
+        for (i, (n, old)) in self.counts.to_array().into_iter().zip(before).enumerate() {
+            if n != old {
+                self.map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
+            }
         }
         if let (Lookup::Hit(_), Some(at)) = (lookup, location) {
             let place = ((at.bucket as u64) << 3) | at.slot as u64;

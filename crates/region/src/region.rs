@@ -245,12 +245,10 @@ impl Region {
     /// Reads the item a slot points to, if it is a well-formed item under `key`: its header,
     /// segment generation and CAS. Every offset is bounds-checked against the layout, so a
     /// stale slot or a corrupt region yields `None`, never an out-of-bounds read.
+    #[inline]
     pub fn read_item(&self, slot: Slot, key: &[u8]) -> Option<(ItemHeader, u64, u64)> {
         let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
-        let key_at = self.item_offset(slot) + header.key_offset();
-        let mut stored_key = [0u8; MAX_KEY_LEN];
-        self.map.read(key_at, &mut stored_key[..key.len()]);
-        if &stored_key[..key.len()] != key {
+        if !self.map.equals(self.item_offset(slot) + header.key_offset(), key) {
             return None;
         }
         let segment_gen = self.meta(slot.segment).generation.load(Ordering::Relaxed);
@@ -303,6 +301,7 @@ impl Region {
 
     /// Scans one bucket for `key` without validating; the caller validates or holds the lock.
     /// Copies the value into `value` if given; reports the access time if given `access`.
+    #[inline]
     pub fn scan_bucket(
         &self,
         b: usize,
@@ -341,6 +340,7 @@ impl Region {
     /// A writer may move an item from its second bucket to its first (to make room). A miss
     /// therefore re-checks that the first bucket did not change while the second was scanned;
     /// otherwise an item moving between the two scans could be missed.
+    #[inline]
     pub fn find(
         &self,
         key: &[u8],
@@ -398,6 +398,7 @@ impl Region {
     ///
     /// Both candidate buckets start loading before the first is scanned, so a key in its second
     /// bucket costs one memory miss for the index, not two in a row.
+    #[inline]
     pub fn get(&self, key: &[u8], value: &mut dyn ValueSink) -> Result<(Lookup, Option<Found>), OpError> {
         let hash = self.hash(key);
         self.prefetch_buckets(&hash);
@@ -407,6 +408,7 @@ impl Region {
     /// [`Region::get`] with the key's hash already computed (`hash` must be `self.hash(key)`),
     /// for a caller that has started loading what the lookup will touch itself, and may have
     /// the slots' access times.
+    #[inline]
     pub fn get_hashed(
         &self,
         key: &[u8],

@@ -194,10 +194,12 @@ impl Pool {
 
     /// Checks every key and groups their indexes by owner.
     fn owners(&self, keys: &[&[u8]]) -> Result<Vec<Vec<usize>>> {
-        let mut owners = vec![Vec::new(); self.members.len()];
-        for (i, key) in keys.iter().enumerate() {
-            owners[self.owner(key)?].push(i);
-        }
+        let owner_of: Vec<usize> = keys.iter().map(|key| self.owner(key)).collect::<Result<_>>()?;
+        // Each list allocated once, at its final size: a batch's cost is in its keys.
+        let mut counts = vec![0; self.members.len()];
+        owner_of.iter().for_each(|&owner| counts[owner] += 1);
+        let mut owners: Vec<Vec<usize>> = counts.into_iter().map(Vec::with_capacity).collect();
+        owner_of.into_iter().enumerate().for_each(|(i, owner)| owners[owner].push(i));
         Ok(owners)
     }
 
