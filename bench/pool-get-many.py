@@ -6,8 +6,8 @@ server through its shared memory.
     bench/pool-get-many.py --servers 127.0.0.1:11211,127.0.0.1:11212,... [--json]
 
 Each row sets KEYS keys of SIZE bytes through its own client (so each finds them where its
-hashing puts them), then times REQUESTS get_many calls one after another (closed loop) and
-prints p50 and p99 in microseconds. bench/pool.sh starts the servers and pins everything.
+hashing puts them); then REQUESTS get_many calls of each are timed one after another (closed
+loop), the rows taking turns, and p50 and p99 are printed in microseconds. bench/pool.sh starts the servers and pins everything.
 """
 
 import argparse
@@ -21,28 +21,40 @@ from pymemcache.client.hash import HashClient
 
 import shoal
 
+# Turns in which the rows are timed, each row a share of its calls in every turn.
+ROUNDS = 20
+
 
 def percentiles(samples):
     samples.sort()
     return samples[len(samples) // 2] / 1e3, samples[int(len(samples) * 0.99)] / 1e3
 
 
-def measure(client, keys, requests, value):
+def prepare(client, keys, value):
+    """Sets `keys` through `client` and warms it up; its get_many."""
     # pylibmc names them set_multi / get_multi.
     set_many = getattr(client, "set_many", None) or client.set_multi
     get_many = getattr(client, "get_many", None) or client.get_multi
     set_many({k: value for k in keys})
-    for _ in range(requests // 10):
+    for _ in range(50):
         get_many(keys)
-    samples = []
+    return get_many
+
+
+def measure(get_manys, keys, requests, rounds=ROUNDS):
+    """p50 and p99 of each get_many, timed in `rounds` turns (every client in each turn), so
+    that a machine busier for a while weighs on every row alike, not on one."""
+    samples = [[] for _ in get_manys]
     clock = time.perf_counter_ns
-    for _ in range(requests):
-        start = clock()
-        found = get_many(keys)
-        samples.append(clock() - start)
-        if len(found) != len(keys):
-            sys.exit(f"{len(keys) - len(found)} of {len(keys)} keys set a moment ago were missing")
-    return percentiles(samples)
+    for _ in range(rounds):
+        for get_many, timed in zip(get_manys, samples):
+            for _ in range(max(1, requests // rounds)):
+                start = clock()
+                found = get_many(keys)
+                timed.append(clock() - start)
+                if len(found) != len(keys):
+                    sys.exit(f"{len(keys) - len(found)} of {len(keys)} keys set a moment ago were missing")
+    return [percentiles(timed) for timed in samples]
 
 
 def main():
@@ -74,10 +86,9 @@ def main():
     if args.hashing != "jump":
         # Placement costs a share of a local read: Shoal's own jump hash instead of md5 ketama.
         clients.append(("shoal (shared memory, jump)", shoal.Client(servers=servers, hashing="jump")))
-    rows = []
-    for name, client in clients:
-        p50, p99 = measure(client, keys, args.requests, value)
-        rows.append({"client": name, "p50_us": p50, "p99_us": p99})
+    get_manys = [prepare(client, keys, value) for _, client in clients]
+    timings = measure(get_manys, keys, args.requests)
+    rows = [{"client": name, "p50_us": p50, "p99_us": p99} for (name, _), (p50, p99) in zip(clients, timings)]
     base = {r["client"]: r["p50_us"] for r in rows}
     if args.json:
         json.dump({"servers": len(servers), "keys": args.keys, "size": args.size, "rows": rows}, sys.stdout, indent=1)

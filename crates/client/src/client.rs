@@ -331,7 +331,7 @@ impl Client {
     /// Sends `<command prefix><keys>` and reads the `VALUE` blocks up to `END`.
     fn retrieve(&mut self, prefix: &[u8], keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
         self.send(&retrieval_request(prefix, keys))?;
-        self.read_values()
+        self.with_connection(read_values)
     }
 
     /// Sends `request` on the connection (opening one first if needed), without waiting for
@@ -340,9 +340,10 @@ impl Client {
         self.with_connection(|conn| conn.send(request))
     }
 
-    /// Reads `VALUE` blocks up to `END`: the answer to a retrieval request.
-    pub(crate) fn read_values(&mut self) -> Result<Vec<(Vec<u8>, Item)>> {
-        self.with_connection(read_values)
+    /// Reads `VALUE` blocks up to `END`, handing each to `hit` (borrowed): the answer to a
+    /// retrieval request.
+    pub(crate) fn read_values_each(&mut self, hit: impl FnMut(&[u8], ItemRef<'_>)) -> Result<()> {
+        self.with_connection(|conn| read_values_each(conn, hit))
     }
 
     /// Reads one answer line and interprets it.
@@ -429,15 +430,27 @@ impl Client {
 /// Reads `VALUE` blocks up to `END` from `conn`: the answer to a retrieval request.
 pub(crate) fn read_values(conn: &mut Connection) -> Result<Vec<(Vec<u8>, Item)>> {
     let mut found = Vec::new();
+    read_values_each(conn, |key, item| found.push((key.to_vec(), item.to_item())))?;
+    Ok(found)
+}
+
+/// [`read_values`] without copies: each item is handed to `hit` with its key, borrowed from
+/// the connection's buffer.
+pub(crate) fn read_values_each(conn: &mut Connection, mut hit: impl FnMut(&[u8], ItemRef<'_>)) -> Result<()> {
+    let mut key = [0u8; shoal_proto::KEY_MAX];
     loop {
         let line = conn.line()?;
         if line == b"END" {
-            return Ok(found);
+            return Ok(());
         }
-        let header = ValueHeader::parse(line).ok_or_else(|| unexpected(line, "VALUE or END"))?;
-        let (key, flags, cas, len) = (header.key.to_vec(), header.flags, header.cas, header.len);
-        let value = conn.data(len)?;
-        found.push((key, Item { value, flags, cas }));
+        let header = ValueHeader::parse(line)
+            .filter(|h| h.key.len() <= key.len())
+            .ok_or_else(|| unexpected(line, "VALUE or END"))?;
+        let (key_len, flags, cas, len) = (header.key.len(), header.flags, header.cas, header.len);
+        // The key is kept aside: the value's read may move the buffer it lies in.
+        key[..key_len].copy_from_slice(header.key);
+        let value = conn.data_ref(len)?;
+        hit(&key[..key_len], ItemRef { value, flags, cas });
     }
 }
 

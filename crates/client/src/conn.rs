@@ -163,6 +163,11 @@ impl Connection {
 
     /// The next `n` bytes, which must be followed by `\r\n`.
     pub fn data(&mut self, n: usize) -> Result<Vec<u8>> {
+        self.data_ref(n).map(<[u8]>::to_vec)
+    }
+
+    /// [`Connection::data`], borrowed from the read buffer until the next read.
+    pub fn data_ref(&mut self, n: usize) -> Result<&[u8]> {
         if n > MAX_VALUE_BYTES {
             return Err(Error::Protocol(format!("a value of {n} bytes (at most {MAX_VALUE_BYTES})")));
         }
@@ -173,9 +178,9 @@ impl Connection {
         if &block[n..] != b"\r\n" {
             return Err(Error::Protocol("a value block did not end in \\r\\n".into()));
         }
-        let value = block[..n].to_vec();
+        let value = self.start..self.start + n;
         self.start += n + 2;
-        Ok(value)
+        Ok(&self.buf[value])
     }
 
     /// Reads more, making room first (and growing the buffer for a large value).

@@ -25,6 +25,7 @@
 mod client;
 mod conn;
 mod error;
+mod hits;
 pub mod invalidation;
 mod lease;
 pub mod local;
@@ -36,6 +37,7 @@ pub mod spool;
 pub use client::{Client, Item, ItemRef, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
+pub use hits::Hits;
 pub use lease::{FillOptions, Lease, LeaseStored};
 pub use pool::{Active, Pool, PoolCounters, PoolOptions, Stats, WindowOptions};
 pub use shoal_route::{Hashing, Server};

@@ -38,9 +38,9 @@ impl<'a> ValueHeader<'a> {
     }
 }
 
-/// A decimal number of type `T`.
-pub fn number<T: std::str::FromStr>(word: &[u8]) -> Option<T> {
-    std::str::from_utf8(word).ok()?.parse().ok()
+/// A decimal number (digits only, as servers send them) of type `T`.
+pub fn number<T: TryFrom<u64>>(word: &[u8]) -> Option<T> {
+    shoal_proto::digits(word).and_then(|n| T::try_from(n).ok())
 }
 
 /// A `STAT <name> <value>` line as its name and value.

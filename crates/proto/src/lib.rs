@@ -38,7 +38,7 @@ pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
 pub use crawler::{Classes, LruCrawler};
 pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Store, StoreCmd};
-pub use token::{valid_key, Tokens, KEY_MAX};
+pub use token::{digits, valid_key, Tokens, KEY_MAX};
 
 /// Appends `n` in decimal without allocating (answers and forwarded requests carry numbers on
 /// every request's path).

@@ -72,7 +72,7 @@ pub fn valid_key(key: &[u8]) -> bool {
 }
 
 /// Decimal digits only, no sign, no overflow.
-fn digits(t: &[u8]) -> Option<u64> {
+pub fn digits(t: &[u8]) -> Option<u64> {
     if t.is_empty() {
         return None;
     }

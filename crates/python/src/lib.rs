@@ -16,7 +16,7 @@ use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use shoal_client::{
-    Error as ClientError, FillOptions, Hashing, Item, ItemRef, Lease, LeaseStored, Options, Pool,
+    Error as ClientError, FillOptions, Hashing, Hits, Item, ItemRef, Lease, LeaseStored, Options, Pool,
     PoolOptions, Stored,
 };
 use std::borrow::Cow;
@@ -118,25 +118,11 @@ fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
 #[pyclass(module = "shoal", frozen)]
 struct Client {
     inner: Mutex<Option<Pool>>,
-    /// Where a multiget gathers its hits, kept for the next one (a batch of 100 small values
-    /// would otherwise regrow its buffer a dozen times).
-    batch: Mutex<Batch>,
+    /// Where a multiget gathers its hits without the interpreter, kept for the next one (a
+    /// batch of 100 small values would otherwise regrow its buffer a dozen times).
+    hits: Mutex<Hits>,
     /// A pool (`servers=`) rather than one server: `stats()` and `version()` answer per server.
     pooled: bool,
-}
-
-/// A multiget's hits, gathered without the interpreter: their values back to back in one
-/// buffer, and for each hit its key's index, flags, CAS and where its value ends.
-#[derive(Default)]
-struct Batch {
-    values: Vec<u8>,
-    hits: Vec<(usize, u32, u64, usize)>,
-}
-
-impl Batch {
-    /// The most a client keeps for its next multiget (bytes of values, hits): a batch larger
-    /// than that gives its buffers back to the allocator.
-    const KEPT: (usize, usize) = (1 << 20, 1 << 16);
 }
 
 /// The time in seconds an optional float names.
@@ -244,7 +230,7 @@ impl Client {
                 Ok(pool)
             })
             .map_err(raise)?;
-        Ok(Client { inner: Mutex::new(Some(pool)), batch: Mutex::default(), pooled })
+        Ok(Client { inner: Mutex::new(Some(pool)), hits: Mutex::default(), pooled })
     }
 
     /// The server that owns `key` (`host:port` or a socket path).
@@ -691,25 +677,18 @@ impl Client {
         entry: impl Fn(Python<'py>, ItemRef<'_>) -> PyResult<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let raw: Vec<Cow<'_, [u8]>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        let mut batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|p| p.into_inner()));
-        let Batch { values, hits } = &mut batch;
-        values.clear();
+        let mut hits = std::mem::take(&mut *self.hits.lock().unwrap_or_else(|p| p.into_inner()));
         hits.clear();
         self.call(py, |c| {
             let refs: Vec<&[u8]> = raw.iter().map(|k| &**k).collect();
-            c.get_many_each(&refs, |i, item| {
-                values.extend_from_slice(item.value);
-                hits.push((i, item.flags, item.cas, values.len()));
-            })
+            c.get_many_each(&refs, |i, item| hits.push(i, item))
         })?;
         let dict = PyDict::new(py);
-        let mut start = 0;
-        for &(i, flags, cas, end) in hits.iter() {
-            dict.set_item(&keys[i], entry(py, ItemRef { value: &values[start..end], flags, cas })?)?;
-            start = end;
+        for (i, item) in hits.iter() {
+            dict.set_item(&keys[i], entry(py, item)?)?;
         }
-        if values.capacity() <= Batch::KEPT.0 && hits.capacity() <= Batch::KEPT.1 {
-            *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = batch;
+        if hits.worth_keeping() {
+            *self.hits.lock().unwrap_or_else(|p| p.into_inner()) = hits;
         }
         Ok(dict)
     }

@@ -7,6 +7,7 @@ use crate::client::{
     deleted_answer, retrieval_request, storage_request, stored_answer, Client, Item, ItemRef, Stored,
 };
 use crate::error::{Error, Result};
+use crate::hits::Hits;
 use std::collections::VecDeque;
 
 /// Keys (or commands) per request: one `gets` line, or one pipelined run of storage commands.
@@ -87,24 +88,41 @@ impl Pool {
                     by_udp[member] = std::mem::take(indexes);
                 }
             }
-            let mut found = Vec::new();
+            let mut found = Hits::default();
             self.udp_get(keys, by_udp, &mut found);
-            found.iter().for_each(|(i, item)| note(*i, item.as_ref()));
+            found.iter().for_each(|(i, item)| note(i, item));
         }
         let requests = chunked(remote, |_, chunk| {
             retrieval_request(b"gets ", &chunk.iter().map(|&i| keys[i]).collect::<Vec<_>>())
         });
-        for (request, answer) in self.exchange_windowed(requests, |c, _| c.read_values()) {
-            match answer {
-                Ok(items) => {
-                    indexed(keys, &request.keys, items).iter().for_each(|(i, item)| note(*i, item.as_ref()))
+        // Answers are gathered first: one that fails halfway is dropped whole.
+        let mut found = std::mem::take(&mut self.answers);
+        found.clear();
+        let answers = self.exchange_windowed(requests, |c, request| {
+            let (mark, mut next) = (found.mark(), 0);
+            let read = c.read_values_each(|key, item| {
+                if let Some(i) = in_order(keys, &request.keys, &mut next, key) {
+                    found.push(i, item);
                 }
+            });
+            if read.is_err() {
+                found.rewind(mark);
+            }
+            read
+        });
+        for (request, answer) in answers {
+            match answer {
+                Ok(()) => {}
                 Err(e) if unreachable(&e) => {
                     failed.extend(request.keys);
                     failure.get_or_insert(e);
                 }
                 Err(e) => return Err(e),
             }
+        }
+        found.iter().for_each(|(i, item)| note(i, item));
+        if found.worth_keeping() {
+            self.answers = found;
         }
         if !failed.is_empty() {
             let failed_keys: Vec<&[u8]> = failed.iter().map(|&i| keys[i]).collect();
@@ -240,7 +258,7 @@ impl Pool {
     fn exchange_windowed<R>(
         &mut self,
         requests: Vec<Request>,
-        read: impl Fn(&mut Client, &Request) -> Result<R>,
+        mut read: impl FnMut(&mut Client, &Request) -> Result<R>,
     ) -> Vec<(Request, Result<R>)> {
         let mut pending = requests.into_iter();
         let mut outstanding: VecDeque<Request> = VecDeque::new();
@@ -285,21 +303,14 @@ impl Pool {
     }
 }
 
-/// Names each item a server returned by its index in `keys`: `asked` (the request's key
-/// indexes) in order, since a server answers hits in the order they were asked.
-pub(super) fn indexed(keys: &[&[u8]], asked: &[usize], items: Vec<(Vec<u8>, Item)>) -> Vec<(usize, Item)> {
-    let mut next = 0;
-    let mut named = Vec::with_capacity(items.len());
-    for (key, item) in items {
-        let position = asked[next..].iter().position(|&i| keys[i] == key.as_slice()).map(|p| p + next);
-        // A server that answered out of order is still understood (searched from the start).
-        let Some(p) = position.or_else(|| asked.iter().position(|&i| keys[i] == key.as_slice())) else {
-            continue;
-        };
-        named.push((asked[p], item));
-        next = p + 1;
-    }
-    named
+/// Where `key` is among `asked` (indexes into `keys`, those of one request), searched from
+/// `*next` on since a server answers hits in the order they were asked (and from the start for
+/// one that did not); moves `*next` past it. `None` for a key that was not asked.
+pub(super) fn in_order(keys: &[&[u8]], asked: &[usize], next: &mut usize, key: &[u8]) -> Option<usize> {
+    let from_next = asked[*next..].iter().position(|&i| keys[i] == key).map(|p| p + *next);
+    let p = from_next.or_else(|| asked.iter().position(|&i| keys[i] == key))?;
+    *next = p + 1;
+    Some(asked[p])
 }
 
 /// One request per member and run of up to [`KEYS_PER_REQUEST`] of its keys, each made by

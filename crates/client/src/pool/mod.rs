@@ -27,6 +27,7 @@ pub use window::WindowOptions;
 
 use crate::client::{check_key, Client, Item, Options, Stored};
 use crate::error::{Error, Result};
+use crate::hits::Hits;
 use crate::lease::{FillOptions, Lease, LeaseStored};
 use member::Member;
 use shoal_route::{Hashing, Placement, Server};
@@ -119,6 +120,8 @@ pub struct Pool {
     digests: Vec<Option<shoal_route::digest::Digest>>,
     migrate_ttl: i64,
     counters: PoolCounters,
+    /// Where a multiget gathers the servers' answers, kept for the next one.
+    answers: Hits,
 }
 
 /// Whether an error means the server could not be reached (as opposed to an answer).
@@ -157,6 +160,7 @@ impl Pool {
             digests: Vec::new(),
             migrate_ttl: options.migrate_ttl,
             counters: PoolCounters::default(),
+            answers: Hits::default(),
         })
     }
 

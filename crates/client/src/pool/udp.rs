@@ -6,9 +6,11 @@
 //! the whole request a miss — counted, and never a wrong value: only answers from the server
 //! asked, with the request's id, in sequence, for keys that were asked, are taken.
 
+use super::batch::in_order;
 use super::Pool;
-use crate::client::{read_values, retrieval_request, Item};
+use crate::client::{read_values_each, retrieval_request};
 use crate::conn::Connection;
+use crate::hits::Hits;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -78,13 +80,8 @@ fn datagram_runs(keys: &[&[u8]], indexes: &[usize]) -> Vec<Vec<usize>> {
 
 impl Pool {
     /// Gets `keys[i]` for every `i` of `per_member[m]` from member `m` over UDP, waiting up to
-    /// the client's I/O timeout; hits go onto `found`, everything unanswered is a miss.
-    pub(crate) fn udp_get(
-        &mut self,
-        keys: &[&[u8]],
-        per_member: Vec<Vec<usize>>,
-        found: &mut Vec<(usize, Item)>,
-    ) {
+    /// the client's I/O timeout; hits are added to `found`, everything unanswered is a miss.
+    pub(crate) fn udp_get(&mut self, keys: &[&[u8]], per_member: Vec<Vec<usize>>, found: &mut Hits) {
         let timeout = self.client.io_timeout.unwrap_or(Duration::from_secs(1));
         let udp = self.udp.as_mut().expect("UDP gets are on");
         if udp.socket.is_none() {
@@ -121,12 +118,18 @@ impl Pool {
         }
         let mut misses = unsent;
         for p in pending {
-            let items = (p.complete && !p.broken)
-                .then(|| read_values(&mut Connection::finished(p.answer)).ok())
-                .flatten();
-            match items {
-                Some(items) => found.extend(super::batch::indexed(keys, &p.keys, items)),
-                None => misses += p.keys.len(),
+            let mark = found.mark();
+            let mut next = 0;
+            let read = (p.complete && !p.broken).then(|| {
+                read_values_each(&mut Connection::finished(p.answer), |key, item| {
+                    if let Some(i) = in_order(keys, &p.keys, &mut next, key) {
+                        found.push(i, item);
+                    }
+                })
+            });
+            if !matches!(read, Some(Ok(()))) {
+                found.rewind(mark);
+                misses += p.keys.len();
             }
         }
         self.counters.udp_misses += misses as u64;
