@@ -14,7 +14,7 @@ fuzz_target!(|line: &[u8]| {
     if let Some(h) = ValueHeader::parse(line) {
         let cas = if line.split(|&b| b == b' ').count() == 5 { format!(" {}", h.cas) } else { String::new() };
         let printed = [b"VALUE ", h.key, format!(" {} {}{cas}", h.flags, h.len).as_bytes()].concat();
-        // Numbers may have had leading zeros or a `+`; everything else is as it came.
+        // Numbers may have had leading zeros; everything else is as it came.
         assert_eq!(ValueHeader::parse(&printed), Some(h));
     }
     if let Some((name, value)) = stat(line) {
