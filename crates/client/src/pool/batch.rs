@@ -260,6 +260,9 @@ impl Pool {
         requests: Vec<Request>,
         mut read: impl FnMut(&mut Client, &Request) -> Result<R>,
     ) -> Vec<(Request, Result<R>)> {
+        if requests.is_empty() {
+            return Vec::new(); // a batch read wholly from shared memory sets nothing up
+        }
         let mut pending = requests.into_iter();
         let mut outstanding: VecDeque<Request> = VecDeque::new();
         let mut failed = vec![false; self.members.len()];
