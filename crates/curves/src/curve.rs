@@ -36,8 +36,9 @@ impl HitRatioCurve {
     /// beyond the curve.
     pub fn hit_ratio(&self, bytes: u64) -> f64 {
         let at = bytes as f64 / self.step as f64;
+        // `as` saturates, so a size past the curve lands on `usize::MAX`: the `+ 1` must too.
         let below = at.floor() as usize;
-        match (self.hits.get(below), self.hits.get(below + 1)) {
+        match (self.hits.get(below), self.hits.get(below.saturating_add(1))) {
             (Some(&a), Some(&b)) => a + (b - a) * (at - below as f64),
             (Some(&a), None) => a,
             _ => self.hits.last().copied().unwrap_or(0.0),
@@ -106,5 +107,15 @@ mod tests {
         assert!((curve.hit_ratio(15) - 0.075).abs() < 1e-12);
         assert_eq!(curve.points_to_reach(0.5), Some(3));
         assert_eq!(curve.points_to_reach(0.95), None);
+    }
+
+    #[test]
+    fn any_size_past_the_curve_has_the_last_points_ratio() {
+        // Found by the controller_answers fuzz target: a step of one byte put `u64::MAX` on
+        // the last index a `usize` holds, and the next point's index overflowed.
+        let curve = HitRatioCurve::new(1, vec![0.1, 0.2]);
+        assert_eq!(curve.hit_ratio(u64::MAX), 0.2);
+        assert_eq!(curve.hit_ratio(2), 0.2);
+        assert_eq!(HitRatioCurve::new(1, vec![]).hit_ratio(u64::MAX), 0.0);
     }
 }
