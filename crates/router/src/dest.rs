@@ -5,26 +5,24 @@
 //! handle needs to send.
 
 use crate::config::Config;
-use crate::reply::read_reply;
+use crate::connection::Connection;
 use crate::request::{ErrorKind, Reply, Request, Shape};
 use crate::route::Child;
 use shoal_client::spool::Spools;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 
 /// Consecutive failures that mark a destination TKO ("technical knock-out").
 pub const TKO_AFTER: u32 = 3;
 /// How often a TKO destination is probed with `version`.
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
-/// Requests one destination connection may have in flight; more fail at once (backpressure
-/// on a destination that stopped answering, instead of unbounded queues).
-const MAX_IN_FLIGHT: usize = 4096;
 
 /// A destination's health, shared by every worker.
 #[derive(Debug, Default)]
@@ -45,7 +43,7 @@ impl Health {
         self.tko.load(Ordering::Relaxed)
     }
 
-    fn success(&self) {
+    pub(crate) fn success(&self) {
         self.sent.fetch_add(1, Ordering::Relaxed);
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
@@ -53,7 +51,7 @@ impl Health {
     }
 
     /// Counts a failure; true when it marked the destination TKO (the caller starts a probe).
-    fn failure(&self) -> bool {
+    pub(crate) fn failure(&self) -> bool {
         self.failed.fetch_add(1, Ordering::Relaxed);
         let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         n >= TKO_AFTER
@@ -106,19 +104,12 @@ impl Shared {
     }
 }
 
-/// One request waiting for its answer on a destination connection.
-struct Job {
-    bytes: Vec<u8>,
-    shape: Shape,
-    answer: oneshot::Sender<Result<Vec<u8>, (ErrorKind, String)>>,
-}
-
 /// A worker thread's connections by destination address (kept across reloads), and, for the
 /// configuration it last served, each destination's health and connection by index (so a
 /// request hashes no address and takes no lock shared with other workers).
 #[derive(Default)]
 pub struct Worker {
-    connections: RefCell<HashMap<String, mpsc::Sender<Job>>>,
+    connections: RefCell<HashMap<String, Rc<Connection>>>,
     links: RefCell<Links>,
 }
 
@@ -132,7 +123,7 @@ struct Links {
 /// One destination as a worker sees it.
 struct Link {
     health: Arc<Health>,
-    connection: Option<mpsc::Sender<Job>>,
+    connection: Option<Rc<Connection>>,
 }
 
 /// What a route handle needs to carry out a request: the configuration it started with, the
@@ -198,12 +189,11 @@ impl Ctx {
     }
 
     /// Sends request bytes whose answer has `shape` to destination `dest` and waits for the
-    /// answer (at once an error if it is TKO, unless `fail_open`); counts it in the
-    /// destination's health (failures towards TKO).
+    /// answer (at once an error if it is TKO, unless `fail_open`). The connection counts it in
+    /// the destination's health (failures towards TKO).
     pub async fn exchange(&self, dest: usize, bytes: Vec<u8>, shape: Shape, fail_open: bool) -> Reply {
         let destination = &self.config.destinations[dest];
-        let (answer, wait) = oneshot::channel();
-        let health = {
+        let waiting = {
             let mut links = self.links();
             let link = &mut links.by_dest[dest];
             if link.health.is_tko() && !fail_open {
@@ -215,59 +205,32 @@ impl Ctx {
                     link.connection.insert(self.connection(&destination.address, destination.connect_timeout))
                 }
             };
-            if connection.try_send(Job { bytes, shape, answer }).is_err() {
-                return Reply::Error(
-                    ErrorKind::Timeout,
-                    format!("{} has too many requests in flight", destination.address),
-                );
-            }
-            link.health.clone()
-        };
-        health.pending.fetch_add(1, Ordering::Relaxed);
-        let waited = tokio::time::timeout(destination.server_timeout, wait).await;
-        health.pending.fetch_sub(1, Ordering::Relaxed);
-        let result = match waited {
-            Ok(Ok(Ok(answer))) => Ok(answer),
-            Ok(Ok(Err(e))) => Err(e),
-            Ok(Err(_)) => Err((ErrorKind::Connect, format!("connection to {} closed", destination.address))),
-            Err(_) => Err((
-                ErrorKind::Timeout,
-                format!("{} did not answer within {:?}", destination.address, destination.server_timeout),
-            )),
-        };
-        match result {
-            Ok(answer) => {
-                health.success();
-                Reply::Answer(answer)
-            }
-            Err((kind, message)) => {
-                if health.failure() {
-                    tokio::task::spawn_local(probe(
-                        destination.address.clone(),
-                        destination.connect_timeout,
-                        health,
-                    ));
+            match connection.send(&bytes, shape, destination.server_timeout) {
+                Some(waiting) => waiting,
+                None => {
+                    return Reply::Error(
+                        ErrorKind::Timeout,
+                        format!("{} has too many requests in flight", destination.address),
+                    )
                 }
-                Reply::Error(kind, message)
             }
+        };
+        match waiting.await {
+            Ok(answer) => Reply::Answer(answer),
+            Err((kind, why)) => Reply::Error(kind, why),
         }
     }
 
     /// The worker's connection to `address`, opened now if it has none (or it died).
-    fn connection(&self, address: &str, connect_timeout: Duration) -> mpsc::Sender<Job> {
+    fn connection(&self, address: &str, connect_timeout: Duration) -> Rc<Connection> {
         let mut connections = self.worker.connections.borrow_mut();
-        if let Some(sender) = connections.get(address).filter(|s| !s.is_closed()) {
-            return sender.clone();
+        if let Some(connection) = connections.get(address).filter(|c| !c.is_closed()) {
+            return connection.clone();
         }
-        let (sender, receiver) = mpsc::channel(MAX_IN_FLIGHT);
-        tokio::task::spawn_local(serve(
-            address.to_string(),
-            connect_timeout,
-            receiver,
-            self.shared.max_value_bytes,
-        ));
-        connections.insert(address.to_string(), sender.clone());
-        sender
+        let health = self.shared.health(address);
+        let connection = Connection::open(address, connect_timeout, health, self.shared.max_value_bytes);
+        connections.insert(address.to_string(), connection.clone());
+        connection
     }
 }
 
@@ -281,6 +244,25 @@ pub(crate) enum Stream {
 type Halves = (Box<dyn tokio::io::AsyncRead + Unpin>, Box<dyn tokio::io::AsyncWrite + Unpin>);
 
 impl Stream {
+    /// Reads into `buf` (as `AsyncRead::poll_read`, which also notes a short read drained the
+    /// socket, saving the read that would find it empty).
+    pub(crate) fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
+        let mut buf = ReadBuf::new(buf);
+        let polled = match self {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, &mut buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, &mut buf),
+        };
+        polled.map_ok(|()| buf.filled().len())
+    }
+
+    /// Writes from `bytes`.
+    pub(crate) fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, bytes),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, bytes),
+        }
+    }
+
     fn halves(self) -> Halves {
         match self {
             Stream::Tcp(s) => {
@@ -311,72 +293,8 @@ pub(crate) async fn connect(address: &str, timeout: Duration) -> std::io::Result
         .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
 }
 
-/// The connection task: writes requests as they come (several at once when they queue up)
-/// and hands answers back in order. Any failure ends it, failing what is in flight; the next
-/// request opens a new one.
-async fn serve(address: String, connect_timeout: Duration, mut jobs: mpsc::Receiver<Job>, max_value: usize) {
-    let stream = match connect(&address, connect_timeout).await {
-        Ok(s) => s,
-        Err(e) => {
-            jobs.close();
-            while let Ok(job) = jobs.try_recv() {
-                let _ =
-                    job.answer.send(Err((ErrorKind::Connect, format!("cannot connect to {address}: {e}"))));
-            }
-            return;
-        }
-    };
-    let (read, mut write) = stream.halves();
-    let (in_flight, mut waiting) = mpsc::unbounded_channel::<(Shape, oneshot::Sender<_>)>();
-    let writer = async {
-        let mut batch = Vec::new();
-        while let Some(job) = jobs.recv().await {
-            let _ = in_flight.send((job.shape, job.answer));
-            let mut more = jobs.try_recv().ok();
-            let bytes = if more.is_none() {
-                &job.bytes // alone: written as it is
-            } else {
-                batch.clear();
-                batch.extend_from_slice(&job.bytes);
-                while let Some(next) = more {
-                    batch.extend_from_slice(&next.bytes);
-                    let _ = in_flight.send((next.shape, next.answer));
-                    more = jobs.try_recv().ok();
-                }
-                &batch
-            };
-            if write.write_all(bytes).await.is_err() {
-                return;
-            }
-        }
-    };
-    let reader = async {
-        let mut read = BufReader::new(read);
-        while let Some((shape, answer)) = waiting.recv().await {
-            match read_reply(&mut read, shape, max_value).await {
-                Ok(bytes) => {
-                    let _ = answer.send(Ok(bytes));
-                }
-                Err(e) => {
-                    let kind = if e.kind() == std::io::ErrorKind::InvalidData {
-                        ErrorKind::Remote
-                    } else {
-                        ErrorKind::Connect
-                    };
-                    let _ = answer.send(Err((kind, format!("{address}: {e}"))));
-                    return;
-                }
-            }
-        }
-    };
-    tokio::select! {
-        _ = writer => {}
-        _ = reader => {}
-    }
-}
-
 /// Probes a TKO destination with `version` until it answers, then clears the mark.
-async fn probe(address: String, connect_timeout: Duration, health: Arc<Health>) {
+pub(crate) async fn probe(address: String, connect_timeout: Duration, health: Arc<Health>) {
     use tokio::io::AsyncBufReadExt;
     loop {
         tokio::time::sleep(PROBE_EVERY).await;

@@ -11,22 +11,24 @@
 //!  client ──► worker thread (tokio, one per -t) ──► proxy: shoal-proto parser, one Request per key
 //!                 │ Config::route_for(/region/cluster/) ──► Route::execute (route.rs)
 //!                 ▼
-//!           Ctx::send ──► the worker's one connection per destination (dest.rs), pipelined,
-//!                 │       answers in order; health: TKO after failures, a probe brings it back
+//!           Ctx::send ──► the worker's one connection per destination (connection.rs): an event
+//!                 │       loop that pipelines, answers in order; health (dest.rs): TKO, probes
 //!                 └─► deletes under AllAsyncRoute or /*/*/ ──► spool file ──► delivery thread
 //! ```
 
 mod config;
+mod connection;
 mod dest;
 mod metrics;
 mod multiget;
 mod provisioned;
 mod proxy;
-mod reply;
+pub mod reply;
 mod request;
 mod route;
 
 pub use config::{Config, ConfigError};
+pub use request::Shape;
 
 use clap::Args;
 use dest::{Shared, Worker};

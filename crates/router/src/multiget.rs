@@ -95,7 +95,7 @@ fn sent_key(request: &Request, to: Direct) -> &[u8] {
     }
 }
 
-/// Finds each `VALUE` block of a batch's answer (already checked whole by `read_reply`) and
+/// Finds each `VALUE` block of a batch's answer (already checked whole by `reply::frame`) and
 /// gives it to the batch's next key of that name: a server answers hits in the order asked,
 /// so a key asked twice gets its two blocks in turn.
 fn split(

@@ -1,10 +1,10 @@
-//! Reading a destination's answer to one request, by its [`Shape`], with every size bounded:
-//! a destination that sends garbage, an endless line or a value larger than the router allows
-//! fails (`InvalidData`), and the connection is closed rather than read any further.
+//! Finding a destination's answer to one request in the bytes read so far, by its [`Shape`],
+//! with every size bounded: a destination that sends garbage, an endless line or a value larger
+//! than the router allows fails (`InvalidData`), and the connection is closed rather than read
+//! any further.
 
 use crate::request::Shape;
 use std::io::{Error, ErrorKind};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
 /// The longest answer line accepted (memcached's are a few hundred bytes).
 const MAX_LINE: usize = 64 << 10;
@@ -13,36 +13,38 @@ fn garbage(what: String) -> Error {
     Error::new(ErrorKind::InvalidData, what)
 }
 
-/// One line, `\r\n` included.
-async fn line<R: AsyncBufRead + Unpin>(reader: &mut R, out: &mut Vec<u8>) -> std::io::Result<usize> {
-    let start = out.len();
-    let n = (&mut *reader).take(MAX_LINE as u64).read_until(b'\n', out).await?;
-    if n == 0 {
-        return Err(Error::new(ErrorKind::UnexpectedEof, "the destination closed the connection"));
-    }
-    if !out.ends_with(b"\r\n") {
-        return Err(garbage(format!("an answer line of over {MAX_LINE} bytes, or without \\r\\n")));
-    }
-    Ok(start)
+/// A whole answer at the start of the bytes read.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Bytes the answer takes.
+    pub len: usize,
+    /// Bytes of it handed on: all but, for [`Shape::Values`], the `END` line (so that a
+    /// multiget's pieces can be joined).
+    pub answer: usize,
 }
 
-/// Reads `n` bytes of data and its `\r\n`.
-async fn data<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    n: usize,
-    max: usize,
-    out: &mut Vec<u8>,
-) -> std::io::Result<()> {
+/// The end of the line that starts at `at` (just past its `\r\n`), if it is all there.
+fn line_end(bytes: &[u8], at: usize) -> Result<Option<usize>, Error> {
+    let window = &bytes[at..bytes.len().min(at + MAX_LINE)];
+    match window.iter().position(|&b| b == b'\n') {
+        Some(i) if i > 0 && window[i - 1] == b'\r' => Ok(Some(at + i + 1)),
+        Some(_) => Err(garbage("an answer line without \\r\\n".into())),
+        None if window.len() == MAX_LINE => Err(garbage(format!("an answer line of over {MAX_LINE} bytes"))),
+        None => Ok(None),
+    }
+}
+
+/// The end of a data block of `n` bytes and its `\r\n` that starts at `at`, if it is all there.
+fn data_end(bytes: &[u8], at: usize, n: usize, max: usize) -> Result<Option<usize>, Error> {
     if n > max {
         return Err(garbage(format!("a value of {n} bytes (at most {max})")));
     }
-    let start = out.len();
-    out.resize(start + n + 2, 0);
-    reader.read_exact(&mut out[start..]).await?;
-    if !out.ends_with(b"\r\n") {
-        return Err(garbage("a value block did not end in \\r\\n".into()));
+    let end = at + n + 2;
+    match bytes.get(end - 2..end) {
+        None => Ok(None),
+        Some(b"\r\n") => Ok(Some(end)),
+        Some(_) => Err(garbage("a value block did not end in \\r\\n".into())),
     }
-    Ok(())
 }
 
 /// Whether a line is an error answer, which ends any reply.
@@ -56,60 +58,58 @@ fn length(line: &[u8], index: usize) -> Option<usize> {
     text.split(' ').nth(index)?.parse().ok()
 }
 
-/// Reads one answer of `shape`: the raw bytes (for [`Shape::Values`] without the `END` line,
-/// so that a multiget's pieces can be joined).
-pub async fn read_reply<R: AsyncBufRead + Unpin>(
-    reader: &mut R,
-    shape: Shape,
-    max_value: usize,
-) -> std::io::Result<Vec<u8>> {
-    // Room for a typical answer (a line and a small value) without growing.
-    let mut out = Vec::with_capacity(256);
+/// The answer of `shape` at the start of `bytes`: `None` while it is not all there, an error
+/// (`InvalidData`) when it cannot be one.
+pub fn frame(bytes: &[u8], shape: Shape, max_value: usize) -> Result<Option<Frame>, Error> {
+    let Some(first) = line_end(bytes, 0)? else { return Ok(None) };
+    let whole = |len| Ok(Some(Frame { len, answer: len }));
     match shape {
-        Shape::Line => {
-            line(reader, &mut out).await?;
+        Shape::Line => whole(first),
+        Shape::Meta if bytes.starts_with(b"VA ") => {
+            let n = length(&bytes[..first], 1).ok_or_else(|| garbage("a VA line without a length".into()))?;
+            data_end(bytes, first, n, max_value)?.map_or(Ok(None), whole)
         }
-        Shape::Meta => {
-            let start = line(reader, &mut out).await?;
-            if out[start..].starts_with(b"VA ") {
-                let n =
-                    length(&out[start..], 1).ok_or_else(|| garbage("a VA line without a length".into()))?;
-                data(reader, n, max_value, &mut out).await?;
+        Shape::Meta => whole(first),
+        Shape::Values if is_error_line(&bytes[..first]) => whole(first),
+        Shape::Values => {
+            let (mut at, mut end) = (0, first);
+            loop {
+                let line = &bytes[at..end];
+                if line == b"END\r\n" {
+                    return Ok(Some(Frame { len: end, answer: at }));
+                }
+                // VALUE <key> <flags> <bytes> [<cas>]; LVALUE <key> <token> <flags> <bytes>
+                let n = if line.starts_with(b"VALUE ") {
+                    length(line, 3)
+                } else if line.starts_with(b"LVALUE ") {
+                    length(line, 4)
+                } else {
+                    None
+                };
+                let n = n.ok_or_else(|| {
+                    garbage(format!("unexpected answer {:?}", String::from_utf8_lossy(line)))
+                })?;
+                let Some(data) = data_end(bytes, end, n, max_value)? else { return Ok(None) };
+                let Some(next) = line_end(bytes, data)? else { return Ok(None) };
+                (at, end) = (data, next);
             }
         }
-        Shape::Values => loop {
-            let start = line(reader, &mut out).await?;
-            let this = &out[start..];
-            if this == b"END\r\n" {
-                out.truncate(start);
-                return Ok(out);
-            }
-            if start == 0 && is_error_line(this) {
-                return Ok(out);
-            }
-            // VALUE <key> <flags> <bytes> [<cas>]; LVALUE <key> <token> <flags> <bytes>
-            let n = if this.starts_with(b"VALUE ") {
-                length(this, 3)
-            } else if this.starts_with(b"LVALUE ") {
-                length(this, 4)
-            } else {
-                None
-            };
-            let n =
-                n.ok_or_else(|| garbage(format!("unexpected answer {:?}", String::from_utf8_lossy(this))))?;
-            data(reader, n, max_value, &mut out).await?;
-        },
     }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The answer `frame` finds, which must not be found in any shorter prefix; cut short,
+    /// the bytes are "not all there" (or garbage already).
     fn read(bytes: &[u8], shape: Shape) -> std::io::Result<Vec<u8>> {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        rt.block_on(async { read_reply(&mut &bytes[..], shape, 1000).await })
+        let found = frame(bytes, shape, 1000)?;
+        let Frame { len, answer } = found.ok_or(Error::from(ErrorKind::UnexpectedEof))?;
+        for cut in 0..len {
+            assert!(!matches!(frame(&bytes[..cut], shape, 1000), Ok(Some(_))), "found in {cut} bytes");
+        }
+        Ok(bytes[..answer].to_vec())
     }
 
     #[test]

@@ -520,3 +520,67 @@ fn a_multiget_across_routes_keeps_each_pools_prefix_rule_and_the_order_asked() {
         .collect();
     assert_eq!(hits, expected.iter().map(String::as_str).collect::<Vec<_>>(), "{answer}");
 }
+
+#[test]
+fn a_stalled_destination_times_out_and_its_late_answers_go_to_no_other_request() {
+    let backend = Server::shoal("stall", 0, &[]);
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{}"], "server_timeout": 300, "connect_timeout": 2000 }} }}, "route": {} }}"#,
+        backend.address(),
+        pool_route("A")
+    );
+    let router = Router::start("stall", &config);
+    let mut c = router.client();
+    assert!(eventually(5, || c.set(b"first", b"1", 0, 0).is_ok()), "the router reaches the backend");
+    c.set(b"second", b"2", 0, 0).unwrap();
+    backend.pause();
+    let started = Instant::now();
+    assert!(matches!(c.get(b"first"), Err(shoal_client::Error::Server(_))), "SERVER_ERROR on a timeout");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(3), "{waited:?}");
+    backend.resume();
+    // The late answer to the first get arrives now, on the same connection: it is dropped,
+    // not handed to the next request.
+    assert_eq!(c.get(b"second").unwrap().unwrap().value, b"2");
+    assert_eq!(c.get(b"first").unwrap().unwrap().value, b"1");
+    assert_eq!(router.stat("destinations_tko"), "0", "one timeout is not a TKO");
+}
+
+#[test]
+fn a_destination_that_answers_garbage_fails_the_request_and_is_reconnected() {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    // Answers every request line with a line no memcached sends.
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut lines = std::io::BufReader::new(stream.try_clone().unwrap()).lines();
+                while let Some(Ok(_)) = lines.next() {
+                    if stream.write_all(b"HELLO THERE\r\n").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let config = format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{address}"], "server_timeout": 2000, "connect_timeout": 2000 }} }}, "route": {} }}"#,
+        pool_route("A")
+    );
+    let router = Router::start("garbage", &config);
+    for _ in 0..2 {
+        let answer = router.raw(b"get k\r\n", b"\r\n");
+        assert!(answer.starts_with("SERVER_ERROR ") && answer.contains("unexpected answer"), "{answer}");
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "a new connection after garbage");
+    assert_eq!(
+        router.raw(b"version\r\n", b"\r\n").split(' ').next(),
+        Some("VERSION"),
+        "the router still serves"
+    );
+}
