@@ -11,12 +11,14 @@
 #   RATE       operations per second per client, 3 clients (default 1000)
 #   WARMUP     operations that warm the cache before each measured run (default 40000; a
 #              higher RATE needs more, or the run's first seconds still fill the cache)
+#   RECORDS    records in the table (default 100000; YCSB's own workload B file ships 1000)
+#   PLOT       where the plot goes (default docs/gutter.png)
 # `bench/gutter.sh --report <run directory>` prints a run's table again (same settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kill_at=${KILL_AT:-30} kill_secs=${KILL_SECS:-60} after=${AFTER:-20} rate=${RATE:-1000} warmup=${WARMUP:-40000}
-records=100000
+records=${RECORDS:-100000} plot=${PLOT:-docs/gutter.png}
 say() { printf '%s\n' "$*" >&2; }
 # report: the table of a run in $out (kill_at, kill_secs, rate as the run had them).
 report() {
@@ -46,7 +48,7 @@ report() {
     .datastore_reads_per_second as $t
     | ($t[(if $at > 22 then $at - 20 else 2 end):($at - 1)] | add / length) as $before
     | ($before / ($rate * 3 * 0.95)) as $missed
-    | "Model (`bench/gutter-model.py --ops-per-second \($rate * 3)`): \($model) % of the killed server'"'"'s reads miss in Gutter at this rate (10 s TTL, updates deleting), a rise of about \((($model / 100 - $missed) / (1 - $missed) * 100) | round) % of its former hits given the \(($missed * 100) | round) % of reads that missed before the outage."' \
+    | "Model (`bench/gutter-model.py --records '"$records"' --ops-per-second \($rate * 3)`): \($model) % of the killed server'"'"'s reads miss in Gutter at this rate (10 s TTL, updates deleting), a rise of about \((($model / 100 - $missed) / (1 - $missed) * 100) | round) % of its former hits given the \(($missed * 100) | round) % of reads that missed before the outage."' \
     "$out/with-gutter.ycsb.json"
 }
 }
@@ -112,4 +114,4 @@ for run in with-gutter without-gutter; do
 done
 
 report | tee "$out/table.md"
-python3 bench/gutter-plot.py "$out" docs/gutter.png "$kill_at" "$kill_secs" >&2
+python3 bench/gutter-plot.py "$out" "$plot" "$kill_at" "$kill_secs" >&2

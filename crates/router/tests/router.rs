@@ -27,6 +27,15 @@ fn pool_route(name: &str) -> String {
     format!(r#"{{ "type": "PoolRoute", "pool": "{name}", "hash": "jump" }}"#)
 }
 
+/// A config of one pool `A` of one server at `address`, with its timeouts in milliseconds.
+fn one_server(address: &str, server_timeout: u64, connect_timeout: u64) -> String {
+    format!(
+        r#"{{ "pools": {{ "A": {{ "servers": ["{address}"], "server_timeout": {server_timeout},
+                                "connect_timeout": {connect_timeout} }} }}, "route": {} }}"#,
+        pool_route("A")
+    )
+}
+
 fn jump(servers: &[String]) -> shoal_route::Placement {
     shoal_route::Placement::from_strings(shoal_route::Hashing::Jump, servers).unwrap()
 }
@@ -111,12 +120,7 @@ fn failover_to_gutter_with_a_clamped_ttl_and_tko() {
 fn a_destination_killed_and_restarted_is_probed_back() {
     let port = free_port();
     let backend = Server::shoal("tko-0", port, &[]);
-    let config = format!(
-        r#"{{ "pools": {{ "A": {{ "servers": ["{}"], "server_timeout": 300, "connect_timeout": 300 }} }}, "route": {} }}"#,
-        backend.address(),
-        pool_route("A")
-    );
-    let router = Router::start("tko", &config);
+    let router = Router::start("tko", &one_server(&backend.address(), 300, 300));
     let mut c = router.client();
     // The 300 ms timeouts can pass on a loaded machine before the first connection is up.
     assert!(eventually(5, || c.set(b"k", b"v", 0, 0).is_ok()), "the router reaches the backend");
@@ -524,12 +528,7 @@ fn a_multiget_across_routes_keeps_each_pools_prefix_rule_and_the_order_asked() {
 #[test]
 fn a_stalled_destination_times_out_and_its_late_answers_go_to_no_other_request() {
     let backend = Server::shoal("stall", 0, &[]);
-    let config = format!(
-        r#"{{ "pools": {{ "A": {{ "servers": ["{}"], "server_timeout": 300, "connect_timeout": 2000 }} }}, "route": {} }}"#,
-        backend.address(),
-        pool_route("A")
-    );
-    let router = Router::start("stall", &config);
+    let router = Router::start("stall", &one_server(&backend.address(), 300, 2000));
     let mut c = router.client();
     assert!(eventually(5, || c.set(b"first", b"1", 0, 0).is_ok()), "the router reaches the backend");
     c.set(b"second", b"2", 0, 0).unwrap();
@@ -568,11 +567,7 @@ fn a_destination_that_answers_garbage_fails_the_request_and_is_reconnected() {
             });
         }
     });
-    let config = format!(
-        r#"{{ "pools": {{ "A": {{ "servers": ["{address}"], "server_timeout": 2000, "connect_timeout": 2000 }} }}, "route": {} }}"#,
-        pool_route("A")
-    );
-    let router = Router::start("garbage", &config);
+    let router = Router::start("garbage", &one_server(&address, 2000, 2000));
     for _ in 0..2 {
         let answer = router.raw(b"get k\r\n", b"\r\n");
         assert!(answer.starts_with("SERVER_ERROR ") && answer.contains("unexpected answer"), "{answer}");
