@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # Facebook's Gutter experiment (Scaling Memcache §3.3) through `shoal router`: a look-aside
-# workload (`shoal bench ycsb`, read-heavy, over PostgreSQL) reads through a router in front
-# of 4 `shoal server`s; one of them is killed (-9) for KILL_SECS and then restarted empty. Run
-# twice: with a 1-server Gutter pool (FailoverWithExptimeRoute, failover_exptime 10) and
-# without one. Prints the database's read rate before and during the outage for both, and draws
-# both timelines into docs/gutter.png (bench/gutter-plot.py).
+# workload (`shoal bench ycsb`, read-heavy, over PostgreSQL: YCSB's workload B) reads through
+# a router in front of 4 `shoal server`s; one of them is killed (-9) for KILL_SECS and then
+# restarted empty. Run twice: with a 1-server Gutter pool (FailoverWithExptimeRoute,
+# failover_exptime 10) and without one. Prints the database's read rate before and during the
+# outage for both, and draws both timelines into docs/gutter.png (bench/gutter-plot.py).
 #   KILL_AT    seconds into the measured run when the server is killed (default 30)
 #   KILL_SECS  how long it stays down (default 60)
 #   AFTER      seconds measured after it returns (default 20)
 #   RATE       operations per second per client, 3 clients (default 1000)
 #   WARMUP     operations that warm the cache before each measured run (default 40000; a
 #              higher RATE needs more, or the run's first seconds still fill the cache)
-#   RECORDS    records in the table (default 100000; YCSB's own workload B file ships 1000)
+#   RECORDS    records in the table (default 1000, as YCSB's own workloads/workloadb sets)
 #   PLOT       where the plot goes (default docs/gutter.png)
 # `bench/gutter.sh --report <run directory>` prints a run's table again (same settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kill_at=${KILL_AT:-30} kill_secs=${KILL_SECS:-60} after=${AFTER:-20} rate=${RATE:-1000} warmup=${WARMUP:-40000}
-records=${RECORDS:-100000} plot=${PLOT:-docs/gutter.png}
+records=${RECORDS:-1000} plot=${PLOT:-docs/gutter.png}
 say() { printf '%s\n' "$*" >&2; }
 # report: the table of a run in $out (kill_at, kill_secs, rate as the run had them).
 report() {
