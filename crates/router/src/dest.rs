@@ -1,8 +1,8 @@
-//! Destinations: one connection per destination and worker thread, opened when first needed
-//! and shared by every request of every client of that worker (a router's point: thousands of
-//! clients, a handful of server connections); health shared by all workers (TKO after
-//! consecutive failures, a probe that brings a destination back); and [`Ctx`], what a route
-//! handle needs to send.
+//! Destinations: one connection per destination and worker thread (`connection.rs`), opened
+//! when first needed and shared by every request of every client of that worker (a router's
+//! point: thousands of clients, a handful of server connections); health shared by all workers
+//! (TKO after consecutive failures, a probe that brings a destination back); and [`Ctx`], what
+//! a route handle needs to send.
 
 use crate::config::Config;
 use crate::connection::Connection;
