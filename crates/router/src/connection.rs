@@ -3,7 +3,7 @@
 //! together, and answered in the order they were written.
 //!
 //! ```text
-//!  client tasks ──send()──► out (bytes) + waiting (one slot per request, oldest first)
+//!  client tasks ──send()──► out (encoded) + waiting (one slot per request, oldest first)
 //!                                │  wakes the connection task when `out` gets its first bytes
 //!  connection task: write out ──► destination ──► read into input ──► frame() ──► slot answered,
 //!                   one timer at the oldest unanswered slot's deadline ──► slot timed out
@@ -145,9 +145,14 @@ impl Connection {
         self.state.borrow().closed
     }
 
-    /// Queues request `bytes`, whose answer has `shape`, to be answered within `timeout`;
-    /// `None` when too many requests are in flight already.
-    pub fn send(&self, bytes: &[u8], shape: Shape, timeout: Duration) -> Option<Waiting> {
+    /// Queues the request `encode` appends to the output buffer, whose answer has `shape`, to
+    /// be answered within `timeout`; `None` when too many requests are in flight already.
+    pub fn send(
+        &self,
+        encode: impl FnOnce(&mut Vec<u8>),
+        shape: Shape,
+        timeout: Duration,
+    ) -> Option<Waiting> {
         let mut state = self.state.borrow_mut();
         if state.waiting.len() >= MAX_IN_FLIGHT {
             return None;
@@ -166,7 +171,7 @@ impl Connection {
                 task.wake_by_ref();
             }
         }
-        state.out.extend_from_slice(bytes);
+        encode(&mut state.out);
         self.health.pending.fetch_add(1, Ordering::Relaxed);
         Some(Waiting(slot))
     }

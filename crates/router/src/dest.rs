@@ -177,21 +177,28 @@ impl Ctx {
 
     /// Sends `request` to destination `dest` and waits for its answer (or spools a delete).
     pub async fn send(&self, dest: usize, request: &Request, keep_routing_prefix: bool) -> Reply {
-        let bytes = request.encode(keep_routing_prefix);
         if self.spool && self.spools(request) {
+            let bytes = request.encode(keep_routing_prefix);
             let address = &self.config.destinations[dest].address;
             return match self.shared.spools.append(address, &bytes) {
                 Ok(()) => Reply::Answer(b"DELETED\r\n".to_vec()),
                 Err(e) => Reply::Error(ErrorKind::Connect, format!("spool for {address}: {e}")),
             };
         }
-        self.exchange(dest, bytes, request.shape(), self.fail_open).await
+        let encode = |out: &mut Vec<u8>| request.encode_into(keep_routing_prefix, out);
+        self.exchange(dest, encode, request.shape(), self.fail_open).await
     }
 
-    /// Sends request bytes whose answer has `shape` to destination `dest` and waits for the
-    /// answer (at once an error if it is TKO, unless `fail_open`). The connection counts it in
+    /// Sends the request `encode` writes, whose answer has `shape`, to destination `dest` and
+    /// waits for the answer (at once an error if it is TKO, unless `fail_open`). The connection counts it in
     /// the destination's health (failures towards TKO).
-    pub async fn exchange(&self, dest: usize, bytes: Vec<u8>, shape: Shape, fail_open: bool) -> Reply {
+    pub async fn exchange(
+        &self,
+        dest: usize,
+        encode: impl FnOnce(&mut Vec<u8>),
+        shape: Shape,
+        fail_open: bool,
+    ) -> Reply {
         let destination = &self.config.destinations[dest];
         let waiting = {
             let mut links = self.links();
@@ -205,7 +212,7 @@ impl Ctx {
                     link.connection.insert(self.connection(&destination.address, destination.connect_timeout))
                 }
             };
-            match connection.send(&bytes, shape, destination.server_timeout) {
+            match connection.send(encode, shape, destination.server_timeout) {
                 Some(waiting) => waiting,
                 None => {
                     return Reply::Error(

@@ -36,15 +36,14 @@ pub async fn get_many(keys: &[Request], ctx: &Ctx, out: &mut Vec<u8>) {
     }
     let word: &[u8] = if keys[0].op == Op::Gets { b"gets" } else { b"get" };
     let sent = futures::future::join_all(batches.iter().map(|batch| {
-        let mut line = Vec::with_capacity(
-            word.len() + 2 + batch.keys.iter().map(|&i| keys[i].key.len() + 1).sum::<usize>(),
-        );
-        line.extend_from_slice(word);
-        for &i in &batch.keys {
-            line.push(b' ');
-            line.extend_from_slice(sent_key(&keys[i], batch.to));
-        }
-        line.extend_from_slice(b"\r\n");
+        let line = |out: &mut Vec<u8>| {
+            out.extend_from_slice(word);
+            for &i in &batch.keys {
+                out.push(b' ');
+                out.extend_from_slice(sent_key(&keys[i], batch.to));
+            }
+            out.extend_from_slice(b"\r\n");
+        };
         ctx.exchange(batch.to.dest, line, Shape::Values, batch.to.fail_open)
     }));
     let alone = futures::future::join_all(own.iter().map(|&i| route_one(&keys[i], ctx)));

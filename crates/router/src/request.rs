@@ -201,11 +201,21 @@ impl Request {
 
     /// The bytes to send a server: the key with its routing prefix or without.
     pub fn encode(&self, keep_prefix: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(keep_prefix, &mut out);
+        out
+    }
+
+    /// Appends the bytes to send a server to `out` (a connection's output buffer: no
+    /// allocation of its own).
+    pub fn encode_into(&self, keep_prefix: bool, out: &mut Vec<u8>) {
         if self.op == Op::FlushAll {
-            return match self.exptime {
-                0 => b"flush_all\r\n".to_vec(),
-                delay => format!("flush_all {delay}\r\n").into_bytes(),
-            };
+            out.extend_from_slice(b"flush_all");
+            if self.exptime != 0 {
+                push_field(out, b"", self.exptime);
+            }
+            out.extend_from_slice(b"\r\n");
+            return;
         }
         let key = if keep_prefix { &self.key[..] } else { self.routed_key() };
         let data_len = match &self.body {
@@ -213,7 +223,7 @@ impl Request {
             _ => 0,
         };
         // Base64 makes a key 4/3 as long; the words and numbers fit in the 80.
-        let mut out = Vec::with_capacity(key.len() * 4 / 3 + data_len + 80);
+        out.reserve(key.len() * 4 / 3 + data_len + 80);
         let word = match self.op {
             Op::Get => "get",
             Op::Gets => "gets",
@@ -239,11 +249,11 @@ impl Request {
         };
         out.extend_from_slice(word.as_bytes());
         if matches!(self.op, Op::Gat | Op::Gats) {
-            push_field(&mut out, b"", self.exptime);
+            push_field(out, b"", self.exptime);
         }
         out.push(b' ');
         if let Body::Meta { base64: true, .. } = self.body {
-            shoal_proto::encode_base64(key, &mut out);
+            shoal_proto::encode_base64(key, out);
         } else {
             out.extend_from_slice(key);
         }
@@ -251,23 +261,23 @@ impl Request {
             Body::Get => {}
             Body::Store { flags, data, extra } => {
                 if let (Op::LeaseSet, Some(token)) = (self.op, extra) {
-                    push_field(&mut out, b"", *token);
+                    push_field(out, b"", *token);
                 }
-                push_field(&mut out, b"", *flags);
-                push_field(&mut out, b"", self.exptime);
-                push_field(&mut out, b"", data.len() as u64);
+                push_field(out, b"", *flags);
+                push_field(out, b"", self.exptime);
+                push_field(out, b"", data.len() as u64);
                 if let (Op::Cas, Some(unique)) = (self.op, extra) {
-                    push_field(&mut out, b"", *unique);
+                    push_field(out, b"", *unique);
                 }
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(data);
             }
             Body::Delete { hold } if *hold > 0 => {
-                push_field(&mut out, b"hold ", *hold);
+                push_field(out, b"hold ", *hold);
             }
             Body::Delete { .. } => {}
-            Body::Arith { delta } => push_field(&mut out, b"", *delta),
-            Body::Touch => push_field(&mut out, b"", self.exptime),
+            Body::Arith { delta } => push_field(out, b"", *delta),
+            Body::Touch => push_field(out, b"", self.exptime),
             Body::LeaseGet { stale } => {
                 if *stale {
                     out.extend_from_slice(b" stale");
@@ -275,11 +285,11 @@ impl Request {
             }
             Body::Meta { flags, data, .. } => {
                 if let Some(d) = data {
-                    push_field(&mut out, b"", d.len() as u64);
+                    push_field(out, b"", d.len() as u64);
                 }
                 for flag in flags {
                     if flag.first() == Some(&b'T') && self.op.sets_expiry() {
-                        push_field(&mut out, b"T", self.exptime);
+                        push_field(out, b"T", self.exptime);
                     } else {
                         out.push(b' ');
                         out.extend_from_slice(flag);
@@ -292,7 +302,6 @@ impl Request {
             }
         }
         out.extend_from_slice(b"\r\n");
-        out
     }
 
     /// What the server's answer looks like.
@@ -542,6 +551,16 @@ mod tests {
         assert_eq!(r[0].encode(false), b"gets a\r\n");
         assert_eq!(r[0].encode(true), b"gets /east/web/a\r\n");
         assert_eq!(r[1].encode(false), b"gets b\r\n");
+        // Appended after what a connection's buffer holds already.
+        let mut out = b"get x\r\n".to_vec();
+        r[1].encode_into(false, &mut out);
+        assert_eq!(out, b"get x\r\ngets b\r\n");
+    }
+
+    #[test]
+    fn flush_all_takes_its_delay_or_none() {
+        assert_eq!(Request::flush_all(None, false).encode(false), b"flush_all\r\n");
+        assert_eq!(Request::flush_all(Some(30), true).encode(false), b"flush_all 30\r\n");
     }
 
     #[test]
