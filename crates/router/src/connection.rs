@@ -20,7 +20,10 @@
 //! - The first `expired` slots of `waiting` timed out: their waiters were answered with a
 //!   timeout already, and their answers are read and dropped when they come.
 //! - A slot is answered once; `Health::pending` counts slots not answered yet.
-//! - Once `closed`, nothing is added: the next request opens a new connection.
+//! - Once `closed`, nothing is added: the next request opens a new connection. A connection
+//!   whose queue is full while its oldest request has timed out is closed too; otherwise a
+//!   server that stopped answering on it, but answers new connections (and so the TKO probe),
+//!   would fail every request sent to it for as long as the connection stayed up.
 
 use crate::dest::{connect, probe, Health, Stream};
 use crate::reply::frame;
@@ -155,6 +158,15 @@ impl Connection {
     ) -> Option<Waiting> {
         let mut state = self.state.borrow_mut();
         if state.waiting.len() >= MAX_IN_FLIGHT {
+            if state.expired > 0 {
+                // Full, and its oldest request timed out: the destination stopped answering on
+                // this connection. Closed, so that the next request opens a new one instead of
+                // failing here for as long as this one stays up.
+                state.closed = true;
+                if let Some(task) = &state.task {
+                    task.wake_by_ref();
+                }
+            }
             return None;
         }
         let slot = Rc::new(Slot {
@@ -202,6 +214,10 @@ impl Connection {
         max_value: usize,
     ) -> Poll<(ErrorKind, String)> {
         let mut state = self.state.borrow_mut();
+        if state.closed {
+            let why = format!("{} requests in flight, the oldest timed out", state.waiting.len());
+            return Poll::Ready((ErrorKind::Timeout, why));
+        }
         if !state.task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
             state.task = Some(cx.waker().clone());
         }

@@ -14,22 +14,32 @@ pub struct Router {
 }
 
 impl Router {
+    /// A router with two worker threads.
     pub fn start(test: &str, config: &str) -> Router {
+        Router::start_with_threads(test, config, 2)
+    }
+
+    /// A router with `threads` worker threads (one: every client shares its connections).
+    pub fn start_with_threads(test: &str, config: &str, threads: usize) -> Router {
         let dir = std::env::temp_dir().join(format!("shoal-router-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.json"), config).unwrap();
-        Router::start_in(dir, free_port())
+        Router::start_in_with_threads(dir, free_port(), threads)
     }
 
     pub fn start_in(dir: PathBuf, port: u16) -> Router {
+        Router::start_in_with_threads(dir, port, 2)
+    }
+
+    fn start_in_with_threads(dir: PathBuf, port: u16, threads: usize) -> Router {
         let child = Command::new(shoal_bin())
             .args([
                 "router",
                 "-l",
                 "127.0.0.1",
                 "-t",
-                "2",
+                &threads.to_string(),
                 "--reload-settle-ms",
                 "50",
                 "-p",
