@@ -208,21 +208,11 @@ fn write_through_the_region() {
 /// A server that answers `shm` with `answer`, and every `gets` with `END`: what a client must
 /// do with a region it cannot use.
 fn fake_server(answer: String) -> String {
-    use std::io::{BufRead, BufReader, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut out = stream.try_clone().unwrap();
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                let reply = if line == "shm" { format!("{answer}\r\n") } else { "END\r\n".into() };
-                if out.write_all(reply.as_bytes()).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-    address
+    let shm = format!("{answer}\r\n").into_bytes();
+    common::scripted_server(move |_, line| {
+        Some(if line == "shm" { shm.clone() } else { b"END\r\n".to_vec() })
+    })
+    .0
 }
 
 #[test]

@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Why not a task, channel and timer per request: those were most of the router's own CPU per
-//! request (docs/BENCHMARKS.md, issue #14). Here a request costs one slot, a copy into `out` and
-//! a wake-up of the waiting client; a wake-up of the connection task serves every request that
+//! request (docs/BENCHMARKS.md, issue #14). Here a request costs one slot, its encoding straight
+//! into `out` and a wake-up of the waiting client; a wake-up of the connection task serves every request that
 //! arrived since it last ran; and the timer is re-armed only when it fires.
 //!
 //! Invariants:
@@ -264,16 +264,15 @@ impl Connection {
             let Some(frame) = frame(bytes, slot.shape, max_value).map_err(|e| e.to_string())? else {
                 return Ok(()); // the rest of this answer is still on its way
             };
-            let answer = bytes[..frame.answer].to_vec();
-            input.start += frame.len;
             let slot = state.waiting.pop_front().expect("a front slot");
             if state.expired > 0 {
                 state.expired -= 1; // its waiter gave up: the answer is dropped
-                continue;
+            } else {
+                self.health.pending.fetch_sub(1, Ordering::Relaxed);
+                self.health.success();
+                slot.answer(Ok(bytes[..frame.answer].to_vec()));
             }
-            self.health.pending.fetch_sub(1, Ordering::Relaxed);
-            self.health.success();
-            slot.answer(Ok(answer));
+            input.start += frame.len;
         }
         Ok(())
     }

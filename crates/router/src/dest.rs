@@ -190,8 +190,8 @@ impl Ctx {
     }
 
     /// Sends the request `encode` writes, whose answer has `shape`, to destination `dest` and
-    /// waits for the answer (at once an error if it is TKO, unless `fail_open`). The connection counts it in
-    /// the destination's health (failures towards TKO).
+    /// waits for the answer (at once an error if it is TKO, unless `fail_open`). The connection
+    /// counts it in the destination's health (failures towards TKO).
     pub async fn exchange(
         &self,
         dest: usize,

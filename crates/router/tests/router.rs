@@ -5,7 +5,7 @@
 mod common;
 
 use common::router::Router;
-use common::{eventually, free_port, shoal_bin, Server};
+use common::{eventually, free_port, scripted_server, shoal_bin, Server};
 use shoal_client::{Client, Options};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -545,43 +545,10 @@ fn a_stalled_destination_times_out_and_its_late_answers_go_to_no_other_request()
     assert_eq!(router.stat("destinations_tko"), "0", "one timeout is not a TKO");
 }
 
-/// A destination on loopback that answers each request line with what `answer` gives for it
-/// (nothing: no answer), told which connection (from 0) the line came on; and how many
-/// connections it accepted.
-fn fake_destination(
-    answer: impl Fn(usize, &str) -> Option<&'static [u8]> + Send + Sync + 'static,
-) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{BufRead, Write};
-    use std::sync::atomic::Ordering::SeqCst;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = accepted.clone();
-    let answer = std::sync::Arc::new(answer);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let connection = counter.fetch_add(1, SeqCst);
-            let answer = answer.clone();
-            std::thread::spawn(move || {
-                let mut lines = std::io::BufReader::new(stream.try_clone().unwrap()).lines();
-                while let Some(Ok(line)) = lines.next() {
-                    if let Some(bytes) = answer(connection, &line) {
-                        if stream.write_all(bytes).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (address, accepted)
-}
-
 #[test]
 fn a_destination_that_answers_garbage_fails_the_request_and_is_reconnected() {
     // Answers every request line with a line no memcached sends.
-    let (address, accepted) = fake_destination(|_, _| Some(b"HELLO THERE\r\n"));
+    let (address, accepted) = scripted_server(|_, _| Some(b"HELLO THERE\r\n".to_vec()));
     let router = Router::start("garbage", &one_server(&address, 2000, 2000));
     for _ in 0..2 {
         let answer = router.raw(b"get k\r\n", b"\r\n");
@@ -600,10 +567,10 @@ fn a_connection_full_of_timed_out_requests_is_replaced() {
     use std::io::Write;
     // The first connection is read and never answered; later ones (the TKO probe's, and the
     // router's next connection) are answered.
-    let (address, accepted) = fake_destination(|connection, line| match connection {
+    let (address, accepted) = scripted_server(|connection, line| match connection {
         0 => None,
-        _ if line.starts_with("version") => Some(b"VERSION 1\r\n"),
-        _ => Some(b"END\r\n"),
+        _ if line.starts_with("version") => Some(b"VERSION 1\r\n".to_vec()),
+        _ => Some(b"END\r\n".to_vec()),
     });
     // One worker thread, so that every client's requests share its one connection.
     let router = Router::start_with_threads("stuck", &one_server(&address, 500, 2000), 1);

@@ -149,6 +149,37 @@ impl Drop for Server {
     }
 }
 
+/// A server on loopback that answers each request line with what `answer` gives for it
+/// (nothing: no answer), told which connection (from 0) the line came on; its address, and how
+/// many connections it accepted. For what no real server does: garbage, silence, odd answers.
+pub fn scripted_server(
+    answer: impl Fn(usize, &str) -> Option<Vec<u8>> + Send + Sync + 'static,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let answer = std::sync::Arc::new(answer);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let connection = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let lines = std::io::BufReader::new(stream.try_clone().unwrap()).lines();
+                for line in lines.map_while(Result::ok) {
+                    if let Some(bytes) = answer(connection, &line) {
+                        if stream.write_all(&bytes).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (address, accepted)
+}
+
 /// A port free on loopback for both TCP and UDP right now.
 pub fn free_port() -> u16 {
     loop {
