@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Shoal vs memcached, side by side in one run on this machine (DESIGN §9; issue #3's table and
-# issue #12's restated CPU target).
+# Shoal vs memcached, side by side in one run on this machine (docs/design/measurement.md;
+# issue #3's table and issue #12's restated CPU target).
 #
 # Three servers run at once, pinned to CPU 0, loaded one after the other, row by row, by
 # `shoal bench load` pinned to CPU 1: memcached and `shoal server` with the same flags
