@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, then runs all of them: formatting, lints, unit,
 # property, cross-process and crash tests, the loom model check, the Python suites under tests/
-# (client libraries, memccapable and raw sockets against `shoal server`), and short fuzz runs.
+# (client libraries, memccapable and raw sockets against `shoal server`), memcached's own test
+# suite (tests/memcached-suite), and short fuzz runs.
 #   SHOAL_STRESS_SECS  length of the cross-process stress test (default 60; CI uses 5)
 #   SHOAL_FUZZ_SECS    seconds per fuzz target (default 30; 0 skips fuzzing, loudly)
 set -euo pipefail
@@ -20,7 +21,7 @@ export SHOAL_STRESS_SECS="${SHOAL_STRESS_SECS:-60}"
 export SHOAL_FUZZ_SECS="${SHOAL_FUZZ_SECS:-30}"
 
 step "test dependencies: Debian packages, Python packages (tests/requirements.txt)"
-debs=(memcached libmemcached-tools libmemcached-dev zlib1g-dev libsasl2-modules nutcracker postgresql openssl chromium chromium-driver)
+debs=(memcached libmemcached-tools libmemcached-dev zlib1g-dev libsasl2-modules nutcracker postgresql openssl chromium chromium-driver valgrind strace dpkg-dev libio-socket-ssl-perl)
 missing=()
 for deb in "${debs[@]}"; do
   status="$(dpkg-query -W -f='${Status}' "$deb" 2>/dev/null || true)"
@@ -37,10 +38,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tests/requirements.txt
+# tests/exporter builds Prometheus's memcached_exporter from its Go module (into target/).
+command -v go >/dev/null || { echo "need Go (go version): tests/exporter builds memcached_exporter" >&2; exit 1; }
 
 step "cargo fmt --check (the workspace and the fuzz crate)"
 cargo fmt --all -- --check
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+
+step "house rules: no module circle in the server or the router; every link in the docs resolves"
+python3 scripts/module-cycles.py crates/server/src crates/router/src
+python3 scripts/check-doc-links.py
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
@@ -60,6 +67,9 @@ step "Python suites under tests/ against the release shoal server"
 # A test that hangs fails after 300 s with its stack instead of stalling the run; the slowest
 # tests are listed so a slow machine shows where the time went.
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider --timeout=300 --durations=15 tests/
+
+step "memcached's own test suite (t/*.t) against shoal server"
+tests/memcached-suite/run.sh
 
 step "loom model check of the bucket read-validate protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \

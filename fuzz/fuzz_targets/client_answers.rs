@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use shoal_client::local::ShmAnswer;
-use shoal_client::response::{stat, ValueHeader};
+use shoal_proto::answer::{stat, ValueHeader};
 
 fuzz_target!(|line: &[u8]| {
     if let Some(h) = ValueHeader::parse(line) {

@@ -10,7 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use shoal_client::provisioning::State;
-use shoal_controller::provision::signal::Schedule;
+use shoal_curves::Schedule;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else { return };

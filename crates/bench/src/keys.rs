@@ -1,13 +1,11 @@
 //! Keys: their names on the wire, and the distributions requests draw them from.
 
 use crate::random::{Rng, Zipf};
+use shoal_proto::KEY_MAX;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// memcached's longest key.
-pub const MAX_KEY_SIZE: usize = 250;
 
 /// Every key starts with this; the rest is the key's index, zero-padded to the key size.
 const KEY_PREFIX: &[u8] = b"key:";
@@ -21,7 +19,7 @@ pub struct KeySpace {
 
 impl KeySpace {
     /// Keys `0..count`, each `size` bytes long; refused if `size` has no room for the prefix
-    /// and the digits of the largest index, or exceeds memcached's 250 bytes.
+    /// and the digits of the largest index, or exceeds memcached's `KEY_MAX` bytes.
     pub fn new(count: u64, size: usize) -> Result<Self, String> {
         if count == 0 {
             return Err("the key count must be at least 1".into());
@@ -30,8 +28,8 @@ impl KeySpace {
         if size < needed {
             return Err(format!("--key-size {size} is too short for {count} keys: they need {needed} bytes"));
         }
-        if size > MAX_KEY_SIZE {
-            return Err(format!("--key-size {size} is longer than memcached's {MAX_KEY_SIZE}-byte limit"));
+        if size > KEY_MAX {
+            return Err(format!("--key-size {size} is longer than memcached's {KEY_MAX}-byte limit"));
         }
         Ok(KeySpace { count, size })
     }
@@ -43,7 +41,7 @@ impl KeySpace {
 
     /// The key with this index (taken modulo the count).
     pub fn key(&self, index: u64) -> Key {
-        let mut bytes = [b'0'; MAX_KEY_SIZE];
+        let mut bytes = [b'0'; KEY_MAX];
         bytes[..KEY_PREFIX.len()].copy_from_slice(KEY_PREFIX);
         let mut rest = index % self.count;
         for digit in bytes[KEY_PREFIX.len()..self.size].iter_mut().rev() {
@@ -61,7 +59,7 @@ fn decimal_digits(n: u64) -> usize {
 /// One key, held inline so that building a request allocates nothing.
 #[derive(Clone, Copy)]
 pub struct Key {
-    bytes: [u8; MAX_KEY_SIZE],
+    bytes: [u8; KEY_MAX],
     len: usize,
 }
 
@@ -69,6 +67,12 @@ impl Key {
     /// The key as sent on the wire.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 

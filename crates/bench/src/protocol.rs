@@ -1,5 +1,8 @@
 //! The wire: encoding gets and sets in memcached's text, meta or binary protocol, and
-//! recognising the end of each reply in a connection's read buffer.
+//! recognising the end of each reply in a connection's read buffer. Text and meta requests are
+//! written by `shoal_proto`'s encoders and their answers found by its framer
+//! (`shoal_proto::frame`), as the client and the router do; the binary protocol is this
+//! module's own ([`binary`]).
 //!
 //! Replies are parsed from the start of the unconsumed bytes each time more arrive; a reply
 //! is a few lines (or packets), so re-scanning a partial one costs nothing worth a state
@@ -8,6 +11,8 @@
 mod binary;
 
 use crate::keys::Key;
+use shoal_proto::answer::{blocks, is_error_line};
+use shoal_proto::{encode_request, encode_retrieval, frame, Body, Op, Shape, MAX_VALUE_BYTES};
 use std::fmt;
 
 /// Which of memcached's protocols requests are written in (`--protocol`).
@@ -84,19 +89,11 @@ impl Protocol {
     /// Appends a get of `keys` to `out`.
     pub fn encode_get(self, keys: impl IntoIterator<Item = Key>, out: &mut Vec<u8>) {
         match self {
-            Protocol::Text => {
-                out.extend_from_slice(b"get");
-                for key in keys {
-                    out.push(b' ');
-                    out.extend_from_slice(key.as_bytes());
-                }
-                out.extend_from_slice(b"\r\n");
-            }
+            Protocol::Text => encode_retrieval(Op::Get, 0, keys, out),
             Protocol::Meta => {
+                let value = Body::Meta { flags: &b"v"[..], data: None, base64: false };
                 for key in keys {
-                    out.extend_from_slice(b"mg ");
-                    out.extend_from_slice(key.as_bytes());
-                    out.extend_from_slice(b" v\r\n");
+                    encode_request(Op::MetaGet, key.as_bytes(), 0, &value, out);
                 }
             }
             Protocol::Binary => binary::encode_get(keys, out),
@@ -105,20 +102,12 @@ impl Protocol {
 
     /// Appends a set of `key` to `value` (flags 0, no expiry) to `out`.
     pub fn encode_set(self, key: &Key, value: &[u8], out: &mut Vec<u8>) {
-        out.extend_from_slice(match self {
-            Protocol::Text => b"set ",
-            Protocol::Meta => b"ms ",
+        let (op, body) = match self {
+            Protocol::Text => (Op::Set, Body::Store { flags: 0, data: value, extra: None }),
+            Protocol::Meta => (Op::MetaSet, Body::Meta { flags: &b""[..], data: Some(value), base64: false }),
             Protocol::Binary => return binary::encode_set(key, value, out),
-        });
-        out.extend_from_slice(key.as_bytes());
-        if self == Protocol::Text {
-            out.extend_from_slice(b" 0 0");
-        }
-        out.push(b' ');
-        out.extend_from_slice(value.len().to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
+        };
+        encode_request(op, key.as_bytes(), 0, &body, out);
     }
 
     /// Looks for the whole reply to a `kind` request at the start of `buf`.
@@ -129,14 +118,15 @@ impl Protocol {
             (Protocol::Binary, RequestKind::Get { keys }) => binary::parse_get(keys, buf),
             (Protocol::Binary, RequestKind::Set) => binary::parse_set(buf),
             (protocol, RequestKind::Set) => {
-                let Some((line, consumed)) = next_line(buf) else { return Ok(Parsed::Incomplete) };
+                let Some((line, consumed)) = answer(buf, Shape::Line)? else { return Ok(Parsed::Incomplete) };
+                let line = &line[..line.len() - 2];
                 let (stored, refused) = if protocol == Protocol::Text {
                     (line == b"STORED", [&b"NOT_STORED"[..], b"EXISTS", b"NOT_FOUND"].contains(&line))
                 } else {
                     let refused = [&b"NS"[..], b"EX", b"NF"].iter().any(|code| starts_word(line, code));
                     (line == b"HD" || line.starts_with(b"HD "), refused)
                 };
-                if !(stored || refused || is_error(line)) {
+                if !(stored || refused || is_error_line(line)) {
                     return Err(unexpected(line));
                 }
                 Ok(Parsed::Complete {
@@ -148,33 +138,21 @@ impl Protocol {
     }
 }
 
+/// The answer of `shape` at the start of `buf` (without a `VALUE` list's `END`) and the bytes
+/// it takes, if it is all there.
+fn answer(buf: &[u8], shape: Shape) -> Result<Option<(&[u8], usize)>, UnexpectedReply> {
+    let found = frame(buf, shape, MAX_VALUE_BYTES).map_err(|e| UnexpectedReply(e.to_string()))?;
+    Ok(found.map(|f| (&buf[..f.answer], f.len)))
+}
+
 /// `VALUE <key> <flags> <bytes> [<cas>]` lines with their data, then `END`; or one error line.
 fn parse_text_get(keys: u32, buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
-    let mut hits = 0;
-    let mut pos = 0;
-    loop {
-        let Some((line, line_len)) = next_line(&buf[pos..]) else { return Ok(Parsed::Incomplete) };
-        pos += line_len;
-        if line == b"END" {
-            let reply = Reply { hits, misses: keys.saturating_sub(hits), errors: 0 };
-            return Ok(Parsed::Complete { reply, consumed: pos });
-        }
-        if let Some(header) = line.strip_prefix(b"VALUE ") {
-            let Some(data_len) = field(header, 2) else { return Err(unexpected(line)) };
-            match skip_data(&buf[pos..], data_len, line)? {
-                Some(skipped) => pos += skipped,
-                None => return Ok(Parsed::Incomplete),
-            }
-            hits += 1;
-        } else if is_error(line) {
-            return Ok(Parsed::Complete {
-                reply: Reply { hits, errors: 1, ..Reply::default() },
-                consumed: pos,
-            });
-        } else {
-            return Err(unexpected(line));
-        }
+    let Some((values, consumed)) = answer(buf, Shape::Values)? else { return Ok(Parsed::Incomplete) };
+    if values.ends_with(b"\r\n") && is_error_line(&values[..values.len() - 2]) {
+        return Ok(Parsed::Complete { reply: Reply { errors: 1, ..Reply::default() }, consumed });
     }
+    let hits = blocks(values).count() as u32;
+    Ok(Parsed::Complete { reply: Reply { hits, misses: keys.saturating_sub(hits), errors: 0 }, consumed })
 }
 
 /// One answer per key: `VA <bytes> [flags]` with data, `EN` (miss), `HD` (hit without value),
@@ -183,20 +161,14 @@ fn parse_meta_gets(keys: u32, buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
     let mut reply = Reply::default();
     let mut pos = 0;
     for _ in 0..keys {
-        let Some((line, line_len)) = next_line(&buf[pos..]) else { return Ok(Parsed::Incomplete) };
-        pos += line_len;
-        if let Some(header) = line.strip_prefix(b"VA ") {
-            let Some(data_len) = field(header, 0) else { return Err(unexpected(line)) };
-            match skip_data(&buf[pos..], data_len, line)? {
-                Some(skipped) => pos += skipped,
-                None => return Ok(Parsed::Incomplete),
-            }
+        let Some((meta, len)) = answer(&buf[pos..], Shape::Meta)? else { return Ok(Parsed::Incomplete) };
+        pos += len;
+        let line = &meta[..meta.iter().position(|&b| b == b'\r').unwrap_or(meta.len())];
+        if line.starts_with(b"VA ") || starts_word(line, b"HD") {
             reply.hits += 1;
         } else if line == b"EN" {
             reply.misses += 1;
-        } else if starts_word(line, b"HD") {
-            reply.hits += 1;
-        } else if is_error(line) {
+        } else if is_error_line(line) {
             reply.errors += 1;
         } else {
             return Err(unexpected(line));
@@ -205,38 +177,8 @@ fn parse_meta_gets(keys: u32, buf: &[u8]) -> Result<Parsed, UnexpectedReply> {
     Ok(Parsed::Complete { reply, consumed: pos })
 }
 
-/// The first line of `buf` without its `\r\n`, and its length with it.
-fn next_line(buf: &[u8]) -> Option<(&[u8], usize)> {
-    let newline = buf.iter().position(|&b| b == b'\n')?;
-    let line = &buf[..newline];
-    Some((line.strip_suffix(b"\r").unwrap_or(line), newline + 1))
-}
-
-/// The `index`th space-separated field of `line`, as a byte count.
-fn field(line: &[u8], index: usize) -> Option<usize> {
-    let text = line.split(|&b| b == b' ').nth(index)?;
-    std::str::from_utf8(text).ok()?.parse().ok()
-}
-
-/// The length of a `data_len`-byte data block and its `\r\n` at the start of `buf`, or `None`
-/// if it has not all arrived.
-fn skip_data(buf: &[u8], data_len: usize, header: &[u8]) -> Result<Option<usize>, UnexpectedReply> {
-    match buf.get(data_len..data_len + 2) {
-        None => Ok(None),
-        Some(b"\r\n") => Ok(Some(data_len + 2)),
-        Some(_) => Err(UnexpectedReply(format!(
-            "{} (its data block does not end with \\r\\n)",
-            String::from_utf8_lossy(header)
-        ))),
-    }
-}
-
 fn starts_word(line: &[u8], word: &[u8]) -> bool {
     line.strip_prefix(word).is_some_and(|rest| rest.is_empty() || rest[0] == b' ')
-}
-
-fn is_error(line: &[u8]) -> bool {
-    line == b"ERROR" || line.starts_with(b"CLIENT_ERROR") || line.starts_with(b"SERVER_ERROR")
 }
 
 fn unexpected(line: &[u8]) -> UnexpectedReply {

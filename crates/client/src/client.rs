@@ -4,7 +4,9 @@
 use crate::conn::{Address, Connection};
 use crate::error::{Error, Result};
 use crate::local::Local;
-use crate::response::{number, stat, unexpected, ValueHeader};
+use crate::response::unexpected;
+use shoal_proto::answer::{blocks, is_error_line, lines, number, stat, ValueHeader};
+use shoal_proto::{encode_request, encode_retrieval, Body, Limits, Op, Shape};
 use std::time::Duration;
 
 /// How a [`Client`] connects.
@@ -89,6 +91,15 @@ pub struct MetaReply {
     pub value: Option<Vec<u8>>,
 }
 
+/// What an extension command answered (see [`Client::command`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandAnswer {
+    /// `STAT` lines up to `END`: each line without `STAT `, in the server's order.
+    Stats(Vec<String>),
+    /// One line (a status such as `OK`, or an error), without `\r\n`.
+    Line(String),
+}
+
 /// A client for one server. Reads (`get`, `get_many`) come from the server's region when the
 /// server is on this host and shares it; everything else goes over the connection, which is
 /// opened again, with discovery, on the call after one that failed.
@@ -150,61 +161,59 @@ impl Client {
     /// Gets `key` and sets its expiry (`gat`); always over the network.
     pub fn gat(&mut self, exptime: i64, key: &[u8]) -> Result<Option<Item>> {
         check_key(key)?;
-        let line = format!("gats {exptime} ");
-        Ok(self.retrieve(line.as_bytes(), &[key])?.pop().map(|(_, item)| item))
+        Ok(self.retrieve(Op::Gats, exptime, &[key])?.pop().map(|(_, item)| item))
     }
 
     /// `set`.
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
-        self.store("set", key, value, flags, exptime, None)
+        self.store(Op::Set, key, value, flags, exptime, None)
     }
 
     /// `add`: only if the key is absent.
     pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
-        self.store("add", key, value, flags, exptime, None)
+        self.store(Op::Add, key, value, flags, exptime, None)
     }
 
     /// `replace`: only if the key is present.
     pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
-        self.store("replace", key, value, flags, exptime, None)
+        self.store(Op::Replace, key, value, flags, exptime, None)
     }
 
     /// `append` to an existing value.
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<Stored> {
-        self.store("append", key, value, 0, 0, None)
+        self.store(Op::Append, key, value, 0, 0, None)
     }
 
     /// `prepend` to an existing value.
     pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<Stored> {
-        self.store("prepend", key, value, 0, 0, None)
+        self.store(Op::Prepend, key, value, 0, 0, None)
     }
 
     /// `cas`: store only if the item's unique is still `cas`.
     pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64, cas: u64) -> Result<Stored> {
-        self.store("cas", key, value, flags, exptime, Some(cas))
+        self.store(Op::Cas, key, value, flags, exptime, Some(cas))
     }
 
     /// `delete`; whether there was an item.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
         check_key(key)?;
-        self.exchange(&request_line(&[b"delete ", key]), deleted_answer)
+        self.exchange(&request(Op::Delete, key, 0, Body::Delete { hold: None }), deleted_answer)
     }
 
     /// `incr`; the new value, or `None` without an item.
     pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>> {
-        self.arith("incr", key, delta)
+        self.arith(Op::Incr, key, delta)
     }
 
     /// `decr` (stops at 0); the new value, or `None` without an item.
     pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<Option<u64>> {
-        self.arith("decr", key, delta)
+        self.arith(Op::Decr, key, delta)
     }
 
     /// `touch`: a new expiry; whether there was an item.
     pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool> {
         check_key(key)?;
-        let request = request_line(&[b"touch ", key, format!(" {exptime}").as_bytes()]);
-        self.exchange(&request, |line| match line {
+        self.exchange(&request(Op::Touch, key, exptime, Body::Touch), |line| match line {
             b"TOUCHED" => Ok(true),
             b"NOT_FOUND" => Ok(false),
             other => Err(unexpected(other, "TOUCHED or NOT_FOUND")),
@@ -213,11 +222,8 @@ impl Client {
 
     /// `flush_all [delay]`.
     pub fn flush_all(&mut self, delay: Option<u32>) -> Result<()> {
-        let request = match delay {
-            Some(d) => format!("flush_all {d}\r\n"),
-            None => "flush_all\r\n".to_string(),
-        };
-        self.exchange(request.as_bytes(), |line| match line {
+        let flush = Body::FlushAll { delay: delay.map(i64::from) };
+        self.exchange(&request(Op::FlushAll, b"", 0, flush), |line| match line {
             b"OK" => Ok(()),
             other => Err(unexpected(other, "OK")),
         })
@@ -229,16 +235,52 @@ impl Client {
             Some(g) => format!("stats {g}\r\n"),
             None => "stats\r\n".to_string(),
         };
-        self.with_connection(|conn| {
-            conn.send(request.as_bytes())?;
-            let mut stats = Vec::new();
-            loop {
-                let line = conn.line()?;
-                if line == b"END" {
-                    return Ok(stats);
-                }
-                stats.push(stat(line).ok_or_else(|| unexpected(line, "STAT lines"))?);
+        self.stats_answer(request.as_bytes(), &crate::conn::LIMITS, |answer| {
+            lines(answer)
+                .map(|line| {
+                    let (name, value) = stat(line).ok_or_else(|| unexpected(line, "STAT lines"))?;
+                    Ok((name.to_string(), value.to_string()))
+                })
+                .collect()
+        })
+    }
+
+    /// Sends `command`, one line of a command outside memcached's (Shoal's `curve t`,
+    /// `tenant_memlimit t 123`, …), and reads its answer within `limits` (line length, count
+    /// of `STAT` lines; the time is the connection's I/O timeout): `STAT` lines up to `END`,
+    /// or one line. An error line is [`Error::Server`].
+    pub fn command(&mut self, command: &str, limits: &Limits) -> Result<CommandAnswer> {
+        if command.contains(['\r', '\n']) {
+            return Err(Error::Protocol("a command is one line, without \\r or \\n".into()));
+        }
+        let request = [command.as_bytes(), b"\r\n"].concat();
+        self.stats_answer(&request, limits, |answer| {
+            // A line of the answer (without `\r\n`), as text.
+            let text = |line: &[u8]| {
+                String::from_utf8(line.to_vec())
+                    .map_err(|_| Error::Protocol(format!("{line:?} is not UTF-8")))
+            };
+            match lines(answer).next() {
+                Some(line) if is_error_line(line) => Err(Error::Server(String::from_utf8_lossy(line).into())),
+                Some(line) if !line.starts_with(b"STAT ") => Ok(CommandAnswer::Line(text(line)?)),
+                _ => lines(answer)
+                    .map(|line| text(&line[5..]))
+                    .collect::<Result<_>>()
+                    .map(CommandAnswer::Stats),
             }
+        })
+    }
+
+    /// Sends `request` and hands its answer of [`Shape::Stats`] (without `END`) to `read`.
+    fn stats_answer<T>(
+        &mut self,
+        request: &[u8],
+        limits: &Limits,
+        read: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
+        self.with_connection(|conn| {
+            conn.send(request)?;
+            read(conn.answer_within(Shape::Stats, limits)?)
         })
     }
 
@@ -286,15 +328,14 @@ impl Client {
             conn.send(&request)?;
             let mut reply = None;
             loop {
-                let line = conn.line()?;
-                if line == b"MN" {
+                let answer = conn.answer(Shape::Meta)?;
+                if answer == b"MN\r\n" {
                     return Ok(reply);
                 }
-                let text = String::from_utf8_lossy(line).into_owned();
-                let data_len = text
-                    .strip_prefix("VA ")
-                    .and_then(|rest| number::<usize>(rest.split(' ').next()?.as_bytes()));
-                let value = data_len.map(|n| conn.data(n)).transpose()?;
+                let line_end = answer.iter().position(|&b| b == b'\n').expect("a framed answer") - 1;
+                let text = String::from_utf8_lossy(&answer[..line_end]).into_owned();
+                // `frame` took the data block of a `VA` line: the bytes after the line.
+                let value = text.starts_with("VA ").then(|| answer[line_end + 2..answer.len() - 2].to_vec());
                 reply = Some(MetaReply { line: text, value });
             }
         })
@@ -302,7 +343,7 @@ impl Client {
 
     fn store(
         &mut self,
-        cmd: &str,
+        op: Op,
         key: &[u8],
         value: &[u8],
         flags: u32,
@@ -310,27 +351,28 @@ impl Client {
         cas: Option<u64>,
     ) -> Result<Stored> {
         check_key(key)?;
-        let mut request = Vec::with_capacity(key.len() + value.len() + 64);
-        storage_request(&mut request, cmd, key, value, flags, exptime, cas);
-        self.exchange(&request, stored_answer)
+        let body = Body::Store { flags, data: value, extra: cas };
+        self.exchange(&request(op, key, exptime, body), stored_answer)
     }
 
-    fn arith(&mut self, cmd: &str, key: &[u8], delta: u64) -> Result<Option<u64>> {
+    fn arith(&mut self, op: Op, key: &[u8], delta: u64) -> Result<Option<u64>> {
         check_key(key)?;
-        let request = request_line(&[cmd.as_bytes(), b" ", key, format!(" {delta}").as_bytes()]);
-        self.exchange(&request, |line| match line {
+        self.exchange(&request(op, key, 0, Body::Arith { delta }), |line| match line {
             b"NOT_FOUND" => Ok(None),
             other => number(other).map(Some).ok_or_else(|| unexpected(other, "a number")),
         })
     }
 
     fn network_get(&mut self, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
-        self.retrieve(b"gets ", keys)
+        self.retrieve(Op::Gets, 0, keys)
     }
 
-    /// Sends `<command prefix><keys>` and reads the `VALUE` blocks up to `END`.
-    fn retrieve(&mut self, prefix: &[u8], keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
-        self.send(&retrieval_request(prefix, keys))?;
+    /// Sends a retrieval of `keys` (`gets`, `gats <exptime>`) and reads the `VALUE` blocks up
+    /// to `END`.
+    fn retrieve(&mut self, op: Op, exptime: i64, keys: &[&[u8]]) -> Result<Vec<(Vec<u8>, Item)>> {
+        let mut request = Vec::new();
+        encode_retrieval(op, exptime, keys.iter().copied(), &mut request);
+        self.send(&request)?;
         self.with_connection(read_values)
     }
 
@@ -437,56 +479,22 @@ pub(crate) fn read_values(conn: &mut Connection) -> Result<Vec<(Vec<u8>, Item)>>
 /// [`read_values`] without copies: each item is handed to `hit` with its key, borrowed from
 /// the connection's buffer.
 pub(crate) fn read_values_each(conn: &mut Connection, mut hit: impl FnMut(&[u8], ItemRef<'_>)) -> Result<()> {
-    let mut key = [0u8; shoal_proto::KEY_MAX];
-    loop {
-        let line = conn.line()?;
-        if line == b"END" {
-            return Ok(());
-        }
-        let header = ValueHeader::parse(line)
-            .filter(|h| h.key.len() <= key.len())
-            .ok_or_else(|| unexpected(line, "VALUE or END"))?;
-        let (key_len, flags, cas, len) = (header.key.len(), header.flags, header.cas, header.len);
-        // The key is kept aside: the value's read may move the buffer it lies in.
-        key[..key_len].copy_from_slice(header.key);
-        let value = conn.data_ref(len)?;
-        hit(&key[..key_len], ItemRef { value, flags, cas });
+    let answer = conn.answer(Shape::Values)?;
+    if let Some(line) = lines(answer).next().filter(|line| is_error_line(line)) {
+        return Err(unexpected(line, "VALUE or END"));
     }
+    for block in blocks(answer) {
+        let header = ValueHeader::parse(block.line).ok_or_else(|| unexpected(block.line, "VALUE or END"))?;
+        hit(header.key, ItemRef { value: block.data, flags: header.flags, cas: header.cas });
+    }
+    Ok(())
 }
 
-/// `<prefix>key key …\r\n`: a retrieval request (`gets `, `gats 60 `).
-pub(crate) fn retrieval_request(prefix: &[u8], keys: &[&[u8]]) -> Vec<u8> {
-    let mut request = prefix.to_vec();
-    for (i, key) in keys.iter().enumerate() {
-        if i > 0 {
-            request.push(b' ');
-        }
-        request.extend_from_slice(key);
-    }
-    request.extend_from_slice(b"\r\n");
+/// A request for one key, encoded.
+pub(crate) fn request(op: Op, key: &[u8], exptime: i64, body: Body<&[u8]>) -> Vec<u8> {
+    let mut request = Vec::new();
+    encode_request(op, key, exptime, &body, &mut request);
     request
-}
-
-/// Appends `<cmd> <key> <flags> <exptime> <bytes> [cas]\r\n<value>\r\n` to `request`.
-pub(crate) fn storage_request(
-    request: &mut Vec<u8>,
-    cmd: &str,
-    key: &[u8],
-    value: &[u8],
-    flags: u32,
-    exptime: i64,
-    cas: Option<u64>,
-) {
-    request.extend_from_slice(cmd.as_bytes());
-    request.push(b' ');
-    request.extend_from_slice(key);
-    request.extend_from_slice(format!(" {flags} {exptime} {}", value.len()).as_bytes());
-    if let Some(unique) = cas {
-        request.extend_from_slice(format!(" {unique}").as_bytes());
-    }
-    request.extend_from_slice(b"\r\n");
-    request.extend_from_slice(value);
-    request.extend_from_slice(b"\r\n");
 }
 
 /// What a storage command's answer line says.
@@ -507,13 +515,6 @@ pub(crate) fn deleted_answer(line: &[u8]) -> Result<bool> {
         b"NOT_FOUND" => Ok(false),
         other => Err(unexpected(other, "DELETED or NOT_FOUND")),
     }
-}
-
-/// A request line made of `parts` and `\r\n`.
-pub(crate) fn request_line(parts: &[&[u8]]) -> Vec<u8> {
-    let mut line = parts.concat();
-    line.extend_from_slice(b"\r\n");
-    line
 }
 
 /// Refuses keys the text protocol cannot carry, before anything is sent.

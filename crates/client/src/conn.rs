@@ -1,19 +1,19 @@
 //! One connection to a server: a TCP or unix-socket stream with timeouts, and a read buffer
-//! that hands out answer lines and value blocks.
+//! that hands out whole answers, found by the shared answer framer (`shoal_proto::frame`)
+//! within the client's bounds.
 
 use crate::error::{Error, Result};
+use shoal_proto::{frame_within, Limits, Shape, MAX_VALUE_BYTES};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The largest value a server may announce: memcached's largest item (`-I 1024m`). A broken or
-/// hostile server cannot make the client allocate more than this for one value.
-pub const MAX_VALUE_BYTES: usize = 1 << 30;
-
-/// The longest answer line a client accepts; memcached's are a few hundred bytes at most.
-pub const MAX_LINE_BYTES: usize = 64 << 10;
+/// What a client accepts from a server: lines of [`MAX_ANSWER_LINE`] bytes (memcached's are a
+/// few hundred), values of [`MAX_VALUE_BYTES`] (memcached's largest item): a broken or hostile
+/// server cannot make the client allocate more than this for one answer line or value.
+pub const LIMITS: Limits = Limits::values(MAX_VALUE_BYTES);
 
 /// Where a server listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,44 +143,29 @@ impl Connection {
 
     /// The next answer line, without its `\r\n`.
     pub fn line(&mut self) -> Result<&[u8]> {
-        let mut scanned = 0;
+        let line = self.answer(Shape::Line)?;
+        Ok(&line[..line.len() - 2])
+    }
+
+    /// The next whole answer of `shape`, within [`LIMITS`], borrowed from the read buffer until
+    /// the next read: without its `END` line (of [`Shape::Values`] and [`Shape::Stats`]).
+    pub fn answer(&mut self, shape: Shape) -> Result<&[u8]> {
+        self.answer_within(shape, &LIMITS)
+    }
+
+    /// [`Connection::answer`] within `limits`: an answer past them is a protocol error.
+    pub fn answer_within(&mut self, shape: Shape, limits: &Limits) -> Result<&[u8]> {
         loop {
-            let unread = &self.buf[self.start + scanned..self.end];
-            if let Some(at) = unread.iter().position(|&b| b == b'\n') {
-                let line_end = self.start + scanned + at;
-                let line = self.start..line_end;
-                self.start = line_end + 1;
-                let line = &self.buf[line];
-                return Ok(line.strip_suffix(b"\r").unwrap_or(line));
+            match frame_within(&self.buf[self.start..self.end], shape, limits) {
+                Ok(Some(frame)) => {
+                    let answer = self.start..self.start + frame.answer;
+                    self.start += frame.len;
+                    return Ok(&self.buf[answer]);
+                }
+                Ok(None) => self.fill()?,
+                Err(garbage) => return Err(Error::Protocol(garbage.to_string())),
             }
-            scanned = self.end - self.start;
-            if scanned > MAX_LINE_BYTES {
-                return Err(Error::Protocol(format!("an answer line of over {MAX_LINE_BYTES} bytes")));
-            }
-            self.fill()?;
         }
-    }
-
-    /// The next `n` bytes, which must be followed by `\r\n`.
-    pub fn data(&mut self, n: usize) -> Result<Vec<u8>> {
-        self.data_ref(n).map(<[u8]>::to_vec)
-    }
-
-    /// [`Connection::data`], borrowed from the read buffer until the next read.
-    pub fn data_ref(&mut self, n: usize) -> Result<&[u8]> {
-        if n > MAX_VALUE_BYTES {
-            return Err(Error::Protocol(format!("a value of {n} bytes (at most {MAX_VALUE_BYTES})")));
-        }
-        while self.end - self.start < n + 2 {
-            self.fill()?;
-        }
-        let block = &self.buf[self.start..self.start + n + 2];
-        if &block[n..] != b"\r\n" {
-            return Err(Error::Protocol("a value block did not end in \\r\\n".into()));
-        }
-        let value = self.start..self.start + n;
-        self.start += n + 2;
-        Ok(&self.buf[value])
     }
 
     /// Reads more, making room first (and growing the buffer for a large value).
@@ -219,6 +204,7 @@ fn ended() -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_proto::MAX_ANSWER_LINE;
 
     #[test]
     fn addresses() {
@@ -266,20 +252,23 @@ mod tests {
     #[test]
     fn a_server_cannot_make_the_client_allocate_without_bound() {
         let (mut conn, mut server) = connection_to_fake_server();
-        server.write_all(b"VALUE k 0 5\r\nhello\r\n").unwrap();
-        assert_eq!(conn.line().unwrap(), b"VALUE k 0 5");
-        assert_eq!(conn.data(5).unwrap(), b"hello");
-        let error = conn.data(MAX_VALUE_BYTES + 1).unwrap_err();
+        server.write_all(b"VALUE k 0 5\r\nhello\r\nEND\r\nOK\r\n").unwrap();
+        assert_eq!(conn.answer(Shape::Values).unwrap(), b"VALUE k 0 5\r\nhello\r\n");
+        assert_eq!(conn.line().unwrap(), b"OK");
+        server.write_all(format!("VALUE k 0 {}\r\n", MAX_VALUE_BYTES + 1).as_bytes()).unwrap();
+        let error = conn.answer(Shape::Values).unwrap_err();
         assert!(matches!(error, Error::Protocol(_)), "{error}");
 
-        // An endless line is cut off once it passes the limit, not buffered whole.
+        // An endless line is cut off once it passes the limit, not buffered whole (on a new
+        // connection: after an error, the client drops the one it has).
+        let (mut conn, mut server) = connection_to_fake_server();
         let writer = std::thread::spawn(move || {
             let chunk = [b'x'; 4096];
             while server.write_all(&chunk).is_ok() {}
         });
         let error = conn.line().unwrap_err();
         assert!(matches!(error, Error::Protocol(_)), "{error}");
-        assert!(conn.buf.len() <= 2 * MAX_LINE_BYTES + 4096, "buffer grew to {}", conn.buf.len());
+        assert!(conn.buf.len() <= 2 * MAX_ANSWER_LINE + 4096, "buffer grew to {}", conn.buf.len());
         drop(conn);
         writer.join().unwrap();
     }

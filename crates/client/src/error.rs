@@ -10,8 +10,8 @@ pub enum Error {
     Address(String),
     /// The connection failed, broke or timed out. The next call connects again.
     Io(io::Error),
-    /// The key is not one the text protocol can carry: 1 to 250 bytes, no spaces or control
-    /// characters.
+    /// The key is not one the text protocol can carry: 1 to [`shoal_proto::KEY_MAX`] bytes, no
+    /// spaces or control characters.
     InvalidKey(Vec<u8>),
     /// The server refused the request: `ERROR`, `CLIENT_ERROR …` or `SERVER_ERROR …` (the
     /// line as it came, e.g. `SERVER_ERROR object too large for cache`).
@@ -55,8 +55,9 @@ impl fmt::Display for Error {
             Error::Io(e) => write!(f, "connection to the server failed: {e}"),
             Error::InvalidKey(key) => write!(
                 f,
-                "invalid key {:?}: a key is 1 to 250 bytes without spaces or control characters",
-                String::from_utf8_lossy(key)
+                "invalid key {:?}: a key is 1 to {} bytes without spaces or control characters",
+                String::from_utf8_lossy(key),
+                shoal_proto::KEY_MAX
             ),
             Error::Server(line) => write!(f, "the server refused the request: {line}"),
             Error::Protocol(what) => write!(f, "unexpected answer from the server: {what}"),

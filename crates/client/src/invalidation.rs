@@ -1,6 +1,6 @@
 //! Invalidation messages: the keys a database transaction makes stale, written into that same
 //! transaction so that `shoal invalidator` deletes them from every cluster once — and only if —
-//! the transaction commits (DESIGN §7).
+//! the transaction commits (docs/design/invalidation.md).
 //!
 //! The message is the keys separated by single spaces (any ASCII white space is accepted when
 //! reading). PostgreSQL carries it in a transactional logical-decoding message with the prefix
@@ -39,12 +39,12 @@ pub const SQLITE_OUTBOX_INSERT: &str = "INSERT INTO shoal_outbox (keys) VALUES (
 pub const REMOTE_MARKER_PREFIX: &[u8] = b"__shoal_rm:";
 
 /// The key of `key`'s remote marker (Scaling Memcache §5.1): `__shoal_rm:<key>`, or, when
-/// that would pass 250 bytes, `__shoal_rm#` and the key's XXH3-128 in hex (a collision only
+/// that would pass [`shoal_proto::KEY_MAX`] bytes, `__shoal_rm#` and the key's XXH3-128 in hex (a collision only
 /// sends a read to the master database). `shoal invalidator --remote-markers` deletes it with
 /// the key; [`crate::Pool::set_remote_marker`] sets it.
 pub fn remote_marker_key(key: &[u8]) -> Vec<u8> {
     let mut marker = REMOTE_MARKER_PREFIX.to_vec();
-    if marker.len() + key.len() <= shoal_route::MAX_KEY_BYTES {
+    if marker.len() + key.len() <= shoal_proto::KEY_MAX {
         marker.extend_from_slice(key);
     } else {
         marker.pop();
@@ -82,7 +82,7 @@ pub struct Parsed<'a> {
 }
 
 /// The keys of a message: its words (split on ASCII white space); a word that is not a valid
-/// key (over 250 bytes, a control character) is rejected with the reason, and the rest kept.
+/// key (too long, a control character) is rejected with the reason, and the rest kept.
 pub fn parse_message(payload: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     let text = std::str::from_utf8(payload).map_err(|e| {
         format!("the message is not UTF-8 text (byte {}), so not a key list", e.valid_up_to())

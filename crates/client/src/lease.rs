@@ -12,9 +12,11 @@
 //!                                   50 ms) and start again; past `max_wait`, fill() uncached
 //! ```
 
-use crate::client::{check_key, request_line, Client, Item};
+use crate::client::{check_key, deleted_answer, request, Client, Item};
 use crate::error::{Error, Result};
-use crate::response::{number, unexpected, ValueHeader};
+use crate::response::unexpected;
+use shoal_proto::answer::{blocks, is_error_line, lines, LeaseHeader, ValueHeader};
+use shoal_proto::{Body, Op, Shape};
 use std::time::{Duration, Instant};
 
 /// What `lease-get` said.
@@ -74,25 +76,28 @@ impl Client {
     /// `lease-get <key> [stale]`.
     pub fn lease_get(&mut self, key: &[u8], accept_stale: bool) -> Result<Lease> {
         check_key(key)?;
-        let suffix: &[u8] = if accept_stale { b" stale" } else { b"" };
-        let request = request_line(&[b"lease-get ", key, suffix]);
+        let request = request(Op::LeaseGet, key, 0, Body::LeaseGet { stale: accept_stale });
         self.with_connection(|conn| {
             conn.send(&request)?;
-            let line = conn.line()?.to_vec();
-            if line == b"END" {
+            let answer = conn.answer(Shape::Values)?;
+            let Some(first) = lines(answer).next() else {
                 return Err(Error::Protocol("lease-get answered END alone".into()));
-            }
-            let (token, len, flags) = match ValueHeader::parse(&line) {
-                Some(h) => (None, h.len, h.flags),
-                None => lvalue(&line)
-                    .map(|(t, len, flags)| (Some(t), len, flags))
-                    .ok_or_else(|| unexpected(&line, "VALUE or LVALUE"))?,
             };
-            let item = Item { value: conn.data(len)?, flags, cas: 0 };
-            let end = conn.line()?;
-            if end != b"END" {
-                return Err(unexpected(end, "END"));
+            if is_error_line(first) {
+                return Err(unexpected(first, "VALUE or LVALUE"));
             }
+            let mut found = blocks(answer);
+            let block = found.next().expect("a framed answer of VALUE or LVALUE blocks");
+            if let Some(another) = found.next() {
+                return Err(unexpected(another.line, "END"));
+            }
+            let (token, flags) = match ValueHeader::parse(block.line) {
+                Some(h) => (None, h.flags),
+                None => LeaseHeader::parse(block.line)
+                    .map(|h| (Some(h.token), h.flags))
+                    .ok_or_else(|| unexpected(block.line, "VALUE or LVALUE"))?,
+            };
+            let item = Item { value: block.data.to_vec(), flags, cas: 0 };
             // An LVALUE without data carries no stale value (flags 0, no bytes).
             let stale = || (!item.value.is_empty() || item.flags != 0).then(|| item.clone());
             Ok(match token {
@@ -113,14 +118,8 @@ impl Client {
         exptime: i64,
     ) -> Result<LeaseStored> {
         check_key(key)?;
-        let mut request = request_line(&[
-            b"lease-set ",
-            key,
-            format!(" {token} {flags} {exptime} {}", value.len()).as_bytes(),
-        ]);
-        request.extend_from_slice(value);
-        request.extend_from_slice(b"\r\n");
-        self.exchange(&request, |line| match line {
+        let body = Body::Store { flags, data: value, extra: Some(token) };
+        self.exchange(&request(Op::LeaseSet, key, exptime, body), |line| match line {
             b"STORED" => Ok(LeaseStored::Stored),
             b"STALE_STORED" => Ok(LeaseStored::StaleStored),
             b"NOT_STORED" => Ok(LeaseStored::NotStored),
@@ -132,12 +131,8 @@ impl Client {
     /// (a Shoal extension: stock memcached refuses this form); whether there was an item.
     pub fn delete_hold(&mut self, key: &[u8], seconds: u32) -> Result<bool> {
         check_key(key)?;
-        let request = request_line(&[b"delete ", key, format!(" hold {seconds}").as_bytes()]);
-        self.exchange(&request, |line| match line {
-            b"DELETED" => Ok(true),
-            b"NOT_FOUND" => Ok(false),
-            other => Err(unexpected(other, "DELETED or NOT_FOUND")),
-        })
+        let request = request(Op::Delete, key, 0, Body::Delete { hold: Some(seconds) });
+        self.exchange(&request, deleted_answer)
     }
 
     /// The look-aside read with leases: the cached value if there is one (read through shared
@@ -174,30 +169,6 @@ impl Client {
                     wait = (wait * 2).min(LONGEST_WAIT);
                 }
             }
-        }
-    }
-}
-
-/// `LVALUE <key> <token> <flags> <bytes>` as (token, bytes, flags).
-fn lvalue(line: &[u8]) -> Option<(u64, usize, u32)> {
-    let mut words = line.strip_prefix(b"LVALUE ")?.split(|&b| b == b' ');
-    let _key = words.next()?;
-    let token = number(words.next()?)?;
-    let flags = number(words.next()?)?;
-    let bytes = number(words.next()?)?;
-    words.next().is_none().then_some((token, bytes, flags))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lvalue_lines() {
-        assert_eq!(lvalue(b"LVALUE k 12345 7 3"), Some((12345, 3, 7)));
-        assert_eq!(lvalue(b"LVALUE k 1 0 0"), Some((1, 0, 0)));
-        for bad in [&b"VALUE k 1 0"[..], b"LVALUE k 1 0", b"LVALUE k x 0 0", b"LVALUE k 1 0 0 9"] {
-            assert_eq!(lvalue(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
 }

@@ -1,10 +1,11 @@
 //! # shoal-client: a client for memcached-protocol servers
 //!
-//! Owns the client side of DESIGN §5: memcached's text protocol over TCP or a unix socket for
-//! every command, raw meta commands, and — Nahanni's idea — reads served straight from the
-//! server's shared-memory region when the server runs on this host. [`Client`] talks to one
-//! server; [`Pool`] to a pool of them, each key on the server the routing core
-//! (`shoal-route`) names, batches sent to every owner at once (see [`pool`]).
+//! Owns the client (docs/design/client.md): memcached's text protocol over TCP or a unix socket for
+//! every command, raw meta commands and Shoal's extension commands ([`Client::command`]), the
+//! requests encoded and the answers framed by `shoal-proto`; and — Nahanni's idea — reads
+//! served straight from the server's shared-memory region when the server runs on this host.
+//! [`Client`] talks to one server; [`Pool`] to a pool of them, each key on the server the
+//! routing core (`shoal-route`) names, batches sent to every owner at once (see [`pool`]).
 //!
 //! ```text
 //!   Client::connect ──► Connection (TCP / unix) ──► `shm` ──► SHM <path> <offset> <cookie>
@@ -32,9 +33,8 @@ pub mod local;
 pub mod pool;
 pub mod provisioning;
 pub mod response;
-pub mod spool;
 
-pub use client::{Client, Item, ItemRef, MetaReply, Options, Stored};
+pub use client::{Client, CommandAnswer, Item, ItemRef, MetaReply, Options, Stored};
 pub use conn::Address;
 pub use error::{Error, Result};
 pub use hits::Hits;

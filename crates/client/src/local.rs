@@ -14,6 +14,7 @@ use crate::client::{Item, ItemRef};
 use crate::conn::Connection;
 use crate::error::Result;
 use shoal_proto::handoff;
+use shoal_proto::Shape;
 use shoal_region::hints::HintsWriter;
 use shoal_region::layout::COOKIE_OFFSET;
 use shoal_region::{Lookup, Reader};
@@ -87,14 +88,8 @@ impl Local {
             return Ok(None); // a server that cannot fold our hints in: local hits would not count
         }
         conn.send(b"stats settings\r\n")?;
-        let mut cas_enabled = true;
-        loop {
-            let line = conn.line()?;
-            if line == b"END" {
-                break;
-            }
-            cas_enabled &= line != b"STAT cas_enabled no";
-        }
+        let settings = conn.answer(Shape::Stats)?;
+        let cas_enabled = shoal_proto::answer::lines(settings).all(|line| line != b"STAT cas_enabled no");
         let (generation, clock) = (reader.generation(), reader.clock());
         Ok(Some(Local {
             reader,

@@ -1,12 +1,13 @@
 //! # shoal-controller: Shoal's control plane
 //!
-//! Owns the daemons that change a cluster's shape while it serves (DESIGN §8). The
+//! Owns the daemons that reshape a serving cluster (docs/design/proteus.md, tenants.md). The
 //! **provisioner** (`shoal provision`, Proteus): it follows a load signal and turns the
 //! servers of a power-proportional pool on and off, one at a time, in the pool's fixed order,
 //! announcing each transition to the routers through their configuration files.
 //!
 //! ```text
 //!  load signal ── servers' `stats` (cmd_get + cmd_set per second) or a schedule file
+//!       │         (`shoal_curves::Schedule`, which `shoal bench ycsb` reads too)
 //!       │
 //!       ▼
 //!  Planner (target load per server, hysteresis, min/max) ── n → n±1 ──► transition

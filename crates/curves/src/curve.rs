@@ -1,6 +1,12 @@
 //! A hit-ratio curve: the hit ratio a cache of each size would have, at steps of a fixed number
 //! of bytes, and its concave hull (what a planner can get by mixing sizes).
 
+/// How far a measured curve's sizes may be off, as a fraction (a step more comes on top): the
+/// sampled distances of SHARDS (a cliff of a key set the 8 192 sampled keys span is placed
+/// within about 1/√8192 ≈ 1.1 %), the bytes-per-item calibration to the region's own bytes
+/// (about 1 %), and margin for a workload that drifts between readings.
+pub const SIZE_ERROR: f64 = 0.03;
+
 /// Hit ratios at `0, step, 2·step, …` bytes: non-decreasing, in `[0, 1]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HitRatioCurve {
@@ -81,6 +87,37 @@ impl HitRatioCurve {
         HitRatioCurve { step: self.step, hits }
     }
 
+    /// The curve as a plan can count on it when its sizes may be off by `size_error` (a
+    /// fraction) and a step: at each size, the hit ratio measured at that size less the error
+    /// and a step (0 below). A cliff — a steep rise just below a size — moves up by the margin,
+    /// so a planner reading this curve never counts on the hits of a size within the curve's
+    /// error above a cliff.
+    pub fn pessimistic(&self, size_error: f64) -> HitRatioCurve {
+        let keep = 1.0 - size_error.clamp(0.0, 1.0);
+        let hits = (0..self.hits.len())
+            .map(|i| {
+                let sure = i as f64 * keep - 1.0;
+                if sure < 0.0 {
+                    0.0
+                } else {
+                    self.hit_ratio((sure * self.step as f64) as u64)
+                }
+            })
+            .collect();
+        HitRatioCurve { step: self.step, hits }
+    }
+
+    /// Whether `bytes` sits on a cliff, as far as the curve's sizes may be off (`size_error`,
+    /// a fraction, and a step): the hit ratio drops within that margin below `bytes` by more
+    /// than twice what any concave curve could (from `h` at `bytes`, a concave curve through 0
+    /// loses at most `h × margin / bytes`), and by more than 0.01.
+    pub fn on_cliff(&self, bytes: u64, size_error: f64) -> bool {
+        let margin = bytes as f64 * size_error.clamp(0.0, 1.0) + self.step as f64;
+        let here = self.hit_ratio(bytes);
+        let drop = here - self.hit_ratio((bytes as f64 - margin).max(0.0) as u64);
+        drop > 0.01 && drop > 2.0 * here * (margin / bytes.max(1) as f64).min(1.0)
+    }
+
     /// Mean absolute difference from `other` over the points both have.
     pub fn mean_absolute_error(&self, other: &HitRatioCurve) -> f64 {
         let n = self.hits.len().min(other.hits.len());
@@ -107,6 +144,21 @@ mod tests {
         assert!((curve.hit_ratio(15) - 0.075).abs() < 1e-12);
         assert_eq!(curve.points_to_reach(0.5), Some(3));
         assert_eq!(curve.points_to_reach(0.95), None);
+    }
+
+    #[test]
+    fn a_pessimistic_curve_moves_a_cliff_up_by_the_error_and_a_step() {
+        // A scan of 30 MiB: nothing below, everything from 30 MiB.
+        let scan = HitRatioCurve::new(1 << 20, (0..=64).map(|i| if i >= 30 { 0.9 } else { 0.0 }).collect());
+        let sure = scan.pessimistic(0.05);
+        // 30 / 0.95 + 1 = 32.6 MiB.
+        assert_eq!(sure.points_to_reach(0.9), Some(33), "{:?}", sure.points());
+        assert!(scan.on_cliff(31 << 20, 0.05), "31 MiB is on the cliff");
+        assert!(!scan.on_cliff(40 << 20, 0.05), "40 MiB is well past it");
+        assert!(!scan.on_cliff(10 << 20, 0.05), "10 MiB is below it");
+        // A concave curve, however steep, has no cliff.
+        let steep = HitRatioCurve::new(1 << 20, (0..=64).map(|i| (i as f64 / 8.0).min(1.0).sqrt()).collect());
+        assert!((1..=64).all(|mib| !steep.on_cliff(mib << 20, 0.05)));
     }
 
     #[test]

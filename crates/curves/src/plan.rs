@@ -1,4 +1,4 @@
-//! The partition planner (DESIGN §8, Moirai §3): sizes for every tenant from its hit-ratio
+//! The partition planner (docs/design/tenants.md, Moirai §3): sizes for every tenant from its hit-ratio
 //! curve, in whole units of memory (segments).
 //!
 //! 1. Every tenant's minimum is reserved.
@@ -9,6 +9,11 @@
 //!    weighted by its request rate (goal: global hit ratio) or by rate × priority (goal:
 //!    priorities), up to each maximum. On concave curves this greedy is optimal (tested
 //!    against [`optimum`]); the hull makes it so for the rest, as mixing two sizes would.
+//!    A tenant the hull led part way up to a cliff, where its own curve is no higher than at
+//!    fewer units, gets back to those fewer (its minimum, when it gains nothing below the
+//!    cliff) and stops growing; the units go again by marginal gain to the others, where they
+//!    buy hits. (Curves read with [`HitRatioCurve::pessimistic`] put every cliff a curve's
+//!    error higher, so a plan on them never counts on a size within that error of a cliff.)
 //! 4. Hysteresis: the previous plan stays unless the new one is better by more than a fraction,
 //!    or meets a hit-ratio objective the previous one misses.
 
@@ -128,23 +133,51 @@ pub fn plan(tenants: &[Tenant], config: &PlanConfig, previous: Option<&Plan>) ->
         let bytes = |u: u64| u * unit;
         weight(&tenants[i], config.goal) * (hulls[i].hit_ratio(bytes(at + 1)) - hulls[i].hit_ratio(bytes(at)))
     };
-    let mut granted = vec![0u64; tenants.len()];
-    while left > 0 {
-        let best = (0..tenants.len())
-            .filter(|&i| units[i] < max_units(&tenants[i]))
-            .map(|i| (gain(i, units[i]), i))
-            .max_by(|a, b| a.0.total_cmp(&b.0).then(tenants[a.1].priority.total_cmp(&tenants[b.1].priority)));
-        let Some((g, i)) = best else { break };
-        if g <= 0.0 {
-            break; // nobody gains: the rest stays unassigned rather than be spread for nothing
+    let reserved = units.clone();
+    // Tenants taken back from a size that buys nothing: they grow no more.
+    let mut settled = vec![false; tenants.len()];
+    loop {
+        while left > 0 {
+            let best = (0..tenants.len())
+                .filter(|&i| !settled[i] && units[i] < max_units(&tenants[i]))
+                .map(|i| (gain(i, units[i]), i))
+                .max_by(|a, b| {
+                    a.0.total_cmp(&b.0).then(tenants[a.1].priority.total_cmp(&tenants[b.1].priority))
+                });
+            let Some((g, i)) = best else { break };
+            if g <= 0.0 {
+                break; // nobody gains: the rest stays unassigned rather than be spread for nothing
+            }
+            units[i] += 1;
+            left -= 1;
         }
-        units[i] += 1;
-        granted[i] += 1;
-        left -= 1;
+        let mut trimmed = false;
+        for i in 0..tenants.len() {
+            let Some(enough) = buys_nothing_past(&tenants[i].curve, unit, reserved[i], units[i]) else {
+                continue;
+            };
+            let freed = units[i] - enough;
+            reasons[i].push(if enough == reserved[i] {
+                format!(
+                    "{} units would buy nothing (its curve rises only past them, at a cliff): \
+                     kept at {enough}, the {freed} units go where they buy hits",
+                    units[i]
+                )
+            } else {
+                format!("{freed} units past {enough} would buy nothing (short of a cliff): they go where they buy hits")
+            });
+            units[i] = enough;
+            left += freed;
+            settled[i] = true;
+            trimmed = true;
+        }
+        if !trimmed {
+            break;
+        }
     }
-    for (i, g) in granted.iter().enumerate() {
-        if *g > 0 {
-            reasons[i].push(format!("+{g} units by marginal gain on the concave hull"));
+    for (i, (u, r)) in units.iter().zip(&reserved).enumerate() {
+        if u > r {
+            reasons[i].push(format!("+{} units by marginal gain on the concave hull", u - r));
         }
     }
     let sizes: Vec<u64> = units.iter().map(|u| u * unit).collect();
@@ -170,17 +203,28 @@ pub fn plan(tenants: &[Tenant], config: &PlanConfig, previous: Option<&Plan>) ->
                 .enumerate()
                 .any(|(i, t)| meets(&fresh.sizes, t, i) && !meets(&old.sizes, t, i));
             if !meets_more && fresh.objective <= kept * (1.0 + config.hysteresis) {
-                let why = format!(
-                    "kept: the new plan gains {:.3}% (hysteresis {:.3}%)",
-                    (fresh.objective / kept.max(f64::MIN_POSITIVE) - 1.0) * 100.0,
-                    config.hysteresis * 100.0
-                );
+                let why = if fresh.objective <= 0.0 {
+                    "kept: no plan gains a hit (no requests, or no curve rises)".to_string()
+                } else {
+                    format!(
+                        "kept: the new plan gains {:.3}% (hysteresis {:.3}%)",
+                        (fresh.objective / kept.max(f64::MIN_POSITIVE) - 1.0) * 100.0,
+                        config.hysteresis * 100.0
+                    )
+                };
                 return Plan { sizes: old.sizes.clone(), reasons: vec![why; tenants.len()], objective: kept };
             }
             fresh
         }
         _ => fresh,
     }
+}
+
+/// The fewest units, from `reserved` up, with the hit ratio of `units` on `curve`, when fewer
+/// than `units` (the rest would buy nothing: the hull led part way up to a cliff).
+fn buys_nothing_past(curve: &HitRatioCurve, unit: u64, reserved: u64, units: u64) -> Option<u64> {
+    let at = curve.hit_ratio(units * unit);
+    (reserved..units).find(|&u| curve.hit_ratio(u * unit) >= at - 1e-12)
 }
 
 /// The best sizes by exhaustive dynamic programming over the raw curves (minimums and
@@ -332,6 +376,68 @@ mod tests {
         let weighted = Tenant { priority: 500.0, slo_hit_ratio: None, ..steep };
         let prioritized = plan(&[flat, weighted], &PlanConfig { goal: Goal::Priorities, ..config(6) }, None);
         assert!(prioritized.sizes[1] >= global.sizes[1], "{global:?} {prioritized:?}");
+    }
+
+    /// A scan of `cliff_mib` (steps of 256 KiB): no hits below, 0.9 from there.
+    fn scan(cliff_mib: f64) -> HitRatioCurve {
+        let step = MIB / 4;
+        HitRatioCurve::new(
+            step,
+            (0..=256).map(|i| if i as f64 * 0.25 >= cliff_mib { 0.9 } else { 0.0 }).collect(),
+        )
+    }
+
+    /// A Zipf-like tenant: gains halving every 4 MiB, nothing past 24 MiB.
+    fn zipf() -> Vec<f64> {
+        concave(&(0..24).map(|i| 0.5f64.powf(i as f64 / 4.0)).collect::<Vec<_>>())
+    }
+
+    fn with_minimum(t: Tenant) -> Tenant {
+        Tenant { min_bytes: 2 * MIB, ..t }
+    }
+
+    #[test]
+    fn a_tenant_the_hull_leads_short_of_its_cliff_gets_its_minimum() {
+        // The scan's hull (0.9 over 30 MiB, 0.03 a MiB) beats the Zipf tenant's tail, so the
+        // greedy hands the scan units it cannot turn into hits in 24 MiB.
+        let tenants = [
+            with_minimum(Tenant { curve: scan(30.0), ..tenant("scan", vec![], 1000.0) }),
+            with_minimum(tenant("zipf", zipf(), 1000.0)),
+        ];
+        let planned = plan(&tenants, &config(24), None);
+        assert_eq!(planned.sizes, [2 * MIB, 22 * MIB], "{planned:?}");
+        assert!(planned.reasons[0].contains("would buy nothing"), "{:?}", planned.reasons);
+        assert!(planned.reasons[1].contains("marginal gain"), "{:?}", planned.reasons);
+        assert!(planned.objective >= optimum(&tenants, &config(24)).unwrap().objective - 1e-9);
+    }
+
+    #[test]
+    fn on_pessimistic_curves_no_tenant_lands_within_the_error_of_a_cliff() {
+        // The issue's trial: a scan whose curve's cliff is at 30.6 MiB. On the raw curve the
+        // plan gives it 31 MiB, within the curve's error of the cliff.
+        let error = 0.03;
+        let raw = [
+            with_minimum(Tenant { curve: scan(30.6), ..tenant("scan", vec![], 1000.0) }),
+            with_minimum(tenant("zipf", zipf(), 1000.0)),
+        ];
+        let trusting = plan(&raw, &config(48), None);
+        assert_eq!(trusting.sizes[0], 31 * MIB, "{trusting:?}");
+        assert!(raw[0].curve.on_cliff(31 * MIB, error));
+        let careful: Vec<Tenant> =
+            raw.iter().map(|t| Tenant { curve: t.curve.pessimistic(error), ..t.clone() }).collect();
+        for total in [24, 32, 40, 48, 64] {
+            let planned = plan(&careful, &config(total), None);
+            for (t, &size) in raw.iter().zip(&planned.sizes) {
+                assert!(
+                    !t.curve.on_cliff(size, error),
+                    "{total} MiB: {} at {size} is within the error of a cliff: {planned:?}",
+                    t.name
+                );
+            }
+            // The scan fits whole, with a margin, or gets its minimum.
+            assert!(planned.sizes[0] == 2 * MIB || planned.sizes[0] >= 32 * MIB, "{total}: {planned:?}");
+        }
+        assert_eq!(plan(&careful, &config(48), None).sizes[0], 32 * MIB);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Handing deletes on: every destination (a router per cluster, or a server) has its own
-//! ordered spool on disk (`shoal_client::spool`), delivered by its own thread as pipelined
+//! ordered spool on disk (`shoal_spool`), delivered by its own thread as pipelined
 //! batches of `delete` requests, and waiting out the destination's absence. What reaches a
 //! spool is the invalidator's promise: the commit-log position moves past a transaction only
 //! once its deletes are in every destination's spool.
@@ -7,7 +7,7 @@
 use crate::source::Commit;
 use hdrhistogram::Histogram;
 use shoal_client::invalidation::remote_marker_key;
-use shoal_client::spool::{Delivered, Spools};
+use shoal_spool::{Delivered, Spools};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

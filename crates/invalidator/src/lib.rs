@@ -1,4 +1,4 @@
-//! # shoal-invalidator: deletes from the database's commit log (mcsqueal, DESIGN §7)
+//! # shoal-invalidator: deletes from the database's commit log (mcsqueal; docs/design/invalidation.md)
 //!
 //! Owns `shoal invalidator`: a daemon that follows a database's commit log, takes the keys
 //! each committed transaction names (written into that transaction with

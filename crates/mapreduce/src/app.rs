@@ -122,6 +122,12 @@ pub trait App: Send + Sync {
     /// Merges `value` into `acc`, both values of one key in `stage`: used map-side (the
     /// combiner) and by reducers. Must be associative and commutative.
     fn combine(&self, stage: u32, acc: &mut Vec<u8>, value: &[u8]);
+    /// [`App::combine`] as workers call it, given the job's `params` too: for an app whose
+    /// combine is chosen by its parameters (`shoal.mr`'s Python jobs name their combine
+    /// there). Others keep this default.
+    fn combine_with(&self, stage: u32, _params: &[u8], acc: &mut Vec<u8>, value: &[u8]) {
+        self.combine(stage, acc, value)
+    }
     /// Runs the app's jobs over `input` and renders the result.
     fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError>;
 }

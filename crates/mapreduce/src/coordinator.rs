@@ -12,7 +12,7 @@ use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
 use crate::error::MrError;
 use crate::input::{open_input, Input, Source};
 use crate::job::{guided_split, job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
-use crate::layout::{job, JOB_SLOTS};
+use crate::layout::{job, task, JOB_SLOTS};
 use crate::records::{decode, read_partition};
 use crate::region::{JobRegion, JobState};
 use crate::tasks::{pid_alive, result};
@@ -51,10 +51,33 @@ pub struct Progress {
     pub job: u64,
     /// Its app's stage.
     pub stage: u32,
-    /// Tasks with a published result.
+    /// Map until every map task has a result, then reduce.
+    pub phase: Phase,
+    /// Tasks of the phase with a published result.
     pub done: u64,
-    /// All its tasks (map and reduce).
+    /// All tasks of the phase.
     pub tasks: u64,
+    /// Worker processes holding a task of the job now.
+    pub workers: u64,
+}
+
+/// A job's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Map tasks run (reduce tasks wait for all of them).
+    Map,
+    /// Reduce tasks run.
+    Reduce,
+}
+
+impl Phase {
+    /// `map` or `reduce`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Map => "map",
+            Phase::Reduce => "reduce",
+        }
+    }
 }
 
 /// Publishes jobs in a region and collects their results.
@@ -104,22 +127,40 @@ impl<'a> Coordinator<'a> {
         Ok(true)
     }
 
-    /// Waits for job `j` to finish; returns its reduce outputs' areas.
-    fn wait(&mut self, j: u64, stage: u32) -> Result<Vec<u64>, MrError> {
-        let view = JobView::running(self.region, j)?.ok_or_else(|| job_error(self.region, j))?;
-        let all = view.first_task..view.first_task + view.maps + view.reduces;
-        let mut last = u64::MAX;
+    /// Waits for job `j` (of `app`, which this coordinator published) to finish; returns its
+    /// reduce outputs' areas.
+    fn wait(&mut self, j: u64, app: &dyn App) -> Result<Vec<u64>, MrError> {
+        let region = self.region;
+        let view = JobView::running(region, j, |_| Ok(app))?.ok_or_else(|| job_error(region, j))?;
+        let mut last = None;
+        let mut claimers = Vec::new();
         loop {
-            if self.region.job_state(j)? == JobState::Failed {
-                return Err(job_error(self.region, j));
+            if region.job_state(j)? == JobState::Failed {
+                return Err(job_error(region, j));
             }
-            let done = all.clone().filter(|&t| result(self.region, t).is_some()).count() as u64;
-            if done != last {
-                (self.progress)(Progress { job: j, stage, done, tasks: all.end - all.start });
-                last = done;
+            let done = |reduce| view.tasks(reduce).filter(|&t| result(region, t).is_some()).count() as u64;
+            let maps_done = done(false);
+            let reduces_done = done(true);
+            if reduces_done == view.reduces {
+                return Ok(view.tasks(true).filter_map(|t| result(region, t)).collect());
             }
-            if done == all.end - all.start {
-                return Ok(view.tasks(true).filter_map(|t| result(self.region, t)).collect());
+            let (phase, done, tasks, reduce) = match maps_done < view.maps {
+                true => (Phase::Map, maps_done, view.maps, false),
+                false => (Phase::Reduce, reduces_done, view.reduces, true),
+            };
+            // The distinct pids claiming the phase's unfinished tasks (a handful).
+            claimers.clear();
+            for t in view.tasks(reduce).filter(|&t| result(region, t).is_none()) {
+                let pid = region.task(t, task::CLAIM).load(Ordering::Relaxed) >> 32;
+                if pid != 0 && !claimers.contains(&pid) && pid_alive(pid as u32) {
+                    claimers.push(pid);
+                }
+            }
+            let now =
+                Progress { job: j, stage: view.stage, phase, done, tasks, workers: claimers.len() as u64 };
+            if last != Some(now) {
+                (self.progress)(now);
+                last = Some(now);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -164,7 +205,7 @@ impl Jobs for Coordinator<'_> {
             region.job(j, job::STATE).store(JobState::Failed as u64, Ordering::Release);
             return Err(e);
         }
-        let outputs = self.wait(j, stage)?;
+        let outputs = self.wait(j, app)?;
         // The reduce outputs are read and decoded in parallel (the workers are idle now: this
         // is the job's serial tail, and for matmul a pass over all of C).
         let parts = outputs

@@ -62,6 +62,18 @@ pub enum MrError {
         /// The apps there are.
         known: Vec<&'static str>,
     },
+    /// A job's app is not one this program registers: its map and combine are another
+    /// program's code.
+    ForeignApp {
+        /// The region file.
+        path: PathBuf,
+        /// The job.
+        job: u64,
+        /// The app the job names.
+        app: String,
+        /// The program its coordinator runs, when this process can see it.
+        coordinator: Option<PathBuf>,
+    },
     /// The input is malformed for the app, or an app argument is bad.
     BadInput(String),
     /// A job failed in a worker (its message says why).
@@ -104,7 +116,30 @@ impl fmt::Display for MrError {
             ),
             MrError::TableFull(what) => write!(f, "{what}"),
             MrError::UnknownApp { name, known } => {
-                write!(f, "no app named {name:?}; the apps are: {}", known.join(", "))
+                write!(
+                    f,
+                    "no app named {name:?}; the apps are: {}. An app of your own is run by the program \
+                     that registers it (shoal_mapreduce::main; docs/MAPREDUCE.md, \"Writing your own app\")",
+                    known.join(", ")
+                )
+            }
+            MrError::ForeignApp { path, job, app, coordinator } => {
+                write!(
+                    f,
+                    "job {job} of region {} runs app {app:?}, which this program does not register: its \
+                     workers must be run by the program that registers it",
+                    path.display()
+                )?;
+                match coordinator {
+                    Some(program) => write!(
+                        f,
+                        " (its coordinator runs {}: start workers with `{} worker {}`)",
+                        program.display(),
+                        program.display(),
+                        path.display()
+                    ),
+                    None => write!(f, " (the one whose `run {app}` published the job)"),
+                }
             }
             MrError::BadInput(what) => write!(f, "{what}"),
             MrError::JobFailed(what) => write!(f, "job failed: {what}"),

@@ -2,11 +2,11 @@
 //! validates) before touching one of its tasks, and a job's failure.
 
 use crate::app::{App, InputRef, SplitUnit};
-use crate::apps;
 use crate::error::MrError;
 use crate::input::Source;
 use crate::layout::{job, task, ERROR_REGION_FULL, JOB_SLOTS, KIND_MAP, KIND_REDUCE};
 use crate::region::{JobRegion, JobState};
+use crate::registry::{check_app_name, Registry};
 use crate::tasks::pid_alive;
 use std::sync::atomic::Ordering;
 
@@ -14,9 +14,9 @@ use std::sync::atomic::Ordering;
 pub const MAX_REDUCE_TASKS: u64 = 4096;
 
 /// A running job as a worker sees it, validated.
-pub(crate) struct JobView {
+pub(crate) struct JobView<'a> {
     pub index: u64,
-    pub app: &'static dyn App,
+    pub app: &'a dyn App,
     pub stage: u32,
     pub input: InputRef,
     pub params: InputRef,
@@ -25,17 +25,19 @@ pub(crate) struct JobView {
     pub reduces: u64,
 }
 
-impl JobView {
-    /// Job `j` if it is running; an error if its entry makes no sense to this build (then no
-    /// worker writes anything for it).
-    pub fn running(region: &JobRegion, j: u64) -> Result<Option<JobView>, MrError> {
+impl<'a> JobView<'a> {
+    /// Job `j` if it is running, its app found by name with `app` (an error: no worker writes
+    /// anything for it); an error if its entry makes no sense to this build.
+    pub fn running(
+        region: &JobRegion,
+        j: u64,
+        app: impl FnOnce(&str) -> Result<&'a dyn App, MrError>,
+    ) -> Result<Option<JobView<'a>>, MrError> {
         if region.job_state(j)? != JobState::Running {
             return Ok(None);
         }
         let word = |field| region.job(j, field).load(Ordering::Acquire);
-        let name = region.job_app(j);
-        let app = apps::find(&name)
-            .map_err(|_| region.corrupt(format!("job {j} names app {name:?}, unknown here")))?;
+        let app = app(&region.job_app(j))?;
         let view = JobView {
             index: j,
             app,
@@ -93,6 +95,26 @@ impl JobView {
     }
 }
 
+/// The app of job `j`, called `name`, from the apps this program registers; if it is not one
+/// of them, an error naming the program that published the job (read from its coordinator's
+/// `/proc/<pid>/exe`, when this process may) so that the user can start workers with it.
+pub(crate) fn registered_app(
+    region: &JobRegion,
+    apps: &Registry,
+    j: u64,
+    name: &str,
+) -> Result<&'static dyn App, MrError> {
+    apps.find(name).map_err(|_| {
+        let owner = region.job(j, job::OWNER).load(Ordering::Relaxed);
+        MrError::ForeignApp {
+            path: region.path().to_path_buf(),
+            job: j,
+            app: name.to_string(),
+            coordinator: std::fs::read_link(format!("/proc/{owner}/exe")).ok().filter(|_| owner != 0),
+        }
+    })
+}
+
 /// What a coordinator publishes as one job.
 pub(crate) struct JobSpec<'a> {
     pub app: &'a dyn App,
@@ -105,6 +127,8 @@ pub(crate) struct JobSpec<'a> {
 
 /// Writes job `j` (a slot this process took) and its tasks, then makes it claimable.
 pub(crate) fn publish_job(region: &JobRegion, j: u64, spec: &JobSpec) -> Result<(), MrError> {
+    // An app run by a coordinator embedded in a program is in no registry: checked here.
+    check_app_name(spec.app.name())?;
     let maps = spec.splits.len() as u64;
     let first = region.take_tasks(maps + spec.reduces)?;
     for (i, split) in spec.splits.iter().enumerate() {

@@ -13,10 +13,11 @@
 use crate::app::SplitUnit;
 use crate::error::MrError;
 use crate::input::{open_input, FileRef, Source};
-use crate::job::{fail_job, worth_staying, JobView};
+use crate::job::{fail_job, registered_app, worth_staying, JobView};
 use crate::layout::{job, JOB_SLOTS};
 use crate::records::{decode, read_partition, Emit, Merge};
 use crate::region::{JobRegion, JobState};
+use crate::registry::Registry;
 use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,8 +29,11 @@ use std::time::Duration;
 pub const DEFAULT_LEASE_MS: u64 = 10_000;
 
 /// How a worker runs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct WorkerOptions {
+    /// The apps whose jobs it works on: a job of another app stops it with an error naming the
+    /// program that registers that app.
+    pub apps: Registry,
     /// Threads claiming tasks.
     pub threads: usize,
     /// Lease length in milliseconds.
@@ -46,9 +50,17 @@ pub struct WorkerOptions {
 }
 
 impl WorkerOptions {
-    /// `threads` threads, the default lease, no limit, no hold.
+    /// `threads` threads working on the built-in apps' jobs, the default lease, no limit, no
+    /// hold.
     pub fn threads(threads: usize) -> WorkerOptions {
-        WorkerOptions { threads, lease_ms: DEFAULT_LEASE_MS, max_tasks: None, hold_ms: 0, fixed: false }
+        WorkerOptions {
+            apps: Registry::builtin(),
+            threads,
+            lease_ms: DEFAULT_LEASE_MS,
+            max_tasks: None,
+            hold_ms: 0,
+            fixed: false,
+        }
     }
 }
 
@@ -70,6 +82,7 @@ pub struct Worker {
 
 struct Shared {
     region: Arc<JobRegion>,
+    apps: Registry,
     stop: AtomicBool,
     held: Mutex<Vec<Claim>>,
     published: AtomicU64,
@@ -88,6 +101,7 @@ impl Worker {
         let lease_ms = (!options.fixed).then_some(options.lease_ms.max(10));
         let shared = Arc::new(Shared {
             region,
+            apps: options.apps,
             stop: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
             published: AtomicU64::new(0),
@@ -168,11 +182,13 @@ impl Drop for Worker {
 }
 
 /// Claims and runs at most one task of `region` in the calling thread: `None` if no task was
-/// claimable, else whether this run's output was the one published. For embedding a worker in
-/// another loop (and for fuzzing). A job's failure is recorded in the job; only a region this
-/// build cannot understand is an error.
+/// claimable, else whether this run's output was the one published. For embedding a worker of
+/// the built-in apps in another loop (and for fuzzing). A job's failure is recorded in the
+/// job; only a region this build cannot understand (or a job of another app) is an error.
 pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> {
-    let Some((view, claim)) = next_task(region, Some(lease_ms))? else { return Ok(None) };
+    let Some((view, claim)) = next_task(region, &Registry::builtin(), Some(lease_ms))? else {
+        return Ok(None);
+    };
     run_or_fail(region, &view, claim.task, &mut JobCache::new(Arc::default())).map(Some)
 }
 
@@ -198,7 +214,7 @@ fn work(shared: &Shared) -> Result<(), MrError> {
         if shared.published.load(Ordering::Relaxed) >= shared.max_tasks {
             break;
         }
-        let Some((view, claim)) = next_task(region, shared.lease_ms)? else {
+        let Some((view, claim)) = next_task(region, &shared.apps, shared.lease_ms)? else {
             if !worth_staying(region)? {
                 break;
             }
@@ -237,12 +253,18 @@ fn idle_wait(idle: u32) -> Duration {
 /// tasks have results) its reduce tasks. Every thread claims in task order, so a job's last
 /// map tasks, its smallest (see [`crate::job::guided_split`]), run last.
 /// `lease_ms` is `None` in the fixed-worker mode (see [`try_claim`]).
-fn next_task(region: &JobRegion, lease_ms: Option<u64>) -> Result<Option<(JobView, Claim)>, MrError> {
+fn next_task(
+    region: &JobRegion,
+    apps: &Registry,
+    lease_ms: Option<u64>,
+) -> Result<Option<(JobView<'static>, Claim)>, MrError> {
     for j in 0..JOB_SLOTS {
         if region.job_state(j)? == JobState::Free {
             break;
         }
-        let Some(view) = JobView::running(region, j)? else { continue };
+        let Some(view) = JobView::running(region, j, |name| registered_app(region, apps, j, name))? else {
+            continue;
+        };
         if lease_ms.is_some() && !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
             continue; // its coordinator died: nobody would merge it
         }
@@ -272,7 +294,7 @@ fn run_task(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache) ->
     let split = view.check_task(region, t)?;
     let (params, source) = cache.of(region, view)?;
     let app = view.app;
-    let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine(view.stage, acc, value);
+    let combine = |acc: &mut Vec<u8>, value: &[u8]| app.combine_with(view.stage, params, acc, value);
     let body = if t < view.first_task + view.maps {
         let mut emit = Emit::new(view.reduces as usize, &combine);
         map_split(&source, view, params, split, &mut emit)?;
@@ -474,7 +496,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_of_an_app_this_build_does_not_know_is_refused_untouched() {
+    fn a_job_of_an_app_this_program_does_not_register_is_refused_untouched_naming_its_program() {
         let p = TempPath::new("unknown-app");
         let region = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
         let j = region.take_job_slot().unwrap();
@@ -484,9 +506,14 @@ mod tests {
         let app = apps::find("wordcount").unwrap();
         publish_job(&region, j, &JobSpec { app, stage: 0, input, params: input, reduces: 1, splits })
             .unwrap();
-        region.set_job_app(j, "fromthefuture");
+        region.set_job_app(j, "elsewhere");
         let err = step(&region, 1000).unwrap_err().to_string();
-        assert!(err.contains("\"fromthefuture\", unknown here"), "{err}");
+        let program = std::env::current_exe().unwrap();
+        assert!(
+            err.contains("runs app \"elsewhere\", which this program does not register")
+                && err.contains(&format!("`{} worker {}`", program.display(), p.0.display())),
+            "{err}"
+        );
         let status = &region.jobs().unwrap()[0];
         assert!(status.claims.is_empty() && status.maps.1 == 0, "nothing written: {status:?}");
     }

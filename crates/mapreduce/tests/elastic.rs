@@ -30,11 +30,10 @@ fn child_worker() {
     let Ok(path) = std::env::var(REGION) else { return };
     let o: Vec<u64> = std::env::var(OPTIONS).unwrap().split(',').map(|v| v.parse().unwrap()).collect();
     let options = WorkerOptions {
-        threads: o[0] as usize,
         lease_ms: o[1],
         max_tasks: (o[2] > 0).then_some(o[2]),
         hold_ms: o[3],
-        fixed: false,
+        ..WorkerOptions::threads(o[0] as usize)
     };
     let region = Arc::new(JobRegion::attach(Path::new(&path), false).unwrap());
     let report = Worker::start(region, options).wait().unwrap();

@@ -14,7 +14,7 @@
 //! is answered and its body skipped; a value over the item limit is too large and skipped,
 //! never buffered. Nothing allocates: keys and values borrow from the buffer.
 
-use crate::token::KEY_MAX;
+use crate::key::KEY_MAX;
 
 /// The length of a request or response header.
 pub const HEADER_LEN: usize = 24;
@@ -114,15 +114,8 @@ impl Status {
     }
 }
 
-/// How a storage request stores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreMode {
-    Set,
-    Add,
-    Replace,
-    Append,
-    Prepend,
-}
+/// How a storage request stores (never `Cas`: a binary store's CAS is its header field).
+pub use crate::encode::StoreMode;
 
 /// A storage request's arguments (flags and exptime are 0 for append and prepend).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,6 +13,9 @@ pub const MAX_CLASS: u32 = 63;
 pub enum Classes {
     /// `all`.
     All,
+    /// `hash`: memcached's walk of its hash table, every item once whatever its class (Shoal's
+    /// dumps always walk its index, so this dumps what `all` does).
+    Hash,
     /// A comma-separated list: bit `n` for class `n` (1 to 63).
     Listed(u64),
     /// Something else: memcached's `BADCLASS invalid class id` (once the crawler is known to
@@ -21,11 +24,13 @@ pub enum Classes {
 }
 
 impl Classes {
-    /// Parses `all` or `1,2,…` as memcached does: empty pieces are skipped, a piece that is
+    /// Parses `all`, `hash` or `1,2,…` as memcached does: empty pieces are skipped, a piece that is
     /// not a decimal number from 1 to 63 makes the whole list bad.
     pub fn parse(arg: &[u8]) -> Classes {
-        if arg == b"all" {
-            return Classes::All;
+        match arg {
+            b"all" => return Classes::All,
+            b"hash" => return Classes::Hash,
+            _ => {}
         }
         let mut set = 0u64;
         for piece in arg.split(|&b| b == b',').filter(|p| !p.is_empty()) {
@@ -40,7 +45,7 @@ impl Classes {
     /// Whether class `n` is named.
     pub fn contains(self, n: u32) -> bool {
         match self {
-            Classes::All => (1..=MAX_CLASS).contains(&n),
+            Classes::All | Classes::Hash => (1..=MAX_CLASS).contains(&n),
             Classes::Listed(set) => n <= MAX_CLASS && set & (1 << n) != 0,
             Classes::Bad => false,
         }
@@ -155,6 +160,8 @@ mod tests {
     #[test]
     fn lru_crawler_arguments_are_checked_as_memcached_checks_them() {
         assert_eq!(crawler(b"metadump all"), Ok(LruCrawler::Metadump(Classes::All)));
+        assert_eq!(crawler(b"metadump hash"), Ok(LruCrawler::Metadump(Classes::Hash)));
+        assert_eq!(crawler(b"crawl hash"), Ok(LruCrawler::Crawl(Classes::Hash)));
         assert_eq!(crawler(b"metadump 1,,2"), Ok(LruCrawler::Metadump(Classes::Listed(0b110))));
         for bad in [&b"0"[..], b"64", b"x", b"-1", b"ALL", b"1,x"] {
             assert_eq!(crawler(&[b"metadump ", bad].concat()), Ok(LruCrawler::Metadump(Classes::Bad)));

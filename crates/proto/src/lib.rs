@@ -1,15 +1,32 @@
-//! # shoal-proto: memcached requests, parsed without copying
+//! # shoal-proto: memcached's wire protocol, both directions
 //!
-//! Owns the wire format of requests: memcached's text protocol ([`text`]) and meta protocol
-//! ([`meta`]), behind one entry point; the binary protocol ([`binary`], its own parser, as a
-//! connection speaks one or the other); authentication messages ([`auth`]); the hints handoff ([`handoff`]). The server hands [`Parser::parse`] the unconsumed bytes
-//! of a connection's read buffer; requests borrow their keys and data from that buffer.
+//! The one place Shoal writes down the protocol: requests parsed without copying (the server,
+//! the router's clients) and encoded (the client, the router towards its destinations, the load
+//! generator); answers framed and read (the client, the router, the load generator, the
+//! controller through the client); the key rule ([`valid_key`], [`KEY_MAX`]); the operations
+//! ([`Op`]). Nothing here depends on another Shoal crate.
+//!
+//! - Requests in: memcached's text protocol ([`text`]) and meta protocol ([`meta`]), behind
+//!   one entry point; the binary protocol ([`binary`], its own parser, as a connection speaks
+//!   one or the other); authentication messages ([`auth`]); the hints handoff ([`handoff`]).
+//!   The server hands [`Parser::parse`] the unconsumed bytes of a connection's read buffer;
+//!   requests borrow their keys and data from that buffer.
+//! - Requests out: [`encode_request`] and [`encode_retrieval`] ([`encode`]) append a request
+//!   to the caller's buffer; [`Parser::parse`] reads it back as the same request.
+//! - Answers in: [`frame`] ([`answer`]) finds one whole answer of a [`Shape`] in the bytes
+//!   read, every size bounded ([`Limits`]); [`answer`]'s readers take its `VALUE` blocks,
+//!   `LVALUE` and `STAT` lines apart.
 //!
 //! ```text
 //!   socket ──► read buffer ──► Parser::parse(&buf) ──┬─ Incomplete           read more, call again
 //!                                                    ├─ Request + consumed   execute, drop bytes
 //!                                                    ├─ Error + consume      answer, drop bytes
 //!                                                    └─ Close                drop the connection
+//!
+//!   Op + key + Body ──► encode_request(.., &mut out) ──► socket ──► server
+//!   server ──► read buffer ──► frame(&buf, shape, max) ──┬─ None           read more, call again
+//!                                                        ├─ Frame { len }  read it, drop bytes
+//!                                                        └─ InvalidData    close the connection
 //! ```
 //!
 //! The answers and the bytes consumed are memcached 1.6's, checked against the real binary
@@ -19,43 +36,32 @@
 //! above 32 bits and accepts `-0`, leading tabs or trailing whitespace); exptimes are `i64`;
 //! meta's base64 keys must be padded standard base64.
 //!
-//! Nothing allocates: multiget keys and `stats` arguments are iterated lazily from the line
-//! ([`Tokens`]), and a parser remembers how far it has searched for the end of a line, so that
-//! a long line arriving in pieces is scanned once.
+//! Parsing allocates nothing: multiget keys and `stats` arguments are iterated lazily from the
+//! line ([`Tokens`]), and a parser remembers how far it has searched for the end of a line, so
+//! that a long line arriving in pieces is scanned once.
 
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod auth;
 pub mod binary;
 pub mod crawler;
+pub mod encode;
 pub mod handoff;
+mod key;
 pub mod meta;
 pub mod text;
 mod token;
 
+pub use answer::{frame, frame_within, Frame, Limits, Shape, MAX_ANSWER_LINE, MAX_VALUE_BYTES};
 pub use auth::{parse_ascii_auth, parse_plain, AsciiAuth, Plain};
 pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
 pub use crawler::{Classes, LruCrawler};
+pub use encode::{encode_request, encode_retrieval, push_u64, Body, Op, StoreMode};
+pub use key::{key_fault, valid_key, KEY_MAX};
 pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
-pub use text::{Get, ShutdownMode, Store, StoreCmd};
-pub use token::{digits, valid_key, Tokens, KEY_MAX};
-
-/// Appends `n` in decimal without allocating (answers and forwarded requests carry numbers on
-/// every request's path).
-#[inline]
-pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
+pub use text::{Get, ShutdownMode, Slabs, Store, StoreCmd};
+pub use token::{digits, Tokens};
 
 /// memcached gives up on a connection that sends this many bytes without a newline, unless
 /// they start a `get`/`gets` (multigets are unbounded).
@@ -91,6 +97,8 @@ pub enum Request<'a> {
     /// `shutdown [graceful]`; memcached refuses it unless started with `-A`, and checks that
     /// before the mode, so an invalid mode is the server's to answer.
     Shutdown(ShutdownMode),
+    /// `slabs reassign|automove …`: memcached's slab page mover controls.
+    Slabs(Slabs),
     /// `stats [args…]`: the server interprets the arguments.
     Stats(Tokens<'a>),
     /// `refresh_certs`: reload the TLS certificates (arguments are ignored, as in memcached).

@@ -6,8 +6,9 @@
 //! flag may not repeat, and only the first letter of a token names the flag. Meta errors are
 //! always answered, even with `q`.
 
+use crate::key::{valid_key, KEY_MAX};
 use crate::text::{BAD_CHUNK, TOO_LARGE};
-use crate::token::{parse_i64, parse_u32, parse_u64, valid_key, Tokens, KEY_MAX};
+use crate::token::{parse_time, parse_u32, parse_u64, Tokens};
 use crate::{Block, Forget, Line, Parse, Request};
 
 const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
@@ -124,7 +125,7 @@ impl<'a> MetaFlags<'a> {
                 b'b' => decode_base64(key, &mut [0; KEY_MAX])
                     .is_none()
                     .then_some("CLIENT_ERROR error decoding key"),
-                b'N' | b'T' | b'R' => match parse_i64(value) {
+                b'N' | b'T' | b'R' => match parse_time(value) {
                     Some(t) => {
                         *match letter {
                             b'N' => &mut f.vivify,

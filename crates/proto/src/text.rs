@@ -4,7 +4,8 @@
 //! Arity is checked first (`ERROR`), then `noreply` is noted (it is simply the last token), then
 //! the key and the numbers (`CLIENT_ERROR …`, silenced by `noreply` like every later answer).
 
-use crate::token::{parse_i64, parse_u32, parse_u64, split, valid_key, Tokens};
+use crate::key::valid_key;
+use crate::token::{parse_i64, parse_time, parse_u32, parse_u64, split, Tokens};
 use crate::{Block, Forget, Line, Parse, Request};
 
 const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
@@ -61,6 +62,16 @@ pub enum ShutdownMode {
     Invalid,
 }
 
+/// `slabs …`: memcached's slab page mover controls. Shoal has one class and no pages to move,
+/// so the server answers them as memcached would with nothing to move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slabs {
+    /// `slabs reassign <src> <dst>`: move a page from class `src` (-1: any) to `dst`.
+    Reassign { src: i32, dst: i32 },
+    /// `slabs automove <0|1|2> [noreply]` or `slabs automove ratio <r>`: the mover's policy.
+    Automove { noreply: bool },
+}
+
 /// Parses a text-protocol command line (and its data block).
 pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
     let mut args = Tokens::new(at.line);
@@ -105,7 +116,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
                 |key, delta, noreply| Request::Arith { incr, key, delta, noreply },
             )
         }
-        b"touch" => key_and_number(at, args, parse_i64, BAD_EXPTIME, |key, exptime, noreply| {
+        b"touch" => key_and_number(at, args, parse_time, BAD_EXPTIME, |key, exptime, noreply| {
             Request::Touch { key, exptime, noreply }
         }),
         b"delete" => {
@@ -137,7 +148,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             if n == usize::from(noreply) {
                 return done(Request::FlushAll { delay: None, noreply });
             }
-            match parse_i64(t[0]) {
+            match parse_time(t[0]) {
                 Some(delay) => done(Request::FlushAll { delay: Some(delay), noreply }),
                 None => Parse::error_unless(noreply, BAD_EXPTIME, at.end),
             }
@@ -198,6 +209,7 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
             ([tenant, _], 1) => done(Request::Curve(Some(tenant))),
             _ => error(),
         },
+        b"slabs" => slabs(at, args),
         b"tenant_memlimit" => match split::<3>(args) {
             ([tenant, bytes, _], 2) => match parse_u64(bytes) {
                 Some(bytes) => done(Request::TenantMemlimit { tenant, bytes }),
@@ -258,6 +270,38 @@ fn key_and_number<'a, T>(
     }
 }
 
+/// `slabs reassign|automove …`, checked as memcached 1.6.18's `process_slabs_command` checks
+/// it: `reassign` takes exactly two classes (`safe_strtol`: signed, kept to 32 bits) and
+/// ignores `noreply`; `automove` takes a level (`safe_strtoul`) or `ratio <number>`, and
+/// `noreply` as its last word silences every answer.
+fn slabs<'a>(at: &Line<'a>, args: Tokens<'a>) -> Parse<'a> {
+    let noreply = args.clone().last() == Some(b"noreply");
+    let done = |slabs| Parse::Done { request: Request::Slabs(slabs), consumed: at.end };
+    let (t, n) = split::<3>(args);
+    match (t[0], n) {
+        (b"reassign", 3) => {
+            // Truncation is memcached's: `safe_strtol` stores a `long` in an `int32_t`.
+            let class = |t: &[u8]| parse_i64(t).map(|v| v as i32);
+            match (class(t[1]), class(t[2])) {
+                (Some(src), Some(dst)) => done(Slabs::Reassign { src, dst }),
+                _ => Parse::error(BAD_FORMAT, at.end),
+            }
+        }
+        // `safe_strtod`; a missing ratio is the empty word, no number either.
+        (b"automove", 2..) if t[1] == b"ratio" => match std::str::from_utf8(t[2]).map(str::parse::<f64>) {
+            Ok(Ok(_)) => done(Slabs::Automove { noreply }),
+            _ => Parse::error_unless(noreply, "ERROR", at.end),
+        },
+        // memcached keeps the level in 32 bits: 2^32 is 0.
+        (b"automove", 2..) => match parse_u64(t[1]).map(|level| level as u32) {
+            Some(0..=2) => done(Slabs::Automove { noreply }),
+            Some(_) => Parse::error_unless(noreply, "ERROR", at.end),
+            None => Parse::error_unless(noreply, BAD_FORMAT, at.end),
+        },
+        _ => Parse::error("ERROR", at.end),
+    }
+}
+
 fn is_noreply(tokens: &[&[u8]], n: usize) -> bool {
     tokens[n - 1] == b"noreply"
 }
@@ -267,7 +311,7 @@ fn get<'a>(at: &Line<'a>, mut args: Tokens<'a>, cas: bool, touch: bool) -> Parse
         return Parse::error("ERROR", at.end);
     }
     let touch = if touch {
-        match args.next().and_then(parse_i64) {
+        match args.next().and_then(parse_time) {
             Some(exptime) => Some(exptime),
             None => return Parse::error(BAD_EXPTIME, at.end),
         }
@@ -297,7 +341,7 @@ fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
         _ => (&t[1..4], t[4]),
     };
     let (Some(flags), Some(exptime), Some(len)) =
-        (parse_u32(fields[0]), parse_i64(fields[1]), Line::size(fields[2]))
+        (parse_u32(fields[0]), parse_time(fields[1]), Line::size(fields[2]))
     else {
         return bad();
     };
@@ -603,5 +647,42 @@ mod tests {
         assert_eq!(one(b"POST /x HTTP/1.0\r\n"), Parse::Close);
         // memcached's branch for commands starting with 'g' answers ERROR instead.
         assert_eq!(err(b"gxx / HTTP/1.1\r\n"), (Some("ERROR"), 16));
+    }
+
+    #[test]
+    fn slabs_commands_are_checked_as_memcached_checks_them() {
+        let reassign = |src, dst| Request::Slabs(Slabs::Reassign { src, dst });
+        assert_eq!(request(b"slabs reassign 1 2\r\n"), reassign(1, 2));
+        assert_eq!(request(b"slabs reassign -1 +3\r\n"), reassign(-1, 3));
+        assert_eq!(request(b"slabs reassign 4294967297 1\r\n"), reassign(1, 1));
+        let automove = |noreply| Request::Slabs(Slabs::Automove { noreply });
+        for ok in [
+            &b"slabs automove 0\r\n"[..],
+            b"slabs automove 2\r\n",
+            b"slabs automove 1 x\r\n",
+            b"slabs automove 4294967296\r\n",
+            b"slabs automove ratio 0.8\r\n",
+        ] {
+            assert_eq!(request(ok), automove(false), "{}", String::from_utf8_lossy(ok));
+        }
+        assert_eq!(request(b"slabs automove 1 noreply\r\n"), automove(true));
+        let bad = BAD_FORMAT;
+        for (line, reply) in [
+            (&b"slabs reassign invalid1 invalid2\r\n"[..], Some(bad)),
+            (b"slabs reassign 1 noreply\r\n", Some(bad)),
+            (b"slabs automove invalid\r\n", Some(bad)),
+            (b"slabs automove -1\r\n", Some(bad)),
+            (b"slabs automove x noreply\r\n", None),
+            (b"slabs automove 3\r\n", Some("ERROR")),
+            (b"slabs automove ratio\r\n", Some("ERROR")),
+            (b"slabs automove ratio x\r\n", Some("ERROR")),
+            (b"slabs reassign 1\r\n", Some("ERROR")),
+            (b"slabs reassign 1 2 3\r\n", Some("ERROR")),
+            (b"slabs automove\r\n", Some("ERROR")),
+            (b"slabs\r\n", Some("ERROR")),
+            (b"slabs foo 1\r\n", Some("ERROR")),
+        ] {
+            assert_eq!(err(line), (reply, line.len()), "{}", String::from_utf8_lossy(line));
+        }
     }
 }

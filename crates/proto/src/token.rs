@@ -1,9 +1,6 @@
 //! Splitting a command line into tokens and reading numbers and keys out of them, the way
 //! memcached does (with the differences listed in the crate docs).
 
-/// The longest key memcached accepts (`KEY_MAX_LENGTH`).
-pub const KEY_MAX: usize = 250;
-
 /// The space-separated tokens of (part of) a command line, produced lazily so that a multiget
 /// of any number of keys costs no allocation and one pass. Only the space byte separates, as in
 /// memcached: runs of spaces are skipped; a tab is part of a token.
@@ -63,14 +60,6 @@ pub(crate) fn split<'a, const N: usize>(tokens: Tokens<'a>) -> ([&'a [u8]; N], u
     (out, count)
 }
 
-/// Whether memcached's text protocol would take `key` as a key. memcached itself only checks
-/// the length; we also refuse control characters, which protocol.txt forbids (binary keys
-/// travel base64-encoded in the meta protocol).
-pub fn valid_key(key: &[u8]) -> bool {
-    // Every byte is looked at (no early exit), which lets the compiler check many at once.
-    !key.is_empty() && key.len() <= KEY_MAX && key.iter().fold(true, |ok, &b| ok & (b > b' ') & (b != 0x7f))
-}
-
 /// Decimal digits only, no sign, no overflow.
 pub fn digits(t: &[u8]) -> Option<u64> {
     if t.is_empty() {
@@ -94,6 +83,15 @@ pub(crate) fn parse_u64(t: &[u8]) -> Option<u64> {
 /// A `u32`; memcached silently truncates larger values, we refuse them.
 pub(crate) fn parse_u32(t: &[u8]) -> Option<u32> {
     parse_u64(t).and_then(|v| u32::try_from(v).ok())
+}
+
+/// A time (an exptime, a TTL, a flush delay) as memcached reads one: a signed number within
+/// `i64` (`strtol`), kept to its low 32 bits as a signed number (`safe_strtol` stores it in an
+/// `int32_t`). So `4294967295` is -1, expired at once: what pylibmc sends for Django's
+/// timeout 0, which Django turns into -1.
+pub(crate) fn parse_time(t: &[u8]) -> Option<i64> {
+    // Truncation is the point: memcached's value is the number modulo 2^32, signed.
+    parse_i64(t).map(|v| i64::from(v as i32))
 }
 
 /// A signed number: an optional `+` or `-`, then digits, within `i64`.
@@ -149,12 +147,14 @@ mod tests {
     }
 
     #[test]
-    fn keys() {
-        assert!(valid_key(&[b'k'; KEY_MAX]));
-        assert!(!valid_key(&[b'k'; KEY_MAX + 1]));
-        assert!(!valid_key(b""));
-        assert!(!valid_key(b"a\x01b"));
-        assert!(!valid_key(b"a\x7f"));
-        assert!(valid_key("ключ".as_bytes()));
+    fn times_are_read_as_memcached_reads_them_into_an_int32() {
+        assert_eq!(parse_time(b"4294967295"), Some(-1));
+        assert_eq!(parse_time(b"4294967296"), Some(0));
+        assert_eq!(parse_time(b"2147483648"), Some(i64::from(i32::MIN)));
+        assert_eq!(parse_time(b"-1"), Some(-1));
+        assert_eq!(parse_time(b"+30"), Some(30));
+        assert_eq!(parse_time(b"2592000"), Some(2_592_000));
+        assert_eq!(parse_time(b"9223372036854775808"), None);
+        assert_eq!(parse_time(b"1x"), None);
     }
 }

@@ -1,6 +1,6 @@
 //! # shoal (Python): `shoal.Client`, a pymemcache-like client over shoal-client
 //!
-//! Owns the Python face of the client (DESIGN §5): argument conversion (keys as `str` or
+//! Owns the Python face of the client (docs/design/client.md): argument conversion (keys as `str` or
 //! `bytes`, values as `bytes` or `str`), pymemcache's return conventions, and exceptions.
 //! Every call copies its arguments out of Python objects and then releases the interpreter
 //! lock while shoal-client talks to the server (or reads its shared memory):
@@ -10,6 +10,9 @@
 //!                                                                    ├─► region (local read)
 //!   value / None ◄── bytes object ◄── attach ◄──────────────────────┴─► socket (network)
 //! ```
+//!
+//! `mr` is `shoal.mr`'s native half: MapReduce jobs whose map and combine are Python
+//! functions, on shoal-mapreduce's elastic engine (docs/MAPREDUCE.md, "From Python").
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError};
@@ -25,6 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 mod invalidation;
+mod mr;
 
 create_exception!(shoal, Error, PyException, "Base class of every error shoal.Client raises.");
 create_exception!(shoal, IllegalInput, Error, "A key or argument the protocol cannot carry.");
@@ -308,6 +312,27 @@ impl Client {
     /// `{key: (value, cas)}` for the keys that exist, keyed as given.
     fn gets_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
         self.many(py, keys, |py, item| Ok((bytes(py, item.value), item.cas).into_pyobject(py)?.into_any()))
+    }
+
+    /// `(value, flags)` for `key`, or None: the value with the client flags it was stored with,
+    /// which say how to decode it (`shoal.django` stores pickles and integers under flags).
+    fn get_flagged<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let key = key_bytes(key)?;
+        let item = self.call(py, |c| c.get(&key))?;
+        item.map(|item| (bytes(py, &item.value), item.flags).into_pyobject(py)).transpose()
+    }
+
+    /// `{key: (value, flags)}` for the keys that exist, keyed as given.
+    fn get_many_flagged<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.many(py, keys, |py, item| Ok((bytes(py, item.value), item.flags).into_pyobject(py)?.into_any()))
     }
 
     /// Stores `value` under `key`; True.
@@ -694,8 +719,9 @@ impl Client {
     }
 }
 
-/// The `shoal` module.
-#[pymodule]
+/// The native module, `shoal._shoal`; the `shoal` package (python/shoal/__init__.py) re-exports
+/// its names beside the package's Python modules (`shoal.django`).
+#[pymodule(name = "_shoal")]
 fn shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_function(wrap_pyfunction!(invalidation::invalidation_message, m)?)?;
@@ -707,5 +733,6 @@ fn shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConnectionFailed", py.get_type::<ConnectionFailed>())?;
     m.add("ProtocolError", py.get_type::<ProtocolError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    mr::register(m)?;
     Ok(())
 }

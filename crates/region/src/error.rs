@@ -92,7 +92,7 @@ impl std::error::Error for RegionError {
 pub enum OpError {
     /// Keys are at least one byte long.
     KeyEmpty,
-    /// Keys are at most 250 bytes long.
+    /// Keys are at most [`MAX_KEY_LEN`](crate::layout::MAX_KEY_LEN) bytes long.
     KeyTooLong(usize),
     /// The item would exceed the region's maximum item size.
     ValueTooLarge {
@@ -112,7 +112,9 @@ impl fmt::Display for OpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OpError::KeyEmpty => write!(f, "key is empty"),
-            OpError::KeyTooLong(n) => write!(f, "key is {n} bytes long; the limit is 250"),
+            OpError::KeyTooLong(n) => {
+                write!(f, "key is {n} bytes long; the limit is {}", crate::layout::MAX_KEY_LEN)
+            }
             OpError::ValueTooLarge { len, max } => {
                 write!(f, "value of {len} bytes is too large: at most {max} bytes fit the maximum item size")
             }

@@ -1,4 +1,4 @@
-//! Hints: how reads served from shared memory reach the server (DESIGN §3, invariant 7).
+//! Hints: how reads served from shared memory reach the server (docs/design/region.md, invariant 7).
 //!
 //! A reader may not write the region, yet the items it reads must look recently used to
 //! eviction and its gets must appear in the server's `stats`. So each client that reads

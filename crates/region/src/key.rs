@@ -1,10 +1,11 @@
-//! Key rules of the store: any 1–250 bytes (the meta protocol's base64 keys are binary). The
-//! text protocol's stricter rule (no spaces or control characters) is `shoal_proto::valid_key`.
+//! Key rules of the store: any 1 to [`MAX_KEY_LEN`] bytes (the meta protocol's base64 keys are
+//! binary). The text protocol's stricter rule (no spaces or control characters) is
+//! `shoal_proto::valid_key`.
 
 use crate::error::OpError;
 use crate::layout::MAX_KEY_LEN;
 
-/// Checks the rules every stored key obeys: 1 to 250 bytes.
+/// Checks the rules every stored key obeys: 1 to [`MAX_KEY_LEN`] bytes.
 #[inline]
 pub fn check_key(key: &[u8]) -> Result<(), OpError> {
     match key.len() {

@@ -31,8 +31,10 @@ pub const BUCKET_SLOTS: usize = 7;
 pub const SEGMENT_META_BYTES: usize = 64;
 /// Default segment size.
 pub const DEFAULT_SEGMENT_BYTES: usize = 1 << 20;
-/// Longest key memcached accepts.
-pub const MAX_KEY_LEN: usize = 250;
+/// Longest key memcached accepts: the text protocol's (`shoal_proto::KEY_MAX`). Only the
+/// length is shared: the region stores any bytes (meta's base64 keys are binary), so the
+/// protocol's rule against spaces and control bytes is not the region's.
+pub const MAX_KEY_LEN: usize = shoal_proto::KEY_MAX;
 /// Bytes of an item header: length word, expiry, client flags.
 pub const ITEM_HEADER_BYTES: usize = 12;
 /// Bytes of the optional explicit CAS that follows the header of a relocated item.
@@ -87,6 +89,11 @@ pub(crate) struct RawHeader {
     pub segments_evicted: AtomicU64,
     pub segments_expired: AtomicU64,
     pub index_evictions: AtomicU64,
+    /// A rejoin hold ([`crate::Writer::hold`]): items in segments of generation below this,
+    /// written before the server restarted, read as flushed while the clock is below
+    /// `hold_until`. Both 0 in a region no hold was ever set on (and in older files).
+    pub hold_gen: AtomicU64,
+    pub hold_until: AtomicU32,
 }
 
 /// Byte offset of the cookie, for locality discovery (`shm` answers with it).

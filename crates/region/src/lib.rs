@@ -17,8 +17,12 @@
 //! docs for the protocol). Segments are reclaimed whole when their items expire, are flushed
 //! or deleted, and evicted by the writer's policy ([`Eviction`]): oldest first with a second
 //! chance for items read since written, or least recently used.
-//! `docs/ARCHITECTURE.md` explains the choices; [`layout`] pins the bytes.
+//! `docs/design/region.md` explains the choices; [`layout`] pins the bytes. `cli` (feature
+//! `cli`, which the `shoal` program turns on) is `shoal region`: create, inspect, read and write
+//! regions from the command line, and measure them.
 
+#[cfg(all(feature = "cli", not(loom)))]
+pub mod cli;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
@@ -51,10 +55,10 @@ pub use mapping::Mapping;
 #[cfg(not(loom))]
 pub use reader::Reader;
 #[cfg(not(loom))]
-pub use region::{ItemInfo, Lookup, ValueSink};
+pub use region::{ItemInfo, KeyHash, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
     counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Eviction,
-    EvictionObserver, IndexedItem, KeyObserver, LimitError, Mark, NewItem, Stats, Store, UnknownEviction,
-    Value, Writer, MIN_LIMIT_SEGMENTS,
+    EvictionObserver, IndexedItem, KeyObserver, LimitError, Mark, NewItem, PreviousStop, Stats, Store,
+    UnknownEviction, Value, Writer, MIN_LIMIT_SEGMENTS,
 };

@@ -67,11 +67,12 @@ impl Lookup {
     }
 }
 
-/// The hash of a key: its two candidate buckets and its 16-bit tag.
+/// The hash of a key: its two candidate buckets and its 16-bit tag. Outside the crate it is
+/// opaque, made by [`crate::Writer::hash`] for a caller that does several things with one key.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct KeyHash {
-    pub buckets: [usize; 2],
-    pub tag: u16,
+pub struct KeyHash {
+    pub(crate) buckets: [usize; 2],
+    pub(crate) tag: u16,
 }
 
 impl KeyHash {
@@ -271,7 +272,7 @@ impl Region {
         self.layout.segment_offset(slot.segment) + slot.offset
     }
 
-    /// The header of the item a slot points to, if it is well-formed (a key of 1 to 250 bytes)
+    /// The header of the item a slot points to, if it is well-formed (a key of 1 to `MAX_KEY_LEN` bytes)
     /// and lies inside its segment. Everything is bounds-checked, so a stale slot or a corrupt
     /// region yields `None`, never an out-of-bounds read.
     #[inline]
@@ -381,11 +382,20 @@ impl Region {
         }
     }
 
-    /// Judges a found item by the server clock and flush generation in the header.
+    /// Whether items in a segment of generation `segment_gen` are under a rejoin hold.
+    #[inline]
+    pub fn held(&self, segment_gen: u64) -> bool {
+        let h = self.header();
+        segment_gen < h.hold_gen.load(Ordering::Acquire)
+            && h.clock.load(Ordering::Acquire) < h.hold_until.load(Ordering::Acquire)
+    }
+
+    /// Judges a found item by the server clock, flush generation and rejoin hold in the
+    /// header (a held item reads as flushed).
     #[inline]
     pub fn judge(&self, found: &Found) -> Lookup {
         let h = self.header();
-        if found.segment_gen < h.flush_gen.load(Ordering::Acquire) {
+        if found.segment_gen < h.flush_gen.load(Ordering::Acquire) || self.held(found.segment_gen) {
             Lookup::Flushed
         } else if is_expired(found.header.expiry, h.clock.load(Ordering::Acquire)) {
             Lookup::Expired

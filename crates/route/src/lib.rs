@@ -1,6 +1,6 @@
 //! # shoal-route: which server owns a key
 //!
-//! The routing core of DESIGN §2, used by the Rust and Python clients and by `shoal router`:
+//! The routing core (docs/design/routing.md) of the Rust and Python clients and of `shoal router`:
 //! given a pool's servers and a hashing scheme, it names the server that owns a key. It opens
 //! no sockets and keeps no state beyond the placement it was built with.
 //!
@@ -16,8 +16,11 @@
 //! ```
 //!
 //! Every scheme named after a tool places keys exactly as that tool does (test vectors in
-//! `tests/`), so a pool can move to Shoal without a cold cache.
+//! `tests/`), so a pool can move to Shoal without a cold cache. `cli` (feature `cli`, which
+//! the `shoal` program turns on) is `shoal route owner`: the same question from the command line.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod digest;
 mod error;
 pub mod furc;
@@ -35,4 +38,4 @@ pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};
 pub use prefix::{hash_part, Routed};
 pub use proteus::{ProteusArc, ProteusRing};
-pub use server::{validate_key, Server, MAX_KEY_BYTES};
+pub use server::{validate_key, Server};

@@ -1,9 +1,7 @@
-//! A pool member as the user names it, and the key rules of the text protocol.
+//! A pool member as the user names it, and the key rule of the text protocol
+//! (`shoal_proto::valid_key`) as a routing error.
 
 use crate::error::{Error, Result};
-
-/// memcached's longest key.
-pub const MAX_KEY_BYTES: usize = 250;
 
 /// One server of a pool: where it listens and its weight.
 ///
@@ -106,19 +104,13 @@ impl std::str::FromStr for Server {
     }
 }
 
-/// Checks that `key` is one memcached's text protocol carries: 1 to 250 bytes, no spaces or
-/// control characters.
+/// Checks that `key` is one memcached's text protocol carries (`shoal_proto::valid_key`: 1 to
+/// `KEY_MAX` bytes, no spaces or control characters).
 pub fn validate_key(key: &[u8]) -> Result<()> {
-    let why = if key.is_empty() {
-        "is empty"
-    } else if key.len() > MAX_KEY_BYTES {
-        "is longer than 250 bytes"
-    } else if key.iter().any(|&b| b <= b' ' || b == 0x7f) {
-        "contains a space or a control character"
-    } else {
-        return Ok(());
-    };
-    Err(Error::BadKey { key: key.to_vec(), why })
+    match shoal_proto::key_fault(key) {
+        None => Ok(()),
+        Some(why) => Err(Error::BadKey { key: key.to_vec(), why }),
+    }
 }
 
 #[cfg(test)]

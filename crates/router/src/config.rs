@@ -16,6 +16,7 @@
 //! A name this router does not know — a route handle type, a hash function, a pool, a named
 //! handle — is refused with the name and its place in the file (`route.children[1].type`).
 
+use crate::dest::Destination;
 use crate::provisioned::{Provisioned, Transition};
 use crate::route::{AllMode, Child, ExptimeAction, FailoverErrors, Op, Route};
 use serde_json::{Map, Value};
@@ -90,23 +91,12 @@ fn too_deep(text: &str) -> Option<usize> {
     None
 }
 
-/// One server a route can send to. The same address in two pools is one destination (one
-/// health state, one connection per worker).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Destination {
-    /// `host:port` or a unix socket path.
-    pub address: String,
-    /// How long to wait for an answer (`server_timeout` of its first pool; mcrouter's default 1 s).
-    pub server_timeout: Duration,
-    /// How long to wait for a connection (`connect_timeout`; mcrouter's default 1 s).
-    pub connect_timeout: Duration,
-}
-
 /// A whole configuration: the destinations and the routes.
 #[derive(Debug)]
 pub struct Config {
-    /// Every server named by a pool, indexed by [`Route::Destination`].
-    pub destinations: Vec<Destination>,
+    /// Every server named by a pool, indexed by `Route::Destination` (shared with the
+    /// transport's senders: a new table tells each worker the configuration changed).
+    pub destinations: Arc<[Destination]>,
     /// Routes by routing prefix (`/region/cluster/`, `*` wildcards), in file order.
     pub prefixed: Vec<(String, Child)>,
     /// The route of keys without a routing prefix (`route`, or the first of `routes`).
@@ -185,7 +175,12 @@ impl Config {
             (Some(_), Some(_)) => return error("", "give either \"route\" or \"routes\", not both"),
             _ => return error("", "no \"route\" (or non-empty \"routes\"): nothing to send requests to"),
         };
-        Ok(Config { destinations: builder.destinations, prefixed, default, provisioned: builder.provisioned })
+        Ok(Config {
+            destinations: builder.destinations.into(),
+            prefixed,
+            default,
+            provisioned: builder.provisioned,
+        })
     }
 
     /// Fetches the old owners' digests of every power-proportional pool in a transition
@@ -341,6 +336,8 @@ impl Builder {
         Ok(spec)
     }
 
+    /// The index of `address`'s destination; a new one takes the timeouts of the first pool
+    /// that names it (mcrouter's default: 1 s each).
     fn destination(&mut self, address: &str, server_timeout: Duration, connect_timeout: Duration) -> usize {
         if let Some(i) = self.destinations.iter().position(|d| d.address == address) {
             return i;

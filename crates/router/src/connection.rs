@@ -25,9 +25,10 @@
 //!   server that stopped answering on it, but answers new connections (and so the TKO probe),
 //!   would fail every request sent to it for as long as the connection stayed up.
 
-use crate::dest::{connect, probe, Health, Stream};
-use crate::reply::frame;
+use crate::health::{probe, Health};
 use crate::request::{ErrorKind, Shape};
+use crate::stream::{connect, Stream};
+use shoal_proto::frame;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;

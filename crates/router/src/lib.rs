@@ -1,38 +1,62 @@
 //! # shoal-router: `shoal router`, an mcrouter-shaped memcached router
 //!
-//! Owns the router of DESIGN §6: mcrouter's JSON configuration of pools and route handles,
-//! reloaded when the file changes; clients speaking memcached's text and meta protocols (and
-//! the lease commands) over TCP or a unix socket; each key routed by the routing core
-//! (`shoal-route`) and the route handles; destinations' health; reliable broadcast deletes.
+//! Owns the router (docs/design/router.md): mcrouter's JSON configuration of pools and route
+//! handles, reloaded when the file changes; clients speaking memcached's text and meta
+//! protocols (and the lease commands) over TCP or a unix socket; each key routed by the routing
+//! core (`shoal-route`) and the route handles; destinations' health; reliable broadcast deletes.
 //!
 //! ```text
 //!  config file ──(inotify, stat+hash every second)──► Config::parse ──► Router.config (Arc swap;
 //!                                                                  a bad file keeps the old one)
 //!  client ──► worker thread (tokio, one per -t) ──► proxy: shoal-proto parser, one Request per key
-//!                 │ Config::route_for(/region/cluster/) ──► Route::execute (route.rs)
+//!                 │ dispatch: Config::route_for(/region/cluster/) ──► Route::execute (route.rs)
+//!                 ▼                                   (multiget.rs: keys batched per server)
+//!           Ctx::send (ctx.rs) ──► deletes under AllAsyncRoute or /*/*/ ──► shoal-spool
+//!                 │                 changes a down destination missed, as deletes ──┘ (reads
+//!                 │                 wait until its spool drains: docs/design/faults.md)
 //!                 ▼
-//!           Ctx::send ──► the worker's one connection per destination (connection.rs): an event
-//!                 │       loop that pipelines, answers in order; health (dest.rs): TKO, probes
-//!                 └─► deletes under AllAsyncRoute or /*/*/ ──► spool file ──► delivery thread
+//!  transport: Sender::exchange (dest.rs) ──► the worker's one connection per destination
+//!             (connection.rs): an event loop that pipelines, answers in order; health.rs:
+//!             TKO, probes; stream.rs: TCP or unix
 //! ```
+//!
+//! The modules, each importing only modules below it (`scripts/module-cycles.py` checks):
+//!
+//! ```text
+//!  lib.rs: run, reload, worker threads
+//!    ├─► metrics ─► state (Router: configuration in service, counters, `stats`) ─► config
+//!    └─► proxy (a client connection) ─► multiget ─► dispatch (a key's route(s)) ─► config
+//!  config (the file, parsed) ─► route (handles) ─► provisioned (power-proportional pools)
+//!                                     └─► ctx (Ctx: how a handle sends; spools) ─► dest
+//!  transport, knowing destinations (addresses, timeouts) and nothing of routes:
+//!    dest (Destination, Sender, Worker, Transport) ─► connection ─► health (TKO, probe) ─► stream
+//!  request (one key's request and reply) under all of them
+//! ```
+//!
+//! A configuration hands the transport a table of destinations; route handles name them by
+//! index, and a worker's links to them are rebuilt when the table changes (a reload).
 
 mod config;
 mod connection;
+mod ctx;
 mod dest;
+mod dispatch;
+mod health;
 mod metrics;
 mod multiget;
 mod provisioned;
 mod proxy;
-pub mod reply;
 mod request;
 mod route;
+mod state;
+mod stream;
 
 pub use config::{Config, ConfigError};
-pub use request::Shape;
+pub use state::Router;
 
 use clap::Args;
-use dest::{Shared, Worker};
-use shoal_client::spool::Spools;
+use dest::{Transport, Worker};
+use shoal_spool::Spools;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +84,8 @@ pub struct RouterArgs {
     /// Worker threads; each keeps one connection per destination, shared by its clients.
     #[arg(short = 't', long, default_value_t = 4)]
     pub threads: usize,
-    /// Where deletes that must reach a destination wait for it (default:
+    /// Where deletes that must reach a destination wait for it, including a delete of every key
+    /// changed while its destination was down (default:
     /// /var/tmp/shoal-router-<port>).
     #[arg(long, value_name = "DIR")]
     pub spool_dir: Option<PathBuf>,
@@ -77,64 +102,6 @@ pub struct RouterArgs {
     /// http://ADDR:PORT/metrics.
     #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
-}
-
-/// The running router's state, shared by its threads.
-pub struct Router {
-    config: RwLock<Arc<Config>>,
-    shared: Arc<Shared>,
-    max_item_bytes: usize,
-    latest_seed: usize,
-    started: Instant,
-    threads: usize,
-    reloads: AtomicU64,
-    reload_failures: AtomicU64,
-}
-
-impl Router {
-    /// The configuration new requests start with.
-    pub fn config(&self) -> Arc<Config> {
-        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The router's `stats`: its counters and every destination's state.
-    fn stats_text(&self) -> Vec<u8> {
-        let mut out = String::new();
-        let mut stat = |name: &str, value: String| out.push_str(&format!("STAT {name} {value}\r\n"));
-        stat("pid", std::process::id().to_string());
-        stat("uptime", self.started.elapsed().as_secs().to_string());
-        stat("version", format!("shoal-router-{}", env!("CARGO_PKG_VERSION")));
-        stat("threads", self.threads.to_string());
-        stat("cmd_total", self.shared.requests.load(Ordering::Relaxed).to_string());
-        stat("errors_total", self.shared.errors.load(Ordering::Relaxed).to_string());
-        stat("config_reloads", self.reloads.load(Ordering::Relaxed).to_string());
-        stat("config_reload_failures", self.reload_failures.load(Ordering::Relaxed).to_string());
-        let destinations = self.shared.destinations();
-        stat("destinations", self.config().destinations.len().to_string());
-        stat("destinations_tko", destinations.iter().filter(|(_, h)| h.is_tko()).count().to_string());
-        let depths = self.shared.spools.depths();
-        stat("spool_pending", depths.iter().map(|(_, n)| n).sum::<u64>().to_string());
-        stat("spool_delivered", self.shared.spools.delivered.load(Ordering::Relaxed).to_string());
-        stat("spool_refused", self.shared.spools.refused.load(Ordering::Relaxed).to_string());
-        for pool in &self.config().provisioned {
-            stat("pool", pool.stats());
-        }
-        for (address, health) in destinations {
-            let spooled = depths.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n);
-            stat(
-                "destination",
-                format!(
-                    "{address} {} sent={} failed={} spooled={spooled} pending={}",
-                    if health.is_tko() { "tko" } else { "up" },
-                    health.sent.load(Ordering::Relaxed),
-                    health.failed.load(Ordering::Relaxed),
-                    health.pending.load(Ordering::Relaxed),
-                ),
-            );
-        }
-        out.push_str("END\r\n");
-        out.into_bytes()
-    }
 }
 
 /// Reads and checks a configuration file.
@@ -169,15 +136,19 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         .spool_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("/var/tmp/shoal-router-{}", args.port)));
-    let spools = Spools::open(&spool_dir, args.spool_max_mb << 20, "shoal router")
+    // Durable: a delete a down destination missed must outlive the machine, not only the router.
+    let spools = Spools::open_with(&spool_dir, args.spool_max_mb << 20, "shoal router", true, None)
         .map_err(|e| format!("spool directory {}: {e}", spool_dir.display()))?;
     let router = Arc::new(Router {
         config: RwLock::new(Arc::new(config)),
-        shared: Arc::new(Shared::new(spools, args.max_item_bytes)),
+        transport: Arc::new(Transport::new(args.max_item_bytes)),
+        spools,
         max_item_bytes: args.max_item_bytes,
         latest_seed: std::process::id() as usize,
         started: Instant::now(),
         threads: args.threads,
+        requests: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
     });
@@ -246,7 +217,7 @@ fn serve_worker(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let worker = Rc::new(Worker::default());
+        let worker = Rc::new(Worker::new(router.transport.clone()));
         let tcp = tcp.and_then(|l| tokio::net::TcpListener::from_std(l).ok());
         let unix = unix.and_then(|l| tokio::net::UnixListener::from_std(l).ok());
         loop {

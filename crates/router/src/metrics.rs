@@ -2,10 +2,11 @@
 //! by `shoal-metrics`' thread (the workers' runtimes never see a scrape).
 //!
 //! Router-wide counters are `shoal_router_<name>`; each destination's state is a family
-//! labelled `destination="<address>"`: `up` (1, or 0 while TKO), requests `sent` and `failed`,
-//! deletes `spooled` and not yet delivered, requests `pending` (sent, not yet answered).
+//! labelled `destination="<address>"`: `up` (1, or 0 while TKO), `behind` (1 while it catches
+//! up on invalidations it missed), requests `sent` and `failed`, deletes `spooled` and not yet
+//! delivered, requests `pending` (sent, not yet answered).
 
-use crate::Router;
+use crate::state::Router;
 use shoal_metrics::prometheus_client::metrics::counter::Counter;
 use shoal_metrics::prometheus_client::metrics::family::Family;
 use shoal_metrics::prometheus_client::metrics::gauge::Gauge;
@@ -30,7 +31,6 @@ pub fn spawn(address: &str, router: Arc<Router>) -> Result<(), String> {
 /// The metrics text of one scrape.
 pub fn render(router: &Router) -> String {
     let mut registry = Registry::with_prefix("shoal_router");
-    let shared = &router.shared;
     let load = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
     register(
         &mut registry,
@@ -39,8 +39,8 @@ pub fn render(router: &Router) -> String {
         router.started.elapsed().as_secs_f64(),
         true,
     );
-    register(&mut registry, "requests", "requests read from clients", load(&shared.requests), false);
-    register(&mut registry, "errors", "requests answered with an error", load(&shared.errors), false);
+    register(&mut registry, "requests", "requests read from clients", load(&router.requests), false);
+    register(&mut registry, "errors", "requests answered with an error", load(&router.errors), false);
     register(
         &mut registry,
         "config_reloads",
@@ -59,24 +59,39 @@ pub fn render(router: &Router) -> String {
         &mut registry,
         "spool_delivered",
         "spooled deletes delivered",
-        load(&shared.spools.delivered),
+        load(&router.spools.delivered),
         false,
     );
     register(
         &mut registry,
         "spool_refused",
-        "deletes refused because a spool was full",
-        load(&shared.spools.refused),
+        "spooled deliveries a destination answered with something other than an acknowledgement",
+        load(&router.spools.refused),
+        false,
+    );
+    register(
+        &mut registry,
+        "spool_full",
+        "deletes refused because their destination's spool was full",
+        load(&router.spools.full),
+        false,
+    );
+    register(
+        &mut registry,
+        "spool_files_refused",
+        "spool files left by an earlier run that were damaged or foreign, set aside unread",
+        load(&router.spools.files_refused),
         false,
     );
     let up = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let behind = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let sent = Family::<Labels, Counter<u64, AtomicU64>>::default();
     let failed = Family::<Labels, Counter<u64, AtomicU64>>::default();
     let spooled = Family::<Labels, Gauge<i64, AtomicI64>>::default();
     let pending = Family::<Labels, Gauge<i64, AtomicI64>>::default();
-    let depths = shared.spools.depths();
+    let depths = router.spools.depths();
     let mut addresses: Vec<String> = depths.iter().map(|(a, _)| a.clone()).collect();
-    let destinations = shared.destinations();
+    let destinations = router.transport.destinations();
     addresses.extend(destinations.iter().map(|(a, _)| a.clone()));
     addresses.extend(router.config().destinations.iter().map(|d| d.address.clone()));
     addresses.sort();
@@ -85,6 +100,7 @@ pub fn render(router: &Router) -> String {
         let labels = vec![("destination".to_string(), address.clone())];
         let health = destinations.iter().find(|(a, _)| *a == address).map(|(_, h)| h);
         up.get_or_create(&labels).set(i64::from(!health.is_some_and(|h| h.is_tko())));
+        behind.get_or_create(&labels).set(i64::from(router.spools.is_behind(&address)));
         let count = |n: Option<&AtomicU64>| n.map_or(0, |n| n.load(Ordering::Relaxed));
         sent.get_or_create(&labels).inc_by(count(health.map(|h| &h.sent)));
         failed.get_or_create(&labels).inc_by(count(health.map(|h| &h.failed)));
@@ -93,6 +109,11 @@ pub fn render(router: &Router) -> String {
         spooled.get_or_create(&labels).set(depth as i64);
     }
     registry.register("destination_up", "1 while the destination is up, 0 while it is TKO", up);
+    registry.register(
+        "destination_behind",
+        "1 while the destination catches up on invalidations it missed (it gets no reads)",
+        behind,
+    );
     registry.register("destination_sent", "requests the destination answered", sent);
     registry.register("destination_failed", "requests to the destination that failed", failed);
     registry.register(

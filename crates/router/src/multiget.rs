@@ -4,10 +4,10 @@
 //! one by one. The client's answer is the hits in the order it asked, then `END`; a key whose
 //! server failed is a miss, as in the per-key path.
 
-use crate::dest::Ctx;
-use crate::proxy::{route_one, routes_for, Routes};
+use crate::dispatch::{routes_for, Dispatch, Routes};
 use crate::request::{Op, Reply, Request, Shape};
 use crate::route::Direct;
+use shoal_proto::answer::{blocks_at, ValueHeader};
 use std::sync::atomic::Ordering;
 
 /// The keys of one multiget that go to one destination together.
@@ -18,11 +18,12 @@ struct Batch {
 
 /// Answers a multiget (`get`/`gets` of several keys) into `out`: hits in the order asked,
 /// then `END`.
-pub async fn get_many(keys: &[Request], ctx: &Ctx, out: &mut Vec<u8>) {
+pub async fn get_many(keys: &[Request], dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
+    let ctx = &dispatch.ctx;
     let mut batches: Vec<Batch> = Vec::new();
     let mut own = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        let direct = match routes_for(key, &ctx.config) {
+        let direct = match routes_for(key, &dispatch.config) {
             Routes::One(Some(route)) => route.direct(key, ctx),
             _ => None,
         };
@@ -44,9 +45,9 @@ pub async fn get_many(keys: &[Request], ctx: &Ctx, out: &mut Vec<u8>) {
             }
             out.extend_from_slice(b"\r\n");
         };
-        ctx.exchange(batch.to.dest, line, Shape::Values, batch.to.fail_open)
+        ctx.sender.exchange(batch.to.dest, line, Shape::Values, batch.to.fail_open)
     }));
-    let alone = futures::future::join_all(own.iter().map(|&i| route_one(&keys[i], ctx)));
+    let alone = futures::future::join_all(own.iter().map(|&i| dispatch.route_one(&keys[i])));
     let (answers, alone) = futures::future::join(sent, alone).await;
     // Each key's hit: (the answer it is in, where in it).
     let mut hits: Vec<Option<(usize, usize, usize)>> = vec![None; keys.len()];
@@ -64,7 +65,7 @@ pub async fn get_many(keys: &[Request], ctx: &Ctx, out: &mut Vec<u8>) {
             _ => errors += 1,
         }
     }
-    ctx.shared.errors.fetch_add(errors, Ordering::Relaxed);
+    dispatch.errors.fetch_add(errors, Ordering::Relaxed);
     out.reserve(answers.iter().map(answer_len).sum::<usize>() + 5);
     for i in 0..keys.len() {
         if let Some((n, start, end)) = hits[i] {
@@ -94,9 +95,9 @@ fn sent_key(request: &Request, to: Direct) -> &[u8] {
     }
 }
 
-/// Finds each `VALUE` block of a batch's answer (already checked whole by `reply::frame`) and
-/// gives it to the batch's next key of that name: a server answers hits in the order asked,
-/// so a key asked twice gets its two blocks in turn.
+/// Finds each `VALUE` block of a batch's answer (already checked whole by
+/// `shoal_proto::frame`) and gives it to the batch's next key of that name: a server answers
+/// hits in the order asked, so a key asked twice gets its two blocks in turn.
 fn split(
     bytes: &[u8],
     batch: &Batch,
@@ -104,32 +105,15 @@ fn split(
     n: usize,
     hits: &mut [Option<(usize, usize, usize)>],
 ) {
-    let mut at = 0;
     let mut next = 0;
-    while at < bytes.len() {
-        let Some(line_end) = bytes[at..].windows(2).position(|w| w == b"\r\n").map(|p| at + p) else {
-            return;
-        };
-        let mut words = bytes[at..line_end].split(|&b| b == b' ');
-        let (Some(b"VALUE"), Some(name), Some(_flags), Some(length)) =
-            (words.next(), words.next(), words.next(), words.next())
-        else {
-            return;
-        };
-        let Some(length) = std::str::from_utf8(length).ok().and_then(|l| l.parse::<usize>().ok()) else {
-            return;
-        };
-        let end = line_end + 2 + length + 2;
-        if end > bytes.len() {
-            return;
-        }
-        while next < batch.keys.len() && sent_key(&keys[batch.keys[next]], batch.to) != name {
+    for (span, block) in blocks_at(bytes) {
+        let Some(header) = ValueHeader::parse(block.line) else { return };
+        while next < batch.keys.len() && sent_key(&keys[batch.keys[next]], batch.to) != header.key {
             next += 1;
         }
         if let Some(&i) = batch.keys.get(next) {
-            hits[i] = Some((n, at, end));
+            hits[i] = Some((n, span.start, span.end));
             next += 1;
         }
-        at = end;
     }
 }

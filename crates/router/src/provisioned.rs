@@ -16,12 +16,11 @@
 //! never guesses where a transition started. Old owners' digests are fetched once per loaded
 //! configuration, as the transition is first seen (a key set on an old owner after that is
 //! set on its new owner anyway); without a digest the old owner is simply asked.
+//!
+//! This module holds what such a pool is (its active count, its transition, the old owners'
+//! digests, its counters); `route.rs` carries requests out on it (`route::proteus`).
 
-use crate::dest::Ctx;
-use crate::request::{Op, Reply, Request};
-use crate::route::{copy_on_miss, Child};
 use shoal_route::digest::Digest;
-use shoal_route::ProteusRing;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -69,6 +68,12 @@ impl Transition {
     pub fn in_progress(&self) -> bool {
         SystemTime::now() < self.until
     }
+
+    /// Whether the digest of old owner `server` says it cannot hold `key`.
+    pub fn digest_lacks(&self, server: usize, key: &[u8]) -> bool {
+        let digests = self.digests.get();
+        digests.and_then(|d| d.get(server)).and_then(Option::as_ref).is_some_and(|d| !d.may_contain(key))
+    }
 }
 
 impl Provisioned {
@@ -95,59 +100,6 @@ impl Provisioned {
     /// Whether a transition is under way (old owners may be asked).
     pub fn in_transition(&self) -> bool {
         self.transition.as_ref().is_some_and(Transition::in_progress)
-    }
-
-    /// Whether the digest of old owner `server` says it cannot hold `key`.
-    fn digest_lacks(transition: &Transition, server: usize, key: &[u8]) -> bool {
-        let digests = transition.digests.get();
-        digests.and_then(|d| d.get(server)).and_then(Option::as_ref).is_some_and(|d| !d.may_contain(key))
-    }
-
-    /// Carries out `request` on the pool `children` placed by `ring`.
-    pub async fn execute(
-        &self,
-        ring: &ProteusRing,
-        children: &[Child],
-        request: &Request,
-        ctx: &Ctx,
-    ) -> Reply {
-        let key = request.routed_key();
-        let owner = |active: usize| ring.owner_with(active, key).expect("active counts are checked at load");
-        let now = &children[owner(self.active)];
-        let Some(transition) = self.transition.as_ref().filter(|t| t.in_progress()) else {
-            return now.execute(request, ctx).await;
-        };
-        let before_index = owner(transition.from);
-        let before = &children[before_index];
-        if std::sync::Arc::ptr_eq(before, now) {
-            return now.execute(request, ctx).await;
-        }
-        match request.op {
-            Op::Get | Op::Gets => {
-                let first = now.execute(request, ctx).await;
-                if first.is_hit() || first.is_error() {
-                    return first;
-                }
-                if Self::digest_lacks(transition, before_index, key) {
-                    self.digest_skips.fetch_add(1, Ordering::Relaxed);
-                    return first;
-                }
-                let Some(found) = copy_on_miss(now, before, MIGRATE_TTL, request, ctx).await else {
-                    return first;
-                };
-                self.migrated.fetch_add(1, Ordering::Relaxed);
-                found
-            }
-            op if op.is_read() => now.execute(request, ctx).await,
-            Op::FlushAll => now.execute(request, ctx).await,
-            _ => {
-                // A write: the new owner takes it, and the old owner's copy goes so that a later
-                // miss on the new owner cannot bring the older value back.
-                let reply = now.execute(request, ctx).await;
-                ctx.background(before.clone(), Request::delete(&request.key, request.prefix_len));
-                reply
-            }
-        }
     }
 
     /// `stats` lines for this pool.

@@ -7,13 +7,14 @@
 //! bounded by the largest item plus one request line: past that the connection is closed.
 
 use crate::config::Config;
-use crate::dest::{Ctx, Worker};
+use crate::ctx::Ctx;
+use crate::dest::{Sender, Worker};
+use crate::dispatch::Dispatch;
 use crate::request::{is_error_answer, split, Op, Reply, Request, Shape};
-use crate::route::Child;
-use crate::Router;
+use crate::state::Router;
 use shoal_proto::{Parse, Parser, Request as Parsed};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -62,13 +63,17 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         let mut consumed = 0;
         let mut close = false;
         let config = router.config();
-        let ctx = Ctx {
-            config: config.clone(),
-            worker: worker.clone(),
-            shared: router.shared.clone(),
-            spool: false,
-            fail_open: false,
-            latest_seed: router.latest_seed,
+        let sender = Sender { destinations: config.destinations.clone(), worker: worker.clone() };
+        let dispatch = Dispatch {
+            config,
+            ctx: Ctx {
+                sender,
+                spools: router.spools.clone(),
+                spool: false,
+                fail_open: false,
+                latest_seed: router.latest_seed,
+            },
+            errors: &router.errors,
         };
         let mut pending: Vec<Answer> = Vec::new();
         while consumed < buf.len() && !close {
@@ -93,8 +98,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 Parse::Done { request, consumed: used } => {
                     consumed += used;
-                    router.shared.requests.fetch_add(1, Ordering::Relaxed);
-                    let answer = local_answer(&request, &router, &ctx);
+                    router.requests.fetch_add(1, Ordering::Relaxed);
+                    let answer = local_answer(&request, &router, &dispatch.config);
                     close |= matches!(answer, Answer::Close(_));
                     pending.push(answer);
                 }
@@ -105,7 +110,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             let _ = stream.write_all(b"SERVER_ERROR request too large\r\n").await;
             return;
         }
-        carry_out(pending, &ctx, &mut out).await;
+        carry_out(pending, &dispatch, &mut out).await;
         if !out.is_empty() && stream.write_all(&out).await.is_err() {
             return;
         }
@@ -116,9 +121,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Requests the router answers itself, or the per-key requests of one to route.
-fn local_answer(request: &Parsed<'_>, router: &Router, ctx: &Ctx) -> Answer {
+fn local_answer(request: &Parsed<'_>, router: &Router, config: &Config) -> Answer {
     if let Some(keys) = split(request) {
-        if let Some(lookup) = route_lookup(&keys, ctx) {
+        if let Some(lookup) = route_lookup(&keys, config) {
             return Answer::Bytes(lookup);
         }
         let joined = matches!(request, Parsed::Get(_) | Parsed::LeaseGet { .. });
@@ -141,7 +146,7 @@ fn local_answer(request: &Parsed<'_>, router: &Router, ctx: &Ctx) -> Answer {
 
 /// mcrouter's route lookup: `get __mcrouter__.route(<op>,<key>)` answers the destinations
 /// the operation on that key would go to, one per line.
-fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
+fn route_lookup(keys: &[Request], config: &Config) -> Option<Vec<u8>> {
     let first = keys.first()?;
     let query =
         std::str::from_utf8(&first.key).ok()?.strip_prefix("__mcrouter__.route(")?.strip_suffix(')')?;
@@ -159,10 +164,10 @@ fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
     })?;
     let routed = shoal_route::Routed::parse(&probe.key);
     let mut destinations = Vec::new();
-    if let Some(route) = ctx.config.route_for(routed.region, routed.cluster) {
+    if let Some(route) = config.route_for(routed.region, routed.cluster) {
         route.destinations(&probe, &mut destinations);
     }
-    let text: Vec<&str> = destinations.iter().map(|&d| ctx.config.destinations[d].address.as_str()).collect();
+    let text: Vec<&str> = destinations.iter().map(|&d| config.destinations[d].address.as_str()).collect();
     let body = text.join("\r\n");
     Some(
         format!("VALUE {} 0 {}\r\n{body}\r\nEND\r\n", String::from_utf8_lossy(&first.key), body.len())
@@ -170,35 +175,16 @@ fn route_lookup(keys: &[Request], ctx: &Ctx) -> Option<Vec<u8>> {
     )
 }
 
-/// The route(s) of one key's request, by its routing prefix.
-pub enum Routes<'a> {
-    /// The route the prefix (or its absence) selects, if any.
-    One(Option<&'a Child>),
-    /// A wildcard prefix: every matching route (a broadcast: its deletes are spooled so none
-    /// is lost).
-    Broadcast(Vec<&'a Child>),
-}
-
-/// The route(s) of `request` in `config`.
-pub fn routes_for<'a>(request: &Request, config: &'a Config) -> Routes<'a> {
-    let routed = shoal_route::Routed::parse(&request.key);
-    if routed.is_broadcast() || routed.region == Some(b"*") || routed.cluster == Some(b"*") {
-        let (region, cluster) = (routed.region.unwrap_or(b"*"), routed.cluster.unwrap_or(b"*"));
-        return Routes::Broadcast(config.routes_matching(region, cluster));
-    }
-    Routes::One(config.route_for(routed.region, routed.cluster))
-}
-
 /// Routes every pending request at once, and appends each answer to `out` in order.
-async fn carry_out(pending: Vec<Answer>, ctx: &Ctx, out: &mut Vec<u8>) {
+async fn carry_out(pending: Vec<Answer>, dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
     if pending.len() == 1 {
         // The common case (one request per read): no joining, answered straight into `out`.
         let answer = pending.into_iter().next().expect("one");
-        return carry_out_one(answer, ctx, out).await;
+        return carry_out_one(answer, dispatch, out).await;
     }
     let answers = futures::future::join_all(pending.into_iter().map(|answer| async move {
         let mut bytes = Vec::new();
-        carry_out_one(answer, ctx, &mut bytes).await;
+        carry_out_one(answer, dispatch, &mut bytes).await;
         bytes
     }));
     for answer in answers.await {
@@ -207,12 +193,12 @@ async fn carry_out(pending: Vec<Answer>, ctx: &Ctx, out: &mut Vec<u8>) {
 }
 
 /// One answer, routed if it must be, appended to `out`.
-async fn carry_out_one(answer: Answer, ctx: &Ctx, out: &mut Vec<u8>) {
+async fn carry_out_one(answer: Answer, dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
     match answer {
         Answer::Bytes(b) | Answer::Close(b) => out.extend_from_slice(&b),
         Answer::Silent => {}
         Answer::FlushAll(request) => {
-            let all = (0..ctx.config.destinations.len()).map(|d| ctx.send(d, &request, false));
+            let all = (0..dispatch.config.destinations.len()).map(|d| dispatch.ctx.send(d, &request, false));
             let replies = futures::future::join_all(all).await;
             match replies.into_iter().find(Reply::is_error) {
                 Some(Reply::Error(_, why)) => {
@@ -226,42 +212,17 @@ async fn carry_out_one(answer: Answer, ctx: &Ctx, out: &mut Vec<u8>) {
         Answer::Routed { joined: true, keys }
             if keys.len() > 1 && matches!(keys[0].op, Op::Get | Op::Gets) =>
         {
-            crate::multiget::get_many(&keys, ctx, out).await
+            crate::multiget::get_many(&keys, dispatch, out).await
         }
         Answer::Routed { joined, keys } if keys.len() == 1 => {
-            let reply = route_one(&keys[0], ctx).await;
-            encode(joined, &keys, std::iter::once(reply), ctx, out)
+            let reply = dispatch.route_one(&keys[0]).await;
+            encode(joined, &keys, std::iter::once(reply), dispatch.errors, out)
         }
         Answer::Routed { joined, keys } => {
-            let replies = futures::future::join_all(keys.iter().map(|r| route_one(r, ctx))).await;
-            encode(joined, &keys, replies, ctx, out)
+            let replies = futures::future::join_all(keys.iter().map(|r| dispatch.route_one(r))).await;
+            encode(joined, &keys, replies, dispatch.errors, out)
         }
     }
-}
-
-/// One key's request along its route(s).
-pub async fn route_one(request: &Request, ctx: &Ctx) -> Reply {
-    match routes_for(request, &ctx.config) {
-        Routes::One(Some(route)) => match route.direct(request, ctx) {
-            // Placement only (a PoolRoute over servers): straight to the server.
-            Some(to) if to.fail_open == ctx.fail_open => {
-                ctx.send(to.dest, request, to.keep_routing_prefix).await
-            }
-            _ => route.execute(request, ctx).await,
-        },
-        Routes::One(None) => no_route(),
-        Routes::Broadcast(routes) if routes.is_empty() => no_route(),
-        Routes::Broadcast(routes) => {
-            let spooled = Ctx { spool: request.op == Op::Delete, ..ctx.clone() };
-            let replies =
-                futures::future::join_all(routes.iter().map(|r| r.execute(request, &spooled))).await;
-            replies.into_iter().find(Reply::is_error).unwrap_or_else(|| crate::route::ok_reply(request))
-        }
-    }
-}
-
-fn no_route() -> Reply {
-    Reply::Error(crate::request::ErrorKind::Route, "no route for this routing prefix".into())
 }
 
 /// Encodes replies for the client into `out`: a get's hits joined and closed with `END`;
@@ -270,14 +231,14 @@ fn encode(
     joined: bool,
     keys: &[Request],
     replies: impl IntoIterator<Item = Reply>,
-    ctx: &Ctx,
+    errors_total: &AtomicU64,
     out: &mut Vec<u8>,
 ) {
     let mut replies = replies.into_iter().peekable();
     if !joined {
         let (request, reply) = (&keys[0], replies.next().expect("one reply"));
         if reply.is_error() {
-            ctx.shared.errors.fetch_add(1, Ordering::Relaxed);
+            errors_total.fetch_add(1, Ordering::Relaxed);
         }
         match reply {
             Reply::Error(_, why) => out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes()),
@@ -288,7 +249,7 @@ fn encode(
     }
     if keys.len() == 1 {
         if let Some(Reply::Error(_, why)) = replies.peek() {
-            ctx.shared.errors.fetch_add(1, Ordering::Relaxed);
+            errors_total.fetch_add(1, Ordering::Relaxed);
             out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes());
             return;
         }
@@ -301,7 +262,7 @@ fn encode(
             _ => errors += 1,
         }
     }
-    ctx.shared.errors.fetch_add(errors, Ordering::Relaxed);
+    errors_total.fetch_add(errors, Ordering::Relaxed);
     out.extend_from_slice(b"END\r\n");
 }
 

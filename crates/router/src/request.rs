@@ -6,114 +6,9 @@
 //! reply — `noreply` and meta's `q` are honoured towards the client — so every destination
 //! connection carries exactly one reply per request, in order, whoever sent it.
 
-use shoal_proto::{Meta, MetaCmd, Request as Parsed, StoreCmd};
-
-/// An operation, as route handles select on it (`OperationSelectorRoute`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    Get,
-    Gets,
-    Gat,
-    Gats,
-    Set,
-    Add,
-    Replace,
-    Append,
-    Prepend,
-    Cas,
-    Delete,
-    Incr,
-    Decr,
-    Touch,
-    LeaseGet,
-    LeaseSet,
-    MetaGet,
-    MetaSet,
-    MetaDelete,
-    MetaArithmetic,
-    /// `flush_all [delay]`, sent to every destination.
-    FlushAll,
-}
-
-impl Op {
-    /// mcrouter's operation names (and the meta commands' own).
-    pub fn parse(name: &str) -> Option<Op> {
-        Some(match name {
-            "get" => Op::Get,
-            "gets" => Op::Gets,
-            "gat" => Op::Gat,
-            "gats" => Op::Gats,
-            "set" => Op::Set,
-            "add" => Op::Add,
-            "replace" => Op::Replace,
-            "append" => Op::Append,
-            "prepend" => Op::Prepend,
-            "cas" => Op::Cas,
-            "delete" => Op::Delete,
-            "incr" => Op::Incr,
-            "decr" => Op::Decr,
-            "touch" => Op::Touch,
-            "lease-get" | "lease_get" => Op::LeaseGet,
-            "lease-set" | "lease_set" => Op::LeaseSet,
-            "mg" | "metaget" => Op::MetaGet,
-            "ms" => Op::MetaSet,
-            "md" => Op::MetaDelete,
-            "ma" => Op::MetaArithmetic,
-            "flush_all" => Op::FlushAll,
-            _ => return None,
-        })
-    }
-
-    /// Whether the operation reads (a miss may be answered elsewhere: `MissFailoverRoute`).
-    pub fn is_read(self) -> bool {
-        matches!(self, Op::Get | Op::Gets | Op::Gat | Op::Gats | Op::LeaseGet | Op::MetaGet)
-    }
-
-    /// Whether the operation writes a value with an expiry (`ModifyExptimeRoute`).
-    pub fn sets_expiry(self) -> bool {
-        matches!(
-            self,
-            Op::Set
-                | Op::Add
-                | Op::Replace
-                | Op::Cas
-                | Op::Touch
-                | Op::Gat
-                | Op::Gats
-                | Op::LeaseSet
-                | Op::MetaSet
-        )
-    }
-}
-
-/// What follows the key on the wire.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Body {
-    Get,
-    Store {
-        flags: u32,
-        data: Vec<u8>,
-        extra: Option<u64>,
-    },
-    Delete {
-        hold: u32,
-    },
-    Arith {
-        delta: u64,
-    },
-    Touch,
-    LeaseGet {
-        stale: bool,
-    },
-    /// Meta flags (without `q` and the key), `ms`'s data, and whether the client sent the key
-    /// in base64 (`b`: the request's key is the decoded one, sent on in base64 again).
-    Meta {
-        cmd: MetaCmd,
-        flags: Vec<Vec<u8>>,
-        data: Option<Vec<u8>>,
-        base64: bool,
-    },
-}
+use shoal_proto::answer::{blocks, LeaseHeader, ValueHeader};
+use shoal_proto::{encode_request, Body, Meta, MetaCmd, Request as Parsed, StoreCmd};
+pub use shoal_proto::{Op, Shape};
 
 /// One key's request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,7 +23,8 @@ pub struct Request {
     pub exptime: i64,
     /// The client wants no answer (`noreply`, meta `q` for the answers `q` hides).
     pub quiet: bool,
-    body: Body,
+    /// What follows the key (a meta command's flags without `q`).
+    body: Body<Vec<u8>>,
 }
 
 impl Request {
@@ -138,9 +34,9 @@ impl Request {
     }
 
     /// Whether the key can be sent in a text command (a base64 key may decode to spaces or
-    /// control bytes, or to more than memcached's 250 bytes).
+    /// control bytes, or to more than memcached's `KEY_MAX` bytes).
     pub fn has_text_key(&self) -> bool {
-        self.key.len() <= 250 && self.key.iter().all(|&b| b > b' ' && b != 0x7f)
+        shoal_proto::valid_key(&self.key)
     }
 
     /// The same request with another expiry.
@@ -150,7 +46,7 @@ impl Request {
 
     /// A plain `get` of the same key (WarmUpRoute's read of the warm pool).
     pub fn as_get(&self) -> Request {
-        Request { op: Op::Get, exptime: 0, quiet: false, body: Body::Get, ..self.clone() }
+        Request { op: Op::Get, exptime: 0, quiet: false, body: Body::None, ..self.clone() }
     }
 
     /// An `add` of `value` under the same key (WarmUpRoute's copy into the cold pool).
@@ -181,9 +77,10 @@ impl Request {
             op: Op::FlushAll,
             key: Vec::new(),
             prefix_len: 0,
-            exptime: delay.unwrap_or(0),
+            exptime: 0,
             quiet,
-            body: Body::Get,
+            // A delay of 0 is flushed now, as none is: the server is sent none.
+            body: Body::FlushAll { delay: delay.filter(|&d| d != 0) },
         }
     }
 
@@ -195,7 +92,7 @@ impl Request {
             prefix_len,
             exptime: 0,
             quiet: false,
-            body: Body::Delete { hold: 0 },
+            body: Body::Delete { hold: None },
         }
     }
 
@@ -209,159 +106,14 @@ impl Request {
     /// Appends the bytes to send a server to `out` (a connection's output buffer: no
     /// allocation of its own).
     pub fn encode_into(&self, keep_prefix: bool, out: &mut Vec<u8>) {
-        if self.op == Op::FlushAll {
-            out.extend_from_slice(b"flush_all");
-            if self.exptime != 0 {
-                push_field(out, b"", self.exptime);
-            }
-            out.extend_from_slice(b"\r\n");
-            return;
-        }
         let key = if keep_prefix { &self.key[..] } else { self.routed_key() };
-        let data_len = match &self.body {
-            Body::Store { data, .. } | Body::Meta { data: Some(data), .. } => data.len(),
-            _ => 0,
-        };
-        // Base64 makes a key 4/3 as long; the words and numbers fit in the 80.
-        out.reserve(key.len() * 4 / 3 + data_len + 80);
-        let word = match self.op {
-            Op::Get => "get",
-            Op::Gets => "gets",
-            Op::Gat => "gat",
-            Op::Gats => "gats",
-            Op::Set => "set",
-            Op::Add => "add",
-            Op::Replace => "replace",
-            Op::Append => "append",
-            Op::Prepend => "prepend",
-            Op::Cas => "cas",
-            Op::Delete => "delete",
-            Op::Incr => "incr",
-            Op::Decr => "decr",
-            Op::Touch => "touch",
-            Op::LeaseGet => "lease-get",
-            Op::LeaseSet => "lease-set",
-            Op::MetaGet => "mg",
-            Op::MetaSet => "ms",
-            Op::MetaDelete => "md",
-            Op::MetaArithmetic => "ma",
-            Op::FlushAll => unreachable!("encoded above"),
-        };
-        out.extend_from_slice(word.as_bytes());
-        if matches!(self.op, Op::Gat | Op::Gats) {
-            push_field(out, b"", self.exptime);
-        }
-        out.push(b' ');
-        if let Body::Meta { base64: true, .. } = self.body {
-            shoal_proto::encode_base64(key, out);
-        } else {
-            out.extend_from_slice(key);
-        }
-        match &self.body {
-            Body::Get => {}
-            Body::Store { flags, data, extra } => {
-                if let (Op::LeaseSet, Some(token)) = (self.op, extra) {
-                    push_field(out, b"", *token);
-                }
-                push_field(out, b"", *flags);
-                push_field(out, b"", self.exptime);
-                push_field(out, b"", data.len() as u64);
-                if let (Op::Cas, Some(unique)) = (self.op, extra) {
-                    push_field(out, b"", *unique);
-                }
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(data);
-            }
-            Body::Delete { hold } if *hold > 0 => {
-                push_field(out, b"hold ", *hold);
-            }
-            Body::Delete { .. } => {}
-            Body::Arith { delta } => push_field(out, b"", *delta),
-            Body::Touch => push_field(out, b"", self.exptime),
-            Body::LeaseGet { stale } => {
-                if *stale {
-                    out.extend_from_slice(b" stale");
-                }
-            }
-            Body::Meta { flags, data, .. } => {
-                if let Some(d) = data {
-                    push_field(out, b"", d.len() as u64);
-                }
-                for flag in flags {
-                    if flag.first() == Some(&b'T') && self.op.sets_expiry() {
-                        push_field(out, b"T", self.exptime);
-                    } else {
-                        out.push(b' ');
-                        out.extend_from_slice(flag);
-                    }
-                }
-                if let Some(d) = data {
-                    out.extend_from_slice(b"\r\n");
-                    out.extend_from_slice(d);
-                }
-            }
-        }
-        out.extend_from_slice(b"\r\n");
+        encode_request(self.op, key, self.exptime, &self.body, out);
     }
 
     /// What the server's answer looks like.
     pub fn shape(&self) -> Shape {
-        match self.op {
-            Op::Get | Op::Gets | Op::Gat | Op::Gats | Op::LeaseGet => Shape::Values,
-            Op::MetaGet | Op::MetaSet | Op::MetaDelete | Op::MetaArithmetic => Shape::Meta,
-            _ => Shape::Line,
-        }
+        self.op.shape()
     }
-}
-
-/// Appends a space, `prefix` and `n` in decimal (as `format!` would write it, without its
-/// machinery: this is on every request's path).
-fn push_field(out: &mut Vec<u8>, prefix: &[u8], n: impl Into<Number>) {
-    let (negative, magnitude) = match n.into() {
-        Number::Signed(v) => (v < 0, v.unsigned_abs()),
-        Number::Unsigned(v) => (false, v),
-    };
-    out.push(b' ');
-    out.extend_from_slice(prefix);
-    if negative {
-        out.push(b'-');
-    }
-    shoal_proto::push_u64(out, magnitude);
-}
-
-/// A number [`push_field`] writes: any of the protocol's integer fields.
-enum Number {
-    Signed(i64),
-    Unsigned(u64),
-}
-
-impl From<i64> for Number {
-    fn from(v: i64) -> Self {
-        Number::Signed(v)
-    }
-}
-
-impl From<u64> for Number {
-    fn from(v: u64) -> Self {
-        Number::Unsigned(v)
-    }
-}
-
-impl From<u32> for Number {
-    fn from(v: u32) -> Self {
-        Number::Unsigned(u64::from(v))
-    }
-}
-
-/// How a server's answer to a request ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shape {
-    /// `VALUE`/`LVALUE` blocks, then `END`.
-    Values,
-    /// One line.
-    Line,
-    /// A meta line, with a data block after `VA <n>`.
-    Meta,
 }
 
 /// What the router tells a client about its request, before it is encoded.
@@ -384,6 +136,9 @@ pub enum ErrorKind {
     Remote,
     /// The route itself answers an error (`ErrorRoute`).
     Route,
+    /// A destination that is down missed a change its spool had no room for: never failed
+    /// over, so the client hears of it.
+    SpoolFull,
 }
 
 /// Whether a server's answer is an error (`SERVER_ERROR`, `CLIENT_ERROR`, `ERROR`).
@@ -420,25 +175,14 @@ impl Reply {
     /// The first `VALUE` block's flags and data, for copying an item between pools.
     pub fn value(&self) -> Option<(u32, Vec<u8>)> {
         let Reply::Answer(a) = self else { return None };
-        let line_end = a.windows(2).position(|w| w == b"\r\n")?;
-        let line = std::str::from_utf8(&a[..line_end]).ok()?;
-        let mut words = line.split(' ');
-        if words.next()? != "VALUE" {
-            return None;
-        }
-        let (_key, flags, bytes) =
-            (words.next()?, words.next()?.parse().ok()?, words.next()?.parse::<usize>().ok()?);
-        let data = a.get(line_end + 2..line_end + 2 + bytes)?.to_vec();
-        Some((flags, data))
+        let block = blocks(a).next()?;
+        ValueHeader::parse(block.line).map(|h| (h.flags, block.data.to_vec()))
     }
 
     /// The lease token of an `LVALUE` answer (≥ 2: this caller holds the lease).
     pub fn lease_token(&self) -> Option<u64> {
         let Reply::Answer(a) = self else { return None };
-        let line = a.split(|&b| b == b'\r').next()?;
-        let mut words = std::str::from_utf8(line).ok()?.split(' ');
-        (words.next()? == "LVALUE").then_some(())?;
-        words.nth(1)?.parse().ok()
+        LeaseHeader::parse(blocks(a).next()?.line).map(|h| h.token)
     }
 }
 
@@ -458,7 +202,7 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
                 (true, true) => Op::Gats,
             };
             let exptime = get.touch.unwrap_or(0);
-            get.keys.clone().map(|key| one(op, key, exptime, false, Body::Get).remove(0)).collect()
+            get.keys.clone().map(|key| one(op, key, exptime, false, Body::None).remove(0)).collect()
         }
         Parsed::Store(store) => {
             let (op, extra) = match store.cmd {
@@ -474,7 +218,8 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
             one(op, store.key, store.exptime, store.noreply, body)
         }
         Parsed::Delete { key, hold, noreply } => {
-            one(Op::Delete, key, 0, *noreply, Body::Delete { hold: *hold })
+            // A hold of 0 is none: the server is sent none.
+            one(Op::Delete, key, 0, *noreply, Body::Delete { hold: (*hold > 0).then_some(*hold) })
         }
         Parsed::Arith { incr, key, delta, noreply } => {
             one(if *incr { Op::Incr } else { Op::Decr }, key, 0, *noreply, Body::Arith { delta: *delta })
@@ -507,21 +252,17 @@ fn meta_request(meta: &Meta<'_>) -> Option<Request> {
         if let Some(t) = token.strip_prefix(b"T").and_then(|t| std::str::from_utf8(t).ok()?.parse().ok()) {
             exptime = t;
         }
-        flags.push(token.to_vec());
+        if !flags.is_empty() {
+            flags.push(b' ');
+        }
+        flags.extend_from_slice(token);
     }
     let data = (op == Op::MetaSet).then(|| meta.data.to_vec());
     let mut scratch = [0; shoal_proto::KEY_MAX];
     let key = meta.key(&mut scratch).to_vec();
     let prefix_len = prefix_len(&key);
     let base64 = meta.flags.has(b'b');
-    Some(Request {
-        op,
-        key,
-        prefix_len,
-        exptime,
-        quiet,
-        body: Body::Meta { cmd: meta.cmd, flags, data, base64 },
-    })
+    Some(Request { op, key, prefix_len, exptime, quiet, body: Body::Meta { flags, data, base64 } })
 }
 
 /// The length of a key's routing prefix.
@@ -560,6 +301,7 @@ mod tests {
     #[test]
     fn flush_all_takes_its_delay_or_none() {
         assert_eq!(Request::flush_all(None, false).encode(false), b"flush_all\r\n");
+        assert_eq!(Request::flush_all(Some(0), false).encode(false), b"flush_all\r\n");
         assert_eq!(Request::flush_all(Some(30), true).encode(false), b"flush_all 30\r\n");
     }
 

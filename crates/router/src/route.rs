@@ -3,16 +3,17 @@
 //! Semantics follow mcrouter's handles of the same names. Every handle is asynchronous; the
 //! leaves send to destinations through [`Ctx`]. Deletes under `AllAsyncRoute` (and `/*/*/`
 //! broadcasts) are written to each destination's spool before the client hears back, and
-//! delivered from there in order (see `spool.rs`): nothing is lost if a destination is down
+//! delivered from there in order (see `shoal-spool`): nothing is lost if a destination is down
 //! or the router is killed.
 
-use crate::dest::Ctx;
-use crate::provisioned::Provisioned;
+use crate::ctx::Ctx;
+use crate::provisioned::{Provisioned, MIGRATE_TTL};
 pub use crate::request::Op;
 use crate::request::{ErrorKind, Reply, Request};
-use shoal_route::Placement;
+use shoal_route::{Placement, ProteusRing};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// `AllSyncRoute` and its siblings: how a request sent to every child is answered.
@@ -65,6 +66,7 @@ impl FailoverErrors {
             ErrorKind::Timeout => self.timeout,
             ErrorKind::Tko => self.tko,
             ErrorKind::Remote | ErrorKind::Route => self.remote,
+            ErrorKind::SpoolFull => false,
         }
     }
 }
@@ -143,7 +145,7 @@ impl Route {
                         ctx
                     };
                     match (provisioned, placement.proteus()) {
-                        (Some(p), Some(ring)) => p.execute(ring, children, request, ctx).await,
+                        (Some(p), Some(ring)) => proteus(p, ring, children, request, ctx).await,
                         _ => children[placement.owner(request.routed_key())].execute(request, ctx).await,
                     }
                 }
@@ -209,8 +211,15 @@ impl Route {
 
     /// Where `request` goes when this route is nothing but placement (a server, or a
     /// `PoolRoute`/`HashRoute` over servers), so that a multiget's keys for one server can
-    /// travel together; `None` for any other handle.
+    /// travel together; `None` for any other handle, and for a destination catching up on
+    /// invalidations it missed (its reads fail one by one, as the route says).
     pub fn direct(&self, request: &Request, ctx: &Ctx) -> Option<Direct> {
+        let direct = self.placed(request, ctx)?;
+        (!ctx.is_behind(direct.dest)).then_some(direct)
+    }
+
+    /// [`Route::direct`]'s destination, behind or not.
+    fn placed(&self, request: &Request, ctx: &Ctx) -> Option<Direct> {
         match self {
             Route::Destination { dest, keep_routing_prefix } => Some(Direct {
                 dest: *dest,
@@ -302,6 +311,62 @@ fn mostly_tko(children: &[Child], ctx: &Ctx) -> bool {
     tko * 2 > children.len()
 }
 
+/// Runs `request` along `route` in the background; its answer is dropped.
+fn background(route: Child, request: Request, ctx: &Ctx) {
+    let ctx = ctx.clone();
+    tokio::task::spawn_local(async move {
+        route.execute(&request, &ctx).await;
+    });
+}
+
+/// Carries out `request` on the power-proportional pool `children` placed by `ring` (see
+/// `provisioned.rs`).
+async fn proteus(
+    pool: &Provisioned,
+    ring: &ProteusRing,
+    children: &[Child],
+    request: &Request,
+    ctx: &Ctx,
+) -> Reply {
+    let key = request.routed_key();
+    let owner = |active: usize| ring.owner_with(active, key).expect("active counts are checked at load");
+    let now = &children[owner(pool.active)];
+    let Some(transition) = pool.transition.as_ref().filter(|t| t.in_progress()) else {
+        return now.execute(request, ctx).await;
+    };
+    let before_index = owner(transition.from);
+    let before = &children[before_index];
+    if Arc::ptr_eq(before, now) {
+        return now.execute(request, ctx).await;
+    }
+    match request.op {
+        Op::Get | Op::Gets => {
+            let first = now.execute(request, ctx).await;
+            if first.is_hit() || first.is_error() {
+                return first;
+            }
+            if transition.digest_lacks(before_index, key) {
+                pool.digest_skips.fetch_add(1, Ordering::Relaxed);
+                return first;
+            }
+            let Some(found) = copy_on_miss(now, before, MIGRATE_TTL, request, ctx).await else {
+                return first;
+            };
+            pool.migrated.fetch_add(1, Ordering::Relaxed);
+            found
+        }
+        op if op.is_read() => now.execute(request, ctx).await,
+        Op::FlushAll => now.execute(request, ctx).await,
+        _ => {
+            // A write: the new owner takes it, and the old owner's copy goes so that a later
+            // miss on the new owner cannot bring the older value back.
+            let reply = now.execute(request, ctx).await;
+            background(before.clone(), Request::delete(&request.key, request.prefix_len), ctx);
+            reply
+        }
+    }
+}
+
 async fn failover(children: &[Child], errors: FailoverErrors, request: &Request, ctx: &Ctx) -> Reply {
     let mut reply = children[0].execute(request, ctx).await;
     for child in &children[1..] {
@@ -337,13 +402,13 @@ async fn all(mode: AllMode, children: &[Child], request: &Request, ctx: &Ctx) ->
         }
         AllMode::Async => {
             for child in children {
-                ctx.background(child.clone(), request.clone());
+                background(child.clone(), request.clone(), ctx);
             }
             ok_reply(request)
         }
         AllMode::Initial => {
             for child in &children[1..] {
-                ctx.background(child.clone(), request.clone());
+                background(child.clone(), request.clone(), ctx);
             }
             children[0].execute(request, ctx).await
         }
@@ -415,7 +480,7 @@ pub async fn copy_on_miss(
         let again = primary.execute(request, ctx).await;
         return Some(if again.is_hit() { again } else { found });
     }
-    ctx.background(primary.clone(), copy);
+    background(primary.clone(), copy, ctx);
     Some(found)
 }
 
@@ -449,7 +514,7 @@ async fn warm_up(cold: &Child, warm: &Child, exptime: i64, request: &Request, ct
             let Some(token) = first.lease_token().filter(|&t| t >= 2) else { return first };
             let from_warm = warm.execute(&request.as_get(), ctx).await;
             let Some((flags, data)) = from_warm.value() else { return first };
-            ctx.background(cold.clone(), request.as_lease_set(token, flags, data, exptime));
+            background(cold.clone(), request.as_lease_set(token, flags, data, exptime), ctx);
             from_warm
         }
         _ => cold.execute(request, ctx).await,

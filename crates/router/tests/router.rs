@@ -4,7 +4,7 @@
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
 
-use common::router::Router;
+use common::router::{pool_route, Router};
 use common::{eventually, free_port, scripted_server, shoal_bin, Server};
 use shoal_client::{Client, Options};
 use std::process::Command;
@@ -20,11 +20,6 @@ fn servers(test: &str, n: usize) -> Vec<Server> {
 
 fn list(servers: &[Server]) -> String {
     servers.iter().map(|s| format!("\"{}\"", s.address())).collect::<Vec<_>>().join(", ")
-}
-
-/// A `PoolRoute` over pool `name` placed by jump hash (Shoal's; the config's own hash field).
-fn pool_route(name: &str) -> String {
-    format!(r#"{{ "type": "PoolRoute", "pool": "{name}", "hash": "jump" }}"#)
 }
 
 /// A config of one pool `A` of one server at `address`, with its timeouts in milliseconds.

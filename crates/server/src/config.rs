@@ -123,6 +123,11 @@ pub struct ServerArgs {
     /// the region file (same as -e)
     #[arg(long = "region-path", value_name = "FILE", conflicts_with = "memory_file")]
     pub region_path: Option<PathBuf>,
+    /// after a warm restart, hide the items kept from before it for this many seconds (to the
+    /// network and to local readers) while routers and invalidators deliver the deletes the
+    /// server missed while it was down (0: no hold; docs/design/faults.md)
+    #[arg(long = "rejoin-hold", value_name = "SECONDS", default_value_t = 0)]
+    pub rejoin_hold: u32,
     /// average item size (key + value + 12) the index is sized for when a region is created
     #[arg(long = "avg-item-bytes", default_value_t = 128)]
     pub avg_item_bytes: usize,
@@ -273,6 +278,8 @@ pub struct Settings {
     pub region_group: Option<u32>,
     /// The region file's mode (`--region-mode`).
     pub region_mode: u32,
+    /// Seconds a warm restart hides the items kept from before it (`--rejoin-hold`).
+    pub rejoin_hold: u32,
 }
 
 impl Settings {
@@ -455,6 +462,7 @@ impl ServerArgs {
             region_mode: u32::from_str_radix(&self.region_mode, 8).ok().filter(|m| *m <= 0o777).ok_or_else(
                 || format!("--region-mode {}: the mode must be octal, e.g. 640", self.region_mode),
             )?,
+            rejoin_hold: self.rejoin_hold,
         })
     }
 
@@ -593,6 +601,10 @@ mod tests {
         let s = settings(&["--region-group", "0", "--region-mode", "640"]).unwrap();
         assert_eq!((s.region_group, s.region_mode), (Some(0), 0o640));
         assert!(settings(&["-Y", "/f"]).unwrap().auth_required());
+        assert_eq!(
+            (settings(&[]).unwrap().rejoin_hold, settings(&["--rejoin-hold", "30"]).unwrap().rejoin_hold),
+            (0, 30)
+        );
     }
 
     #[test]

@@ -7,18 +7,19 @@
 
 use crate::auth::Session;
 use crate::config::{Protocol, Settings};
+use crate::counters::Counters;
 use crate::exec::crawler::{dump_slice, Dump};
 use crate::exec::{binary, Context, Flow};
-use crate::server::ConnInfo;
-use crate::stats::Counters;
+use crate::state::{conn_state, ConnInfo};
 use crate::tls::TlsStream;
 use crate::trace;
-use crate::watch::{Watcher, WATCHER_BUFFER};
+use crate::watch::{CloseReason, Watcher, WATCHER_BUFFER};
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use shoal_proto::binary::REQUEST_MAGIC;
 use shoal_proto::{parse_ascii_auth, AsciiAuth, BinaryParse, BinaryParser, Parse, Parser, ShutdownMode};
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -29,34 +30,6 @@ const READ_BUFFER: usize = 16 << 10;
 pub const MAX_REQUEST: usize = 4 << 20;
 /// Requests are not executed while this much output waits to be sent.
 pub const OUTPUT_HIGH_WATER: usize = 4 << 20;
-
-/// What a connection is doing, as memcached's `stats conns` names its states.
-pub mod state {
-    /// Accepted; nothing received yet.
-    pub const NEW_CMD: u8 = 0;
-    /// Waiting for the next request (or the rest of a command line).
-    pub const READ: u8 = 1;
-    /// Executing requests: what the connection asking `stats conns` shows.
-    pub const PARSE_CMD: u8 = 2;
-    /// Its command line is in, the value block it announced is still arriving.
-    pub const NREAD: u8 = 3;
-    /// Waiting for the client to take its answers.
-    pub const MWRITE: u8 = 4;
-    /// A watcher, or a key dump in progress.
-    pub const WATCH: u8 = 5;
-
-    /// memcached's name of a state.
-    pub fn name(state: u8) -> &'static str {
-        match state {
-            NEW_CMD => "conn_new_cmd",
-            READ => "conn_read",
-            PARSE_CMD => "conn_parse_cmd",
-            NREAD => "conn_nread",
-            MWRITE => "conn_mwrite",
-            _ => "conn_watch",
-        }
-    }
-}
 
 /// A TCP, TLS-over-TCP (`-Z`) or unix-socket stream.
 pub enum Stream {
@@ -97,6 +70,15 @@ impl Stream {
     pub fn close(&mut self) {
         if let Stream::Tls(s) = self {
             s.close();
+        }
+    }
+
+    /// The client's address (`None` on a unix socket).
+    fn peer(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            Stream::Tls(s) => s.tcp.peer_addr().ok(),
+            Stream::Unix(_) => None,
         }
     }
 
@@ -151,6 +133,10 @@ pub struct Conn {
     stream: Stream,
     /// The socket's descriptor, which names the connection in `stats conns` and the `-vv` trace.
     pub id: u64,
+    /// The client's address, taken at accept for `watch connevents` (`None`: a unix socket).
+    pub peer: Option<SocketAddr>,
+    /// Why it closes, for `watch connevents`: set where the reason is known.
+    pub close_reason: CloseReason,
     pub info: Arc<ConnInfo>,
     parser: Parser,
     binary: BinaryParser,
@@ -192,6 +178,8 @@ impl Conn {
     ) -> Conn {
         let max_item_bytes = settings.max_item_bytes;
         Conn {
+            peer: stream.peer(),
+            close_reason: CloseReason::default(),
             stream,
             id,
             info,
@@ -228,7 +216,7 @@ impl Conn {
     /// Reads, executes and answers until the socket has nothing more, the output cannot be
     /// written, or `budget` requests were executed. A watcher's waiting lines are sent.
     pub fn drive(&mut self, cx: &mut Context<'_>, budget: usize) -> Status {
-        self.info.state.store(state::PARSE_CMD, Ordering::Relaxed);
+        self.info.state.store(conn_state::PARSE_CMD, Ordering::Relaxed);
         let status = self.run(cx, budget);
         self.info.state.store(self.resting_state(), Ordering::Relaxed);
         status
@@ -238,19 +226,19 @@ impl Conn {
     fn resting_state(&self) -> u8 {
         let pending = &self.buf[self.start..self.end];
         if self.watcher.is_some() || self.dump.is_some() {
-            state::WATCH
+            conn_state::WATCH
         } else if self.sent < self.out.len() {
-            state::MWRITE
+            conn_state::MWRITE
         } else if !self.heard {
-            state::NEW_CMD
+            conn_state::NEW_CMD
         } else if self.swallow > 0
             || (self.protocol == Protocol::Binary && pending.len() >= shoal_proto::binary::HEADER_LEN)
             || (self.protocol != Protocol::Binary && pending.contains(&b'\n'))
         {
             // A whole command line (or binary header) is in: its value is what it waits for.
-            state::NREAD
+            conn_state::NREAD
         } else {
-            state::READ
+            conn_state::READ
         }
     }
 
@@ -271,7 +259,8 @@ impl Conn {
         }
         if let Some(key) = self.key_ahead() {
             cx.bound = self.session.tenant;
-            cx.writer(key).prefetch_index(key);
+            let placed = cx.place(key);
+            cx.writer_at(&placed).prefetch_index(&placed.hash);
         }
     }
 
@@ -304,7 +293,10 @@ impl Conn {
                 Stopped::Input => {}
             }
             match self.read(cx.counters) {
-                Ok((0, _)) => return Status::Close, // the client closed
+                Ok((0, _)) => {
+                    self.close_reason = CloseReason::Normal; // the client closed
+                    return Status::Close;
+                }
                 Ok((_, short)) => drained = short,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Status::Open,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -376,7 +368,10 @@ impl Conn {
                             }
                             Err(answer) => crate::exec::reply(&mut self.out, answer.as_bytes()),
                         },
-                        Flow::Close => self.closing = true,
+                        Flow::Close => {
+                            self.closing = true;
+                            self.close_reason = CloseReason::Normal;
+                        }
                         Flow::Shutdown(mode) => {
                             self.closing = true;
                             self.shutdown = Some(mode);

@@ -1,23 +1,44 @@
 //! `--hit-curve`: the hit-ratio curve of the server's keys, measured online with SHARDS
 //! (`shoal-curves`), for the Moirai controller (issue 16): the hit ratio an LRU cache of each
 //! size would have had on the reads this server served. Fed by network gets (a hit gives the
-//! item's size; a miss counts with the size last seen) and deletes (the key leaves the stack);
-//! sets are not references, or a look-aside fill after every miss would count as a hit.
-//! Reads clients serve from shared memory carry no key back, so they are not in it.
+//! item's size and expiry; a miss counts with the size last seen), and moved by every
+//! mutation as memcached's semantics say (issue 27): a store gives a tracked key its item's
+//! size and expiry but is no reference (or a look-aside fill after every miss would count as a
+//! hit); a delete, a flush, an expiry, or a read the region answers "expired" or "flushed"
+//! forgets the key, so its next read is a miss at every size. Reads clients serve from shared
+//! memory carry no key back, so they are not in it.
 //!
 //! A key is hashed once and screened with its spatial hash against an atomic copy of the
 //! threshold before any lock: only sampled keys (a fixed number, however many keys there are) take the
 //! tracker's mutex; the rest add one to a count of the worker's own (no shared cache line, no
 //! locked instruction), which the correction needs: [`CurveTracker::curve`] is given the
 //! workers' counts summed and folds in what arrived since it last looked.
+//!
+//! Sizes are measured as the region lays items out (`shoal_region::layout::item_bytes`), and
+//! the curve is answered in the region's own bytes ([`in_region_bytes`]): what a tenant's
+//! limit must be for the curve's hit ratio, not the items' sum.
 
-use crate::stats::Counters;
+use crate::counters::Counters;
 use shoal_curves::{HitRatioCurve, KeyHash, Shards, ShardsConfig};
+use shoal_region::Stats;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Points of the curve: 256 steps up to the region's size.
 const STEPS: usize = 256;
+
+/// What a read found, as the curve needs it.
+#[derive(Debug, Clone, Copy)]
+pub enum Read {
+    /// A hit on an item of `size` bytes (as laid out in the region) expiring at `expiry`
+    /// (0: never).
+    Hit { size: u64, expiry: u32 },
+    /// No item under the key.
+    Miss,
+    /// An item the region judged expired or flushed: the key is forgotten first, so the read
+    /// is a first reference.
+    Dead,
+}
 
 /// The server's curve tracker.
 #[derive(Debug)]
@@ -39,32 +60,50 @@ impl CurveTracker {
         CurveTracker { threshold: AtomicU64::new(shards.threshold()), shards: Mutex::new((shards, 0)) }
     }
 
-    /// A request for `key`, whose item is `size` bytes (0: a miss, size unknown); a key
-    /// screened out counts in `unsampled`, the calling worker's own count.
-    pub fn access(&self, key: &[u8], size: u64, unsampled: &AtomicU64) {
+    /// A read of `key` at server time `now`; a key screened out counts in `unsampled`, the
+    /// calling worker's own count.
+    pub fn access(&self, key: &[u8], read: Read, now: u32, unsampled: &AtomicU64) {
         let Some(key) = self.sampled(key) else {
             Counters::bump(unsampled);
             return;
         };
         let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let shards = &mut guard.0;
-        shards.access_hashed(key, size);
+        shards.advance(now);
+        match read {
+            Read::Hit { size, expiry } => shards.access_hashed(key, size, Some(expiry)),
+            Read::Miss => shards.access_hashed(key, 0, None),
+            Read::Dead => {
+                shards.remove(key);
+                shards.access_hashed(key, 0, None);
+            }
+        }
         self.threshold.store(shards.threshold(), Ordering::Relaxed);
     }
 
-    /// `key` was stored with an item of `size` bytes (not a reference: see
-    /// [`Shards::stored`]).
-    pub fn stored(&self, key: &[u8], size: u64) {
+    /// `key` was stored with an item of `size` bytes expiring at `expiry` (0: never; `None`:
+    /// unchanged, as append keeps it; a `size` of 0: unchanged, as a touch), at server time
+    /// `now` (not a reference: see [`Shards::stored`]).
+    pub fn stored(&self, key: &[u8], size: u64, expiry: Option<u32>, now: u32) {
         if let Some(key) = self.sampled(key) {
-            self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.stored(key, size);
+            let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+            guard.0.advance(now);
+            guard.0.stored(key, size, expiry);
         }
     }
 
-    /// `key` was deleted.
+    /// `key` was deleted: its next read is a miss at every size.
     pub fn remove(&self, key: &[u8]) {
         if let Some(key) = self.sampled(key) {
             self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.remove(key);
         }
+    }
+
+    /// `flush_all` taking effect at server time `at` (now, or later when delayed).
+    pub fn flush(&self, at: u32, now: u32) {
+        let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        guard.0.advance(now);
+        guard.0.flush(at);
     }
 
     /// The key's hash, if the key is in the sample (as of the threshold last published).
@@ -74,17 +113,24 @@ impl CurveTracker {
         (hash.spatial() < self.threshold.load(Ordering::Relaxed)).then_some(hash)
     }
 
-    /// The curve now, the sampling rate and the keys tracked; `unsampled` is the workers'
-    /// screened-out references summed (it only grows).
-    pub fn curve(&self, unsampled: u64) -> (HitRatioCurve, f64, usize) {
+    /// The curve now in the bytes of the tenant's region (`region`: its numbers now), the
+    /// sampling rate and the keys tracked; `unsampled` is the workers' screened-out references
+    /// summed (it only grows).
+    pub fn curve(&self, unsampled: u64, region: &Stats) -> (HitRatioCurve, f64, usize) {
         let guard = self.told_of(unsampled);
-        (guard.0.curve(), guard.0.rate(), guard.0.tracked())
+        let items = guard.0.curve();
+        let curve = in_region_bytes(&items, guard.0.mean_item_bytes(), region);
+        (curve, guard.0.rate(), guard.0.tracked())
     }
 
     /// Ages what the curve measured by `factor` (`Shards::age`), the screened-out references
-    /// so far (`unsampled`, as for [`CurveTracker::curve`]) folded in first, to age with the rest.
-    pub fn age(&self, factor: f64, unsampled: u64) {
-        self.told_of(unsampled).0.age(factor);
+    /// so far (`unsampled`, as for [`CurveTracker::curve`]) folded in first, to age with the
+    /// rest; the keys whose items expired by server time `now` are forgotten (an idle tenant's
+    /// expiries reach the curve too).
+    pub fn age(&self, factor: f64, unsampled: u64, now: u32) {
+        let mut guard = self.told_of(unsampled);
+        guard.0.advance(now);
+        guard.0.age(factor);
     }
 
     /// The tracker, locked, with the screened-out references it was not yet told of added.
@@ -94,5 +140,57 @@ impl CurveTracker {
         shards.unsampled(unsampled.saturating_sub(*told));
         *told = (*told).max(unsampled);
         guard
+    }
+}
+
+/// `items`, a curve over the bytes of the items themselves, over the bytes a region needs to
+/// hold them: what the region spends per item beyond the sampled items' mean
+/// (`mean_item_bytes`; its own bytes per item, `bytes / items`, counts CAS fields and
+/// anything else it adds) and the end of each segment an item does not fit in (half an item a
+/// segment). The region's index is not in a tenant's size (it is sized for the tenant's
+/// maximum), so it has no share here. (Eviction empties a whole segment at a time, so a
+/// region with churn holds half a segment less on average: the planner's margin for a
+/// curve's error, `shoal_curves::SIZE_ERROR` and a step, covers it.)
+pub fn in_region_bytes(items: &HitRatioCurve, mean_item_bytes: Option<f64>, region: &Stats) -> HitRatioCurve {
+    let segment = region.segment_bytes as f64;
+    let region_per_item = (region.items > 0).then(|| region.bytes as f64 / region.items as f64);
+    let per_item = match (region_per_item, mean_item_bytes) {
+        // Sampling noise may put the sample's mean a little above the region's: never below 1.
+        (Some(region), Some(sample)) if sample > 0.0 => (region / sample).max(1.0),
+        _ => 1.0,
+    };
+    let item = region_per_item.or(mean_item_bytes).unwrap_or(0.0).min(segment / 2.0);
+    let slack = segment / (segment - item / 2.0).max(1.0);
+    let factor = per_item * slack;
+    let step = items.step();
+    let hits = (0..items.points().len())
+        .map(|i| items.hit_ratio((i as f64 * step as f64 / factor) as u64))
+        .collect();
+    HitRatioCurve::new(step, hits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(items: u64, bytes: u64, segment_bytes: usize) -> Stats {
+        Stats { items, bytes, segment_bytes, ..Stats::default() }
+    }
+
+    #[test]
+    fn a_region_needs_its_own_bytes_per_item_and_the_ends_of_segments() {
+        const MIB: u64 = 1 << 20;
+        // 30 MiB of items of 320 bytes: the curve's cliff at 30 MiB.
+        let items =
+            HitRatioCurve::new(MIB / 4, (0..=256).map(|i| if i >= 120 { 0.9 } else { 0.0 }).collect());
+        // The region spends 328 bytes an item (a CAS field, say), in segments of 1 MiB.
+        let curve = in_region_bytes(&items, Some(320.0), &region(1000, 328_000, MIB as usize));
+        let cliff = curve.points_to_reach(0.9).unwrap() as u64 * curve.step();
+        // 30 MiB × 328/320 × (1 + 164 B of slack a MiB) ≈ 30.76 MiB: the next point, 31 MiB.
+        assert_eq!(cliff, 31 * MIB, "{}", cliff as f64 / MIB as f64);
+        assert_eq!(curve.step(), items.step());
+        // Nothing known about the region yet: the items' own bytes.
+        let fresh = in_region_bytes(&items, None, &region(0, 0, MIB as usize));
+        assert_eq!(fresh, items);
     }
 }

@@ -7,12 +7,12 @@
 //! (`shm handoff`, [`crate::hints::Hints::offer`]); on the socket it sends the token and the
 //! descriptor in one message, and the area is registered for the connection the token was
 //! given to ([`crate::hints::Hints::redeem`]). Exchange: `shoal_proto::handoff`,
-//! docs/PROTOCOL.md; what it guards: docs/ARCHITECTURE.md.
+//! docs/PROTOCOL.md; what it guards: docs/design/server.md ("Who can read what").
 //!
 //! One thread serves the socket, one handoff at a time, each bounded by [`HANDOFF_TIME`]: a
 //! handoff is a single short message, and the thread never waits longer than that on anyone.
 
-use crate::server::Shared;
+use crate::state::Shared;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use shoal_proto::handoff::{parse_message, Message, MESSAGE_BYTES};
 use std::fs::File;

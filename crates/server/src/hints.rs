@@ -10,8 +10,8 @@
 //! in the index of the tenant whose region the client reads, as a network get would mark it,
 //! so eviction keeps it. The area goes when its connection closes, after one last drain.
 
-use crate::server::Shared;
-use crate::stats::Counters;
+use crate::counters::Counters;
+use crate::tenants::{TenantCounters, Tenants};
 use shoal_proto::handoff::Token;
 use shoal_region::hints::HintsReader;
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +19,14 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+/// Where reads that clients served themselves are counted: the server's row of counters for
+/// them, and its tenants' row ([`crate::state::Shared::local_reads`]).
+#[derive(Clone, Copy)]
+pub struct LocalReads<'a> {
+    pub counters: &'a Counters,
+    pub tenant_counters: &'a [TenantCounters],
+}
 
 /// The registered hints areas, by connection, with the tenant whose region they read.
 #[derive(Default)]
@@ -77,20 +85,20 @@ impl Hints {
     }
 
     /// Drains every area into the counters and the indexes.
-    pub fn fold(&self, shared: &Shared) {
+    pub fn fold(&self, tenants: &Tenants, into: LocalReads<'_>) {
         for (tenant, area) in self.areas.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
-            self.drain(*tenant, area, shared);
+            self.drain(*tenant, area, tenants, into);
         }
     }
 
     /// Drops connection `conn`'s area, if it has one, after draining it a last time.
-    pub fn unregister(&self, conn: u64, shared: &Shared) {
+    pub fn unregister(&self, conn: u64, tenants: &Tenants, into: LocalReads<'_>) {
         let mut offers = self.offers.lock().unwrap_or_else(|p| p.into_inner());
         offers.retain(|_, (offered_to, _)| *offered_to != conn);
         let removed = self.areas.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
         drop(offers);
         if let Some((tenant, mut area)) = removed {
-            self.drain(tenant, &mut area, shared);
+            self.drain(tenant, &mut area, tenants, into);
         }
     }
 
@@ -105,11 +113,11 @@ impl Hints {
     }
 
     /// Folds one area into the counters and its tenant's index.
-    fn drain(&self, tenant: usize, area: &mut HintsReader, shared: &Shared) {
-        let writer = &shared.tenants.get(tenant).writer;
+    fn drain(&self, tenant: usize, area: &mut HintsReader, tenants: &Tenants, into: LocalReads<'_>) {
+        let writer = &tenants.get(tenant).writer;
         let counted = area.drain(|location| writer.mark_read(location));
-        let counters = shared.local_reads();
-        let mine = &shared.tenant_counters[shared.settings.threads + 1][tenant];
+        let counters = into.counters;
+        let mine = &into.tenant_counters[tenant];
         Counters::add(&mine.cmd_get, counted.gets);
         Counters::add(&mine.get_hits, counted.hits);
         Counters::add(&mine.get_misses, counted.misses);

@@ -6,27 +6,46 @@
 //! `shoal-region`'s `Writer`, which the server is the one owner of.
 //!
 //! ```text
-//!  socket ─► Conn (read buffer) ─► shoal_proto::Parser ─► exec::{text, meta, admin}
-//!                                                              │
-//!                                      shoal_region::Writer ◄──┘ (items live in the region,
-//!  socket ◄─ one write per batch ◄─ Conn (output buffer) ◄──┘     which clients map read-only)
+//!  socket ─► Conn (read buffer) ─► shoal_proto::Parser ─► exec: text, meta, binary, lease, admin
+//!                                                            │ ▲ results       │ answers
+//!                                                            ▼ │               ▼
+//!                           exec::ops: reads, stores, deletes, incr/decr    Conn (output buffer)
+//!                              │                       │ events             │ one write per batch
+//!                              ▼                       ▼                    ▼
+//!                  shoal_region::Writer           watch::Logs             socket
+//!                  (items live in the region, which clients map read-only)
 //! ```
 //!
-//! Module map: [`config`] (flags → settings), [`auth`] (users, what a connection proved), [`server`] (start, stop, clock, signals), [`hints`] and [`handoff`] (clients' local reads),
-//! [`net`] (listeners, acceptor, workers), [`conn`] (one connection), [`exec`] (commands),
-//! [`stats`] (counters and `stats` answers), [`tenants`] (partitions of memory, `--tenants`), [`metrics`] (Prometheus at `--metrics-listen`), [`tls`] (`-Z`), [`udp`], [`watch`] (`watch`'s log streams).
+//! Module map, from the bottom up (a module uses only those on its own floor or below; no
+//! module circle, which `scripts/module-cycles.py` checks):
+//!
+//! - plain parts: [`config`] (flags → settings), [`counters`] (per-worker request counters),
+//!   [`curve`] (hit-ratio curves), [`tenants`] (partitions of memory, `--tenants`), [`auth`]
+//!   (users, what a connection proved), [`hints`] (clients' local reads folded in), [`digest`]
+//!   (`--digest-keys`), [`tls`] (`-Z`), [`trace`], [`watch`] (`watch`'s log streams, told of
+//!   events as plain data);
+//! - [`state`]: what every thread shares ([`state::Shared`], the clock, the connections, how
+//!   to stop), holding those parts and calling up into nothing;
+//! - [`stats`] (`stats` answers), [`exec`] (commands: [`exec::ops`] the protocol-neutral
+//!   operations, the protocols' answer writers above them), [`conn`] (one connection),
+//!   [`udp`], [`handoff`] (clients' hints areas over a socket), [`metrics`] (Prometheus at
+//!   `--metrics-listen`), [`net`] (listeners, acceptor, workers);
+//! - [`launch`]: [`run`] starts it all (region, listeners, privileges, signal and clock
+//!   threads) and stops it.
 
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod counters;
 pub mod curve;
 pub mod digest;
 pub mod exec;
 pub mod handoff;
 pub mod hints;
+pub mod launch;
 pub mod metrics;
 pub mod net;
-pub mod server;
+pub mod state;
 pub mod stats;
 pub mod tenants;
 pub mod tls;
@@ -35,7 +54,7 @@ pub mod udp;
 pub mod watch;
 
 pub use config::{ServerArgs, Settings};
-pub use server::run;
+pub use launch::run;
 
 /// What `version` answers: the memcached release whose protocol Shoal speaks, and Shoal's own.
 pub const VERSION: &str = concat!("1.6.18-shoal-", env!("CARGO_PKG_VERSION"));

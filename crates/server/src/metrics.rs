@@ -6,7 +6,7 @@
 //! counters for what only grows, gauges for the rest; plus the gets and hits that clients
 //! served from the region themselves, and the region's fill.
 
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::stats;
 use shoal_metrics::prometheus_client::metrics::family::Family;
 use shoal_metrics::prometheus_client::metrics::gauge::Gauge;

@@ -7,11 +7,12 @@
 //! starve the others.
 
 use crate::conn::{Conn, Status, Stream};
+use crate::counters::Counters;
 use crate::exec::Context;
-use crate::server::{stop, ConnInfo, Shared};
-use crate::stats::Counters;
+use crate::state::{stop, ConnInfo, Shared};
 use crate::tenants::file::{Listen, TenantSpec};
 use crate::trace;
+use crate::watch::{CloseReason, ConnEvent};
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 use shoal_proto::ShutdownMode;
@@ -409,7 +410,7 @@ impl<'a> Worker<'a> {
             }
         }
         for i in 0..self.conns.len() {
-            self.close(i);
+            self.close_for(i, CloseReason::Shutdown);
         }
     }
 
@@ -452,7 +453,9 @@ impl<'a> Worker<'a> {
             }
             let info = Arc::new(ConnInfo::new(addr, listen_addr, self.shared.clock.now()));
             self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
-            self.conns[i] = Some(Conn::new(stream, id, info, &self.shared.settings, tenant));
+            let conn = Conn::new(stream, id, info, &self.shared.settings, tenant);
+            self.shared.logs.connection(ConnEvent::Opened, conn.peer, id);
+            self.conns[i] = Some(conn);
             // Data may have arrived before registration: look now.
             self.drive(i);
         }
@@ -469,7 +472,7 @@ impl<'a> Worker<'a> {
             Status::Yield => self.ready.push_back(i),
             Status::Close => self.close(i),
             Status::Shutdown(mode) => {
-                self.close(i);
+                self.close_for(i, CloseReason::Shutdown);
                 self.shared.request_stop(if mode == ShutdownMode::Graceful {
                     stop::GRACEFUL
                 } else {
@@ -492,19 +495,26 @@ impl<'a> Worker<'a> {
             }
             if now.saturating_sub(conn.info.last_cmd.load(Ordering::Relaxed)) > u64::from(seconds) {
                 Counters::bump(&self.cx.counters.idle_kicks);
-                self.close(i);
+                self.close_for(i, CloseReason::IdleTimeout);
             }
         }
     }
 
+    /// Closes a connection for the reason it knows (see [`Conn::close_reason`]).
     fn close(&mut self, i: usize) {
+        let Some(reason) = self.conns.get(i).and_then(Option::as_ref).map(|c| c.close_reason) else { return };
+        self.close_for(i, reason);
+    }
+
+    fn close_for(&mut self, i: usize, reason: CloseReason) {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
+        self.shared.logs.connection(ConnEvent::Closed(reason), conn.peer, conn.id);
         conn.stream().close();
         let _ = self.poll.registry().deregister(conn.stream().source());
         if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
             trace::closed(conn.id);
         }
-        self.shared.hints.unregister(conn.id, self.shared);
+        self.shared.hints.unregister(conn.id, &self.shared.tenants, self.shared.local_reads());
         if let Some(watcher) = conn.watcher() {
             self.shared.logs.remove(watcher);
             self.watchers.retain(|&w| w != i);

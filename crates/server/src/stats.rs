@@ -1,62 +1,30 @@
-//! Counters and the `stats` command's answers.
+//! The `stats` command's answers.
 //!
-//! Each worker thread counts into its own [`Counters`] (relaxed atomics on its own cache
-//! lines, so counting costs no sharing); `stats` sums them. The store's own numbers (items,
-//! bytes, evictions) come from the region.
+//! Each worker thread counts into its own [`Counters`](crate::counters::Counters); `stats`
+//! sums them. The store's own numbers (items, bytes, evictions) come from the region.
 
-use crate::server::Shared;
+use crate::state::Shared;
+use shoal_proto::Tokens;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-macro_rules! counters {
-    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        /// Per-thread request counters, named as memcached's `stats` names them.
-        #[derive(Debug, Default)]
-        #[repr(align(128))]
-        pub struct Counters {
-            $($(#[$doc])* pub $name: AtomicU64,)*
+/// `stats [group]`: appends the group's lines (`RESET` for `stats reset`); false for a group
+/// there is none of, with nothing appended.
+pub fn answer(shared: &Shared, mut group: Tokens<'_>, out: &mut Vec<u8>) -> bool {
+    match (group.next(), group.next()) {
+        (None, _) => general(shared, out),
+        (Some(b"settings"), None) => settings(shared, out),
+        (Some(b"items"), None) => items(shared, out),
+        (Some(b"slabs"), None) => slabs(shared, out),
+        (Some(b"conns"), None) => conns(shared, out),
+        (Some(b"tenants"), None) => tenants(shared, out),
+        (Some(b"reset"), None) => {
+            reset(shared);
+            out.extend_from_slice(b"RESET\r\n");
         }
-
-        impl Counters {
-            /// Every counter with its name, in `stats` order.
-            pub fn each(&self) -> impl Iterator<Item = (&'static str, &AtomicU64)> {
-                [$((stringify!($name), &self.$name)),*].into_iter()
-            }
-        }
-    };
-}
-
-counters! {
-    cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta,
-    get_hits, get_misses, get_expired, get_flushed,
-    delete_misses, delete_hits, incr_misses, incr_hits, decr_misses, decr_hits,
-    cas_misses, cas_hits, cas_badval, touch_hits, touch_misses,
-    store_too_large, store_no_memory,
-    /// SASL and ascii authentication attempts, and those that failed.
-    auth_cmds, auth_errors,
-    /// Connections closed for idling past `-o idle_timeout`.
-    idle_kicks,
-    bytes_read, bytes_written,
-    /// Times a connection gave way to others after `-R` requests.
-    conn_yields,
-}
-
-impl Counters {
-    /// Adds one to a counter of the calling thread's own row. A row has one writer (its
-    /// worker, or the UDP thread), so a plain load and store suffice: no locked instruction on
-    /// the request path, where a get bumps several. A `stats reset` racing with it may see one
-    /// counter keep its count (memcached's reset is not atomic with requests in flight either).
-    /// Counters that several threads write take [`Counters::add`].
-    #[inline]
-    pub fn bump(counter: &AtomicU64) {
-        counter.store(counter.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        _ => return false,
     }
-
-    /// Adds `n` to a counter, atomically (any thread).
-    #[inline]
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
+    true
 }
 
 /// Sum of a counter over all workers.
@@ -191,6 +159,11 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "index_bytes", store.index_bytes);
     line(out, "segments_evicted", store.segments_evicted);
     line(out, "segments_reclaimed", store.segments_reclaimed);
+    if shared.settings.rejoin_hold > 0 {
+        let writer = &shared.tenants.default_tenant().writer;
+        line(out, "rejoin_hold_remaining", writer.hold_remaining());
+        line(out, "previous_stop", writer.previous_stop().name());
+    }
     if let Some(digest) = &shared.digest {
         line(out, "digest_keys", digest.keys());
         line(out, "digest_bytes", digest.bytes());
@@ -214,7 +187,9 @@ fn maxbytes(shared: &Shared) -> usize {
     }
 }
 
-/// `stats settings`.
+/// `stats settings`, in memcached's order: the settings Shoal has, and those of memcached's LRU
+/// crawler and maintainer that the Prometheus exporter reads, as constants for machinery Shoal
+/// does not have (docs/PROTOCOL.md); then Shoal's own.
 pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     let s = &shared.settings;
     let tcp_port = s.tcp.first().map_or(0, |(_, p)| *p);
@@ -232,6 +207,7 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
         s.unix_socket.as_ref().map_or("NULL".into(), |(p, _)| p.display().to_string()),
     );
     line(out, "umask", format_args!("{:o}", s.unix_socket.as_ref().map_or(0o700, |(_, m)| *m)));
+    line(out, "shutdown_command", on(s.enable_shutdown));
     line(out, "num_threads", s.threads);
     line(out, "stat_key_prefix", ":");
     line(out, "detail_enabled", "no");
@@ -242,8 +218,20 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "auth_enabled_sasl", on(s.sasl));
     line(out, "auth_enabled_ascii", s.auth_file.as_ref().map_or("no".into(), |f| f.display().to_string()));
     line(out, "item_size_max", s.max_item_bytes);
+    // `lru_crawler enable|disable` switch the key dump; the crawler's pace is memcached's
+    // default, as `-o lru_crawler_sleep`/`tocrawl` and their commands change nothing.
+    line(out, "lru_crawler", on(shared.crawler_enabled.load(Ordering::Relaxed)));
+    line(out, "lru_crawler_sleep", 100);
+    line(out, "lru_crawler_tocrawl", 0);
     line(out, "flush_enabled", on(s.enable_flush));
-    line(out, "shutdown_command", on(s.enable_shutdown));
+    // No LRU maintainer and no hot or warm LRU: every item is in the one queue eviction takes
+    // from, which `stats items` reports as cold.
+    line(out, "lru_maintainer_thread", "no");
+    line(out, "lru_segmented", "no");
+    line(out, "hot_lru_pct", 0);
+    line(out, "warm_lru_pct", 0);
+    line(out, "hot_max_factor", "0.00");
+    line(out, "warm_max_factor", "0.00");
     s.tls.settings_lines(|name, value| line(out, name, value));
     line(out, "memory_file", shared.tenants.default_tenant().writer.path().display());
     line(out, "region_bytes", s.region_bytes);
@@ -254,33 +242,91 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     out.extend_from_slice(b"END\r\n");
 }
 
-/// `stats items`: Shoal has no slab classes; it reports its store as one class, 1 (what
-/// memcached prints per class, for the whole store).
+/// `stats items`: Shoal has no slab classes; it reports its store (every tenant) as one class,
+/// 1, with memcached's fields in memcached's order. Without hot and warm LRUs every item is
+/// cold, and every hit a hit to cold. `age`, `evicted_nonzero` and `evicted_time` are left
+/// out: the store keeps no queue of write times and no record of what it evicted.
 pub fn items(shared: &Shared, out: &mut Vec<u8>) {
     let store = shared.tenants.store_stats();
     if store.items > 0 {
-        line(out, "items:1:number", store.items);
-        line(out, "items:1:evicted", store.evictions);
-        line(out, "items:1:evicted_unfetched", store.evicted_unfetched);
-        line(out, "items:1:expired_unfetched", store.expired_unfetched);
-        line(out, "items:1:reclaimed", store.reclaimed);
-        line(out, "items:1:outofmemory", total(shared, "store_no_memory"));
+        let no_memory = total(shared, "store_no_memory");
+        let hits = total(shared, "get_hits");
+        let fields: [(&str, u64); 25] = [
+            ("number", store.items),
+            ("number_hot", 0),
+            ("number_warm", 0),
+            ("number_cold", store.items),
+            ("age_hot", 0),
+            ("age_warm", 0),
+            ("mem_requested", store.bytes),
+            ("evicted", store.evictions),
+            ("outofmemory", no_memory),
+            ("tailrepairs", 0),
+            ("reclaimed", store.reclaimed),
+            ("expired_unfetched", store.expired_unfetched),
+            ("evicted_unfetched", store.evicted_unfetched),
+            ("evicted_active", 0),
+            ("crawler_reclaimed", 0),
+            ("crawler_items_checked", 0),
+            ("lrutail_reflocked", 0),
+            ("moves_to_cold", 0),
+            ("moves_to_warm", 0),
+            ("moves_within_lru", 0),
+            ("direct_reclaims", 0),
+            ("hits_to_hot", 0),
+            ("hits_to_warm", 0),
+            ("hits_to_cold", hits),
+            ("hits_to_temp", 0),
+        ];
+        for (field, value) in fields {
+            line(out, format_args!("items:1:{field}"), value);
+        }
     }
     out.extend_from_slice(b"END\r\n");
 }
 
-/// `stats slabs`: segments play the part of slab pages (one class of 1 MiB pages).
+/// `stats slabs`: one class, 1, whose pages are the segments in use and whose chunks are the
+/// items, of the size they take on average (the configured `--avg-item-bytes` while there are
+/// none); free segments are `slab_global_page_pool`. Its command counters are the server's.
 pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
     let store = shared.tenants.store_stats();
-    let used = store.segments - store.segments_free;
-    if used > 0 {
-        line(out, "1:chunk_size", store.segment_bytes);
-        line(out, "1:total_pages", used);
-        line(out, "1:used_chunks", store.items);
-        line(out, "1:mem_requested", store.bytes);
+    let pages = store.segments.saturating_sub(store.segments_free + store.segments_parked);
+    if pages > 0 {
+        let chunk = match store.items {
+            0 => shared.settings.avg_item_bytes as u64,
+            items => store.bytes.div_ceil(items),
+        }
+        .clamp(1, store.segment_bytes as u64);
+        let per_page = store.segment_bytes as u64 / chunk;
+        let chunks = pages as u64 * per_page;
+        let sizes = [
+            ("chunk_size", chunk),
+            ("chunks_per_page", per_page),
+            ("total_pages", pages as u64),
+            ("total_chunks", chunks),
+            ("used_chunks", store.items),
+            ("free_chunks", chunks.saturating_sub(store.items)),
+            ("free_chunks_end", 0),
+        ];
+        for (field, value) in sizes {
+            line(out, format_args!("1:{field}"), value);
+        }
+        let commands = [
+            "get_hits",
+            "cmd_set",
+            "delete_hits",
+            "incr_hits",
+            "decr_hits",
+            "cas_hits",
+            "cas_badval",
+            "touch_hits",
+        ];
+        for name in commands {
+            line(out, format_args!("1:{name}"), total(shared, name));
+        }
     }
-    line(out, "active_slabs", usize::from(used > 0));
-    line(out, "total_malloced", used * store.segment_bytes);
+    line(out, "active_slabs", usize::from(pages > 0));
+    line(out, "total_malloced", pages * store.segment_bytes);
     out.extend_from_slice(b"END\r\n");
 }
 
@@ -308,7 +354,11 @@ pub fn conns(shared: &Shared, out: &mut Vec<u8>) {
     for (id, conn) in shared.conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         line(out, format_args!("{id}:addr"), &conn.addr);
         line(out, format_args!("{id}:listen_addr"), &conn.listen_addr);
-        line(out, format_args!("{id}:state"), crate::conn::state::name(conn.state.load(Ordering::Relaxed)));
+        line(
+            out,
+            format_args!("{id}:state"),
+            crate::state::conn_state::name(conn.state.load(Ordering::Relaxed)),
+        );
         let last = conn.last_cmd.load(Ordering::Relaxed) as u32;
         line(out, format_args!("{id}:secs_since_last_cmd"), now.saturating_sub(last));
     }

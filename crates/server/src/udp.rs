@@ -5,7 +5,7 @@
 
 use crate::auth::Session;
 use crate::exec::{binary, Context, Flow};
-use crate::server::Shared;
+use crate::state::Shared;
 use shoal_proto::binary::REQUEST_MAGIC;
 use shoal_proto::{BinaryParse, BinaryParser, Parse, Parser};
 use std::net::UdpSocket;

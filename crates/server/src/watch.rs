@@ -1,6 +1,10 @@
 //! memcached's `watch`: connections that turned into streams of log lines (items fetched,
 //! stored, evicted), in memcached's line formats.
 //!
+//! Events come in as plain data: the executors call [`Logs::fetched`] and [`Logs::stored`]
+//! (with a [`StoreEvent`] built only when someone watches), the regions call [`EvictionLog`].
+//! Nothing here knows the executors.
+//!
 //! ```text
 //!  worker executing a request ──► Logs::wants(kind)? ──no──► nothing (one relaxed load)
 //!                                        │ yes
@@ -10,12 +14,10 @@
 //!  the watcher's own worker, every few ms ──► queue ──► socket
 //! ```
 
-use crate::exec::meta::{SetMode, SetResult, StoreOp};
-use crate::exec::{Context, NO_CONNECTION};
 use shoal_proto::crawler::{push_uriencoded, watch};
 use shoal_proto::push_u64;
-use shoal_proto::{Store, StoreCmd};
-use shoal_region::{absolute_expiry, EvictionObserver, IndexedItem, Lookup, OpError, Store as Stored};
+use shoal_region::{EvictionObserver, IndexedItem, Lookup, OpError, Writer};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -137,6 +139,135 @@ impl Logs {
             self.sent.fetch_add(1, Ordering::Relaxed);
         }
     }
+
+    /// Logs a read for `watch fetchers`: `type=item_get key=… status=found|not_found|flushed|
+    /// expired clsid=… cfd=… size=…` (clsid 1, the one class, for an item found; 0 otherwise).
+    /// `conn`: the connection that read (`None` for a datagram).
+    #[inline]
+    pub fn fetched(&self, conn: Option<u64>, key: &[u8], found: &Result<Lookup, OpError>) {
+        if !self.wants(watch::FETCHERS) {
+            return;
+        }
+        let (status, size): (&[u8], usize) = match found {
+            Ok(Lookup::Hit(info)) => (b"found", info.value_len),
+            Ok(Lookup::Flushed) => (b"flushed", 0),
+            Ok(Lookup::Expired) => (b"expired", 0),
+            Ok(Lookup::Missing) | Err(_) => (b"not_found", 0),
+        };
+        self.log(watch::FETCHERS, |line| {
+            line.extend_from_slice(b"type=item_get ");
+            push_key(line, key);
+            line.extend_from_slice(b" status=");
+            line.extend_from_slice(status);
+            line.extend_from_slice(if size > 0 || status == b"found" { b" clsid=1" } else { b" clsid=0" });
+            push_cfd(line, conn);
+            line.extend_from_slice(b" size=");
+            push_u64(line, size as u64);
+        });
+    }
+
+    /// Logs, for `watch fetchers`, the lookup memcached's stores make before storing (its
+    /// `do_store_item` reads the key first, without bumping it): `key` looked up in `writer`
+    /// only when someone watches.
+    pub fn store_lookup(&self, conn: Option<u64>, key: &[u8], writer: &Writer) {
+        if self.wants(watch::FETCHERS) {
+            self.fetched(conn, key, &writer.read(key, &mut Vec::new(), false));
+        }
+    }
+
+    /// Logs a store for `watch mutations`: `type=item_store key=… status=… cmd=… ttl=… clsid=1
+    /// cfd=… size=…`; `ttl` is seconds left (0: never expires; 4294967295 for one that
+    /// expires on arrival). `event` is asked for only if someone watches.
+    #[inline]
+    pub fn stored<'k>(&self, conn: Option<u64>, event: impl FnOnce() -> StoreEvent<'k>) {
+        if !self.wants(watch::MUTATIONS) {
+            return;
+        }
+        let event = event();
+        let ttl = match event.expiry {
+            Some(0) => 0,
+            Some(at) => at.wrapping_sub(event.now),
+            None => u32::MAX,
+        };
+        self.log(watch::MUTATIONS, |line| {
+            line.extend_from_slice(b"type=item_store ");
+            push_key(line, event.key);
+            line.extend_from_slice(b" status=");
+            line.extend_from_slice(event.status.name());
+            line.extend_from_slice(b" cmd=");
+            line.extend_from_slice(event.cmd);
+            line.extend_from_slice(b" ttl=");
+            push_u64(line, u64::from(ttl));
+            line.extend_from_slice(b" clsid=1");
+            push_cfd(line, conn);
+            line.extend_from_slice(b" size=");
+            push_u64(line, event.size as u64);
+        });
+    }
+}
+
+impl Logs {
+    /// Logs a connection opened or closed for `watch connevents`, as memcached does:
+    /// `type=conn_new rip=… rport=… transport=local|tcp cfd=…`, and for a close `type=conn_close`
+    /// with ` reason=…` before `cfd`. `peer`: the client's address (`None`: a unix socket, which
+    /// memcached shows as `rip=unix rport=0`).
+    pub fn connection(&self, event: ConnEvent, peer: Option<SocketAddr>, cfd: u64) {
+        if !self.wants(watch::CONNEVENTS) {
+            return;
+        }
+        self.log(watch::CONNEVENTS, |line| {
+            line.extend_from_slice(match event {
+                ConnEvent::Opened => b"type=conn_new rip=",
+                ConnEvent::Closed(_) => b"type=conn_close rip=",
+            });
+            match peer {
+                Some(addr) => {
+                    line.extend_from_slice(addr.ip().to_string().as_bytes());
+                    line.extend_from_slice(b" rport=");
+                    push_u64(line, u64::from(addr.port()));
+                    line.extend_from_slice(b" transport=tcp");
+                }
+                None => line.extend_from_slice(b"unix rport=0 transport=local"),
+            }
+            if let ConnEvent::Closed(reason) = event {
+                line.extend_from_slice(b" reason=");
+                line.extend_from_slice(reason.name());
+            }
+            push_cfd(line, Some(cfd));
+        });
+    }
+}
+
+/// A connection event for [`Logs::connection`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnEvent {
+    Opened,
+    Closed(CloseReason),
+}
+
+/// Why a connection closed, as memcached's `conn_close` line names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CloseReason {
+    /// A protocol error, or the socket failed (memcached's default reason).
+    #[default]
+    Error,
+    /// The client closed or sent `quit`.
+    Normal,
+    /// Kicked by `-o idle_timeout`.
+    IdleTimeout,
+    /// `shutdown`, or the server stopping.
+    Shutdown,
+}
+
+impl CloseReason {
+    fn name(self) -> &'static [u8] {
+        match self {
+            CloseReason::Error => b"error",
+            CloseReason::Normal => b"normal",
+            CloseReason::IdleTimeout => b"idle_timeout",
+            CloseReason::Shutdown => b"shutdown",
+        }
+    }
 }
 
 /// `key=<uri-encoded key>`.
@@ -146,34 +277,9 @@ fn push_key(line: &mut Vec<u8>, key: &[u8]) {
 }
 
 /// `cfd=<descriptor>`: the connection's (0 for a datagram's).
-fn push_cfd(line: &mut Vec<u8>, conn: u64) {
+fn push_cfd(line: &mut Vec<u8>, conn: Option<u64>) {
     line.extend_from_slice(b" cfd=");
-    push_u64(line, if conn == NO_CONNECTION { 0 } else { conn });
-}
-
-/// Logs a read for `watch fetchers`: `type=item_get key=… status=found|not_found|flushed|
-/// expired clsid=… cfd=… size=…` (clsid 1, the one class, for an item found; 0 otherwise).
-#[inline]
-pub fn fetched(cx: &Context<'_>, key: &[u8], found: &Result<Lookup, OpError>) {
-    if !cx.shared.logs.wants(watch::FETCHERS) {
-        return;
-    }
-    let (status, size): (&[u8], usize) = match found {
-        Ok(Lookup::Hit(info)) => (b"found", info.value_len),
-        Ok(Lookup::Flushed) => (b"flushed", 0),
-        Ok(Lookup::Expired) => (b"expired", 0),
-        Ok(Lookup::Missing) | Err(_) => (b"not_found", 0),
-    };
-    cx.shared.logs.log(watch::FETCHERS, |line| {
-        line.extend_from_slice(b"type=item_get ");
-        push_key(line, key);
-        line.extend_from_slice(b" status=");
-        line.extend_from_slice(status);
-        line.extend_from_slice(if size > 0 || status == b"found" { b" clsid=1" } else { b" clsid=0" });
-        push_cfd(line, cx.conn);
-        line.extend_from_slice(b" size=");
-        push_u64(line, size as u64);
-    });
+    push_u64(line, conn.unwrap_or(0));
 }
 
 /// What a store did, as `watch mutations` names it.
@@ -208,7 +314,7 @@ impl StoreStatus {
     }
 }
 
-/// A store, for [`stored`].
+/// A store, for [`Logs::stored`].
 pub struct StoreEvent<'a> {
     pub key: &'a [u8],
     /// memcached's command name: `set add replace append prepend cas`.
@@ -216,93 +322,10 @@ pub struct StoreEvent<'a> {
     pub status: StoreStatus,
     /// The new item's absolute expiry (0: never; `None`: expired on arrival).
     pub expiry: Option<u32>,
+    /// The region's clock, which the TTL is counted from.
+    pub now: u32,
     /// The value's length.
     pub size: usize,
-}
-
-/// Logs a store for `watch mutations`: `type=item_store key=… status=… cmd=… ttl=… clsid=1
-/// cfd=… size=…`; `ttl` is seconds left (0: never expires; 4294967295 for one that expires
-/// on arrival).
-#[inline]
-pub fn stored(cx: &Context<'_>, event: &StoreEvent<'_>) {
-    if !cx.shared.logs.wants(watch::MUTATIONS) {
-        return;
-    }
-    let now = cx.region_clock();
-    let ttl = match event.expiry {
-        Some(0) => 0,
-        Some(at) => at.wrapping_sub(now),
-        None => u32::MAX,
-    };
-    cx.shared.logs.log(watch::MUTATIONS, |line| {
-        line.extend_from_slice(b"type=item_store ");
-        push_key(line, event.key);
-        line.extend_from_slice(b" status=");
-        line.extend_from_slice(event.status.name());
-        line.extend_from_slice(b" cmd=");
-        line.extend_from_slice(event.cmd);
-        line.extend_from_slice(b" ttl=");
-        push_u64(line, u64::from(ttl));
-        line.extend_from_slice(b" clsid=1");
-        push_cfd(line, cx.conn);
-        line.extend_from_slice(b" size=");
-        push_u64(line, event.size as u64);
-    });
-}
-
-/// [`stored`] for a text-protocol storage command and its outcome.
-#[inline]
-pub fn text_stored(cx: &Context<'_>, s: &Store<'_>, result: &Result<Stored, OpError>) {
-    if !cx.shared.logs.wants(watch::MUTATIONS) {
-        return;
-    }
-    let status = match result {
-        Ok(Stored::Stored) => StoreStatus::Stored,
-        Ok(Stored::NotStored) => StoreStatus::NotStored,
-        Ok(Stored::Exists) => StoreStatus::Exists,
-        Ok(Stored::NotFound) => StoreStatus::NotFound,
-        Err(e) => StoreStatus::of_error(e),
-    };
-    let cmd: &[u8] = match s.cmd {
-        StoreCmd::Set | StoreCmd::LeaseSet(_) => b"set",
-        StoreCmd::Add => b"add",
-        StoreCmd::Replace => b"replace",
-        StoreCmd::Append => b"append",
-        StoreCmd::Prepend => b"prepend",
-        StoreCmd::Cas(_) => b"cas",
-    };
-    let expiry = absolute_expiry(s.exptime, cx.region_clock());
-    stored(cx, &StoreEvent { key: s.key, cmd, status, expiry, size: s.data.len() });
-}
-
-/// [`stored`] for a store made by `ms` or the binary protocol.
-#[inline]
-pub(crate) fn meta_stored(
-    cx: &Context<'_>,
-    key: &[u8],
-    size: usize,
-    op: &StoreOp,
-    result: &Result<(SetResult, Option<u64>), OpError>,
-) {
-    if !cx.shared.logs.wants(watch::MUTATIONS) {
-        return;
-    }
-    let status = match result {
-        Ok((SetResult::Stored, _)) => StoreStatus::Stored,
-        Ok((SetResult::NotStored, _)) => StoreStatus::NotStored,
-        Ok((SetResult::Exists, _)) => StoreStatus::Exists,
-        Ok((SetResult::NotFound, _)) => StoreStatus::NotFound,
-        Err(e) => StoreStatus::of_error(e),
-    };
-    let cmd: &[u8] = match op.mode {
-        SetMode::Set => b"set",
-        SetMode::Add => b"add",
-        SetMode::Replace => b"replace",
-        SetMode::Append => b"append",
-        SetMode::Prepend => b"prepend",
-        SetMode::Cas => b"cas",
-    };
-    stored(cx, &StoreEvent { key, cmd, status, expiry: op.fresh.expiry, size });
 }
 
 /// Logs evictions for `watch evictions`: `type=eviction key=… fetch=yes|no ttl=<seconds left,

@@ -1,19 +1,24 @@
 //! # shoal: the one command-line program
 //!
-//! Each part of Shoal is a subcommand; this crate only parses arguments and wires the library
-//! crates together (today: `shoal region …` over `shoal-region`).
+//! Each part of Shoal is a subcommand whose arguments and `run` live in the crate that does the
+//! work; this crate only parses the command line and dispatches. The library crates keep their
+//! command in a `cli` module behind a `cli` feature that this crate turns on (region, route,
+//! mapreduce), so that their other users build no argument parser; the harness's `cli` module
+//! (bench) is always built, its options being clap structs throughout.
 //!
 //! ```text
-//! shoal region create|info|set|get|bench ──► shoal_region::{Writer, Reader}
-//! shoal mr run|worker|info|apps ──► shoal_mapreduce::{Coordinator, Worker}
-//! shoal provision ──► shoal_controller::provision
-//! shoal controller ──► shoal_controller::tenants
+//! shoal server ──────────────────────────────► shoal_server::run (ServerArgs::settings)
+//! shoal region create|info|set|get|bench ────► shoal_region::cli::run
+//! shoal bench load|fill|latency|pool|ycsb|… ─► shoal_bench::cli::run
+//! shoal router ──────────────────────────────► shoal_router::run
+//! shoal invalidator ─────────────────────────► shoal_invalidator::run
+//! shoal mr run|worker|info|generate|apps ────► shoal_mapreduce::cli::run
+//! shoal route owner ─────────────────────────► shoal_route::cli::run
+//! shoal provision ───────────────────────────► shoal_controller::provision::run
+//! shoal controller ──────────────────────────► shoal_controller::tenants::run
 //! ```
-
-mod bench;
-mod mr_cmd;
-mod region_cmd;
-mod route_cmd;
+//!
+//! `Err(message)` from any of them is printed as `shoal: <message>` with exit status 1.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,18 +37,18 @@ enum Command {
     /// (takes memcached's flags: `shoal server -h`).
     Server(shoal_server::ServerArgs),
     /// Create, inspect, read and write shared-memory regions, and measure them.
-    Region(region_cmd::RegionArgs),
+    Region(shoal_region::cli::RegionArgs),
     /// Load a memcached-protocol server and measure it (see docs/BENCHMARKS.md).
-    Bench(shoal_bench::BenchArgs),
+    Bench(shoal_bench::cli::BenchArgs),
     /// Route memcached requests to pools of servers, as mcrouter does (its JSON config).
     Router(shoal_router::RouterArgs),
     /// Follow a database's commit log (PostgreSQL, SQLite) and delete the keys each committed
     /// transaction names in every cluster.
     Invalidator(shoal_invalidator::InvalidatorArgs),
     /// MapReduce over a shared-memory job region; workers join and leave at any time.
-    Mr(mr_cmd::MrArgs),
+    Mr(shoal_mapreduce::cli::MrArgs),
     /// Ask the routing core which server of a pool owns a key (`shoal route owner`).
-    Route(route_cmd::RouteArgs),
+    Route(shoal_route::cli::RouteArgs),
     /// Turn a Proteus pool's servers on and off with the load, announcing each transition to
     /// the routers.
     Provision(shoal_controller::provision::ProvisionArgs),
@@ -55,12 +60,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => server(args),
-        Command::Region(args) => region_cmd::run(args),
-        Command::Bench(args) => shoal_bench::run(args),
+        Command::Region(args) => shoal_region::cli::run(args),
+        Command::Bench(args) => shoal_bench::cli::run(args),
         Command::Router(args) => shoal_router::run(args),
         Command::Invalidator(args) => shoal_invalidator::run(args),
-        Command::Mr(args) => mr_cmd::run(args),
-        Command::Route(args) => route_cmd::run(args),
+        Command::Mr(args) => shoal_mapreduce::cli::run(args),
+        Command::Route(args) => shoal_route::cli::run(args),
         Command::Provision(args) => shoal_controller::provision::run(args),
         Command::Controller(args) => shoal_controller::tenants::run(args),
     };

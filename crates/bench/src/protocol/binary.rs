@@ -29,7 +29,7 @@ const MAX_BODY_BYTES: usize = MAX_VALUE_BYTES + 512;
 /// bytes of value.
 fn request_header(out: &mut Vec<u8>, opcode: u8, extras: usize, key_len: usize, value_len: usize) {
     let body = u32::try_from(extras + key_len + value_len).expect("--value-size caps values at 1 GiB");
-    let key_len = u16::try_from(key_len).expect("keys are at most 250 bytes");
+    let key_len = u16::try_from(key_len).expect("keys are at most KEY_MAX bytes");
     out.extend_from_slice(&[REQUEST_MAGIC, opcode]);
     out.extend_from_slice(&key_len.to_be_bytes());
     out.extend_from_slice(&[extras as u8, 0, 0, 0]); // extras length, data type, vbucket

@@ -27,7 +27,7 @@ use datastore::{Datastore, DatastoreKind};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use shoal_client::{Client, Options};
-use shoal_controller::provision::signal::Schedule;
+use shoal_curves::Schedule;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

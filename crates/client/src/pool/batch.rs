@@ -3,11 +3,10 @@
 //! at once), no more outstanding at a time than the sliding window allows.
 
 use super::{clamp_exptime, unreachable, Pool};
-use crate::client::{
-    deleted_answer, retrieval_request, storage_request, stored_answer, Client, Item, ItemRef, Stored,
-};
+use crate::client::{deleted_answer, stored_answer, Client, Item, ItemRef, Stored};
 use crate::error::{Error, Result};
 use crate::hits::Hits;
+use shoal_proto::{encode_request, encode_retrieval, Body, Op};
 use std::collections::VecDeque;
 
 /// Keys (or commands) per request: one `gets` line, or one pipelined run of storage commands.
@@ -93,7 +92,9 @@ impl Pool {
             found.iter().for_each(|(i, item)| note(i, item));
         }
         let requests = chunked(remote, |_, chunk| {
-            retrieval_request(b"gets ", &chunk.iter().map(|&i| keys[i]).collect::<Vec<_>>())
+            let mut bytes = Vec::new();
+            encode_retrieval(Op::Gets, 0, chunk.iter().map(|&i| keys[i]), &mut bytes);
+            bytes
         });
         // Answers are gathered first: one that fails halfway is dropped whole.
         let mut found = std::mem::take(&mut self.answers);
@@ -158,7 +159,8 @@ impl Pool {
         let requests = chunked(owners, |_, chunk| {
             let mut bytes = Vec::new();
             for &i in chunk {
-                storage_request(&mut bytes, "set", items[i].0, items[i].1, flags, exptime, None);
+                let body = Body::Store { flags, data: items[i].1, extra: None };
+                encode_request(Op::Set, items[i].0, exptime, &body, &mut bytes);
             }
             bytes
         });
@@ -188,9 +190,7 @@ impl Pool {
         let requests = chunked(owners, |_, chunk| {
             let mut bytes = Vec::new();
             for &i in chunk {
-                bytes.extend_from_slice(b"delete ");
-                bytes.extend_from_slice(keys[i]);
-                bytes.extend_from_slice(b"\r\n");
+                encode_request(Op::Delete, keys[i], 0, &Body::<&[u8]>::Delete { hold: None }, &mut bytes);
             }
             bytes
         });

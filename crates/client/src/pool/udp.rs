@@ -8,9 +8,10 @@
 
 use super::batch::in_order;
 use super::Pool;
-use crate::client::{read_values_each, retrieval_request};
+use crate::client::read_values_each;
 use crate::conn::Connection;
 use crate::hits::Hits;
+use shoal_proto::{encode_retrieval, Op};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -94,7 +95,8 @@ impl Pool {
                 let id = udp.next_id;
                 udp.next_id = udp.next_id.wrapping_add(1);
                 let to = udp.addresses[member].expect("a UDP member");
-                let request = retrieval_request(b"gets ", &run.iter().map(|&i| keys[i]).collect::<Vec<_>>());
+                let mut request = Vec::new();
+                encode_retrieval(Op::Gets, 0, run.iter().map(|&i| keys[i]), &mut request);
                 let sent = udp.socket.as_ref().is_some_and(|s| s.send_to(&frame(id, &request), to).is_ok());
                 if sent {
                     let p = Pending {
@@ -198,7 +200,8 @@ mod tests {
         assert!(runs.len() > 1);
         assert_eq!(runs.concat(), (0..40).collect::<Vec<_>>());
         for run in runs {
-            let request = retrieval_request(b"gets ", &run.iter().map(|&i| refs[i]).collect::<Vec<_>>());
+            let mut request = Vec::new();
+            encode_retrieval(Op::Gets, 0, run.iter().map(|&i| refs[i]), &mut request);
             assert!(frame(0, &request).len() <= MAX_REQUEST_BYTES);
         }
     }

@@ -6,6 +6,11 @@ use shoal_client::{Client, Options};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+/// A `PoolRoute` over pool `name`, placed by jump hash.
+pub fn pool_route(name: &str) -> String {
+    format!(r#"{{ "type": "PoolRoute", "pool": "{name}", "hash": "jump" }}"#)
+}
+
 /// A router process on a free port, with its config file and spool directory.
 pub struct Router {
     pub child: Child,
@@ -33,6 +38,17 @@ impl Router {
     }
 
     fn start_in_with_threads(dir: PathBuf, port: u16, threads: usize) -> Router {
+        Router::start_in_with(dir, port, threads, &[], Stdio::inherit())
+    }
+
+    /// A router in `dir` (its config.json, its spool) with `args` as well, its standard error
+    /// kept in `<dir>/stderr` (for tests of what it says).
+    pub fn start_in_with_args(dir: PathBuf, port: u16, args: &[&str]) -> Router {
+        let stderr = std::fs::File::create(dir.join("stderr")).unwrap();
+        Router::start_in_with(dir, port, 2, args, stderr.into())
+    }
+
+    fn start_in_with(dir: PathBuf, port: u16, threads: usize, args: &[&str], stderr: Stdio) -> Router {
         let child = Command::new(shoal_bin())
             .args([
                 "router",
@@ -49,7 +65,9 @@ impl Router {
             .arg(dir.join("config.json"))
             .arg("--spool-dir")
             .arg(dir.join("spool"))
+            .args(args)
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let router = Router { child, port, dir };

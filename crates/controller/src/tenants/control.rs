@@ -3,7 +3,7 @@
 //! order resizes are applied in.
 
 use super::poll::TenantStats;
-use shoal_curves::{plan, Goal, HitRatioCurve, Plan, PlanConfig, Tenant};
+use shoal_curves::{plan, Goal, HitRatioCurve, Plan, PlanConfig, Tenant, SIZE_ERROR};
 
 /// What the controller plans for (`--goal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -77,8 +77,11 @@ pub struct Proposal {
 
 /// The sizes for one server's tenants: its memory (the sum of their sizes now) planned in
 /// whole segments for `mode`, the sizes in force kept unless the plan gains more than
-/// `hysteresis`. Memory no curve gains from is left where it is (then spread up to maximums),
-/// so every byte stays with some tenant and the next round plans the same total.
+/// `hysteresis`. The curves are read pessimistically ([`HitRatioCurve::pessimistic`] by
+/// [`SIZE_ERROR`]), so no size counts on hits within a curve's error above a cliff. Memory
+/// no curve gains from is left where it is (then spread up to maximums), so every byte stays
+/// with some tenant and the next round plans the same total — except where it would put a
+/// tenant on a cliff.
 pub fn propose(
     mode: Mode,
     hysteresis: f64,
@@ -99,7 +102,7 @@ pub fn propose(
         .zip(requests_per_second)
         .map(|((t, curve), &rate)| Tenant {
             name: t.name.clone(),
-            curve: curve.clone(),
+            curve: curve.pessimistic(SIZE_ERROR),
             requests_per_second: rate,
             priority: if mode == Mode::Global { 1.0 } else { t.priority },
             min_bytes: t.min_bytes,
@@ -116,7 +119,7 @@ pub fn propose(
     let kept = fresh.sizes == current;
     if !kept {
         let maxima: Vec<u64> = tenants.iter().map(|t| t.max_bytes / unit * unit).collect();
-        spread_leftover(&mut fresh, &current, &maxima, config.total_bytes, unit);
+        spread_leftover(&mut fresh, &current, &maxima, curves, config.total_bytes, unit);
     }
     Ok(Proposal {
         kept,
@@ -128,12 +131,25 @@ pub fn propose(
 }
 
 /// Gives the memory a plan left unassigned (no curve gains from it) back to the tenants that
-/// had it, so nothing is evicted for nothing, then to any tenant below its maximum.
-fn spread_leftover(plan: &mut Plan, current: &[u64], maxima: &[u64], total: u64, unit: u64) {
+/// had it, so nothing is evicted for nothing, then to any tenant below its maximum — never to
+/// a size on its curve's cliff (`curves`, as measured), where the curve's error could make it
+/// buy nothing: a tenant is given back only up to below its cliff, or enough to clear it.
+fn spread_leftover(
+    plan: &mut Plan,
+    current: &[u64],
+    maxima: &[u64],
+    curves: &[HitRatioCurve],
+    total: u64,
+    unit: u64,
+) {
     let mut left = total.saturating_sub(plan.sizes.iter().sum()) / unit;
     let mut returned = vec![0u64; plan.sizes.len()];
+    let on_cliff = |i: usize, size: u64| curves[i].on_cliff(size, SIZE_ERROR);
     for (i, size) in plan.sizes.iter_mut().enumerate() {
-        let back = (current[i].saturating_sub(*size) / unit).min(left);
+        let mut back = (current[i].saturating_sub(*size) / unit).min(left);
+        while back > 0 && on_cliff(i, *size + back * unit) {
+            back -= 1;
+        }
         *size += back * unit;
         returned[i] += back;
         left -= back;
@@ -141,15 +157,19 @@ fn spread_leftover(plan: &mut Plan, current: &[u64], maxima: &[u64], total: u64,
     while left > 0 {
         let mut gave = false;
         for (i, size) in plan.sizes.iter_mut().enumerate() {
-            if left > 0 && *size + unit <= maxima[i] {
-                *size += unit;
-                returned[i] += 1;
-                left -= 1;
+            // The fewest units that take the tenant to a size off any cliff.
+            let step = (1..=left)
+                .take_while(|k| *size + k * unit <= maxima[i])
+                .find(|k| !on_cliff(i, *size + k * unit));
+            if let Some(k) = step {
+                *size += k * unit;
+                returned[i] += k;
+                left -= k;
                 gave = true;
             }
         }
         if !gave {
-            break; // every tenant is at its maximum
+            break; // every tenant is at its maximum, or the rest would put one on a cliff
         }
     }
     for (reason, units) in plan.reasons.iter_mut().zip(returned) {
@@ -216,12 +236,30 @@ mod tests {
         assert!(p.objective_planned > p.objective_now);
         assert!(p.reasons[0].contains("marginal gain"), "{:?}", p.reasons);
         assert!(p.reasons[1].starts_with("minimum"), "{:?}", p.reasons);
-        // Unassigned memory (nobody gains past 30 MiB) stays with whoever had it.
+        // Unassigned memory (nobody gains past the top of the ramp at 30 MiB, read with the
+        // curve's error: 30 MiB / 0.97 + 1 MiB, 32 MiB) stays with whoever had it.
         let wide = [tenant("steep", 16, 1.0, None), tenant("flat", 24, 1.0, None)];
         let p = propose(Mode::Global, 0.01, &wide, &curves, &[100.0, 100.0]).unwrap();
-        assert_eq!(p.sizes, [30 * MIB, 10 * MIB], "{p:?}");
-        assert!(p.reasons[1].contains("+8 units no curve gains from"), "{:?}", p.reasons);
+        assert_eq!(p.sizes, [32 * MIB, 8 * MIB], "{p:?}");
+        assert!(p.reasons[1].contains("+6 units no curve gains from"), "{:?}", p.reasons);
         assert_eq!(resize_order(&[16 * MIB, 24 * MIB], &p.sizes), [1, 0], "the shrink first");
+    }
+
+    #[test]
+    fn a_scan_short_of_its_cliff_gets_its_minimum_and_is_not_put_back_on_it() {
+        // The trial: the scan's curve rises from nothing to 0.9 at 30.6 MiB; it holds
+        // 31 MiB, within the curve's error of the cliff (32 MiB clears it). A busier Zipf-like
+        // tenant gains up to 6 MiB (8 MiB read with its curve's error).
+        let scan = HitRatioCurve::new(MIB / 4, (0..=256).map(|i| if i >= 123 { 0.9 } else { 0.0 }).collect());
+        let tenants = [tenant("scan", 31, 1.0, None), tenant("zipf", 7, 1.0, None)];
+        let curves = [scan.clone(), ramp(0.03, 6)];
+        let p = propose(Mode::Global, 0.01, &tenants, &curves, &[1000.0, 3000.0]).unwrap();
+        assert!(!p.kept, "31 MiB is counted on for nothing: {p:?}");
+        assert!(p.reasons[0].contains("would buy nothing"), "{:?}", p.reasons);
+        // What nobody gains from goes back, but the scan only up to below its cliff, and the
+        // unit that would put it back on the cliff to the other.
+        assert_eq!(p.sizes, [30 * MIB, 8 * MIB], "{p:?}");
+        assert!(!scan.on_cliff(p.sizes[0], SIZE_ERROR));
     }
 
     #[test]
@@ -239,7 +277,7 @@ mod tests {
     #[test]
     fn each_goal_reads_what_it_should() {
         // Same rates; "a" gains 1/32 per MiB, "b" 1/64, has priority 10 and an objective of
-        // 0.25 (16 MiB).
+        // 0.25 (16 MiB measured; 18 MiB with the curve's error, (16 + 1) / 0.97).
         let tenants = [tenant("a", 24, 1.0, None), tenant("b", 8, 10.0, Some(0.25))];
         let curves = [ramp(1.0 / 32.0, 30), ramp(1.0 / 64.0, 30)];
         let rates = [100.0, 100.0];
@@ -248,13 +286,13 @@ mod tests {
         let weighted = propose(Mode::Priorities, 0.0, &tenants, &curves, &rates).unwrap();
         assert_eq!(weighted.sizes, [2 * MIB, 30 * MIB], "{weighted:?}");
         let slo = propose(Mode::Slo, 0.0, &tenants, &curves, &rates).unwrap();
-        assert_eq!(slo.sizes, [16 * MIB, 16 * MIB], "{slo:?}");
-        assert!(slo.reasons[1].contains("objective 0.25 needs 16 units"), "{:?}", slo.reasons);
+        assert_eq!(slo.sizes, [14 * MIB, 18 * MIB], "{slo:?}");
+        assert!(slo.reasons[1].contains("objective 0.25 needs 18 units"), "{:?}", slo.reasons);
         // The objective comes first even when the sizes in force score higher on hits and
         // hysteresis would keep them.
         let sticky = propose(Mode::Slo, 0.5, &tenants, &curves, &rates).unwrap();
         assert!(sticky.objective_planned < sticky.objective_now, "{sticky:?}");
-        assert_eq!(sticky.sizes, [16 * MIB, 16 * MIB], "{sticky:?}");
+        assert_eq!(sticky.sizes, [14 * MIB, 18 * MIB], "{sticky:?}");
     }
 
     #[test]

@@ -2,20 +2,18 @@
 //! <bytes>` over memcached's text protocol (Shoal extensions; see docs/PROTOCOL.md), and
 //! parsing their answers.
 //!
-//! A connection of its own rather than `shoal_client::Client`: the client has no way to send a
-//! command outside memcached's (`curve t`, `tenant_memlimit …`), and the controller needs only
-//! these three, each a line out and `STAT` lines or one status line back. Every read is bounded
-//! (line length, line count, time), so a wrong or stuck peer is an error, never a hang.
+//! Each is a line out and `STAT` lines or one status line back, sent with
+//! [`shoal_client::Client::command`]. Every read is bounded (line length, line count, time), so
+//! a wrong or stuck peer is an error, never a hang.
 
+use shoal_client::{Client, CommandAnswer, Error, Options};
 use shoal_curves::HitRatioCurve;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use shoal_proto::{Limits, MAX_VALUE_BYTES};
 use std::time::Duration;
 
-/// The longest answer line read (a `STAT` line is far shorter).
-const MAX_LINE_BYTES: u64 = 4096;
-/// The most lines one answer may have (a curve has 260; 100 tenants' stats about 1 600).
-const MAX_LINES: usize = 100_000;
+/// What an answer may be: lines of 4096 bytes (a `STAT` line is far shorter), 100 000 of them
+/// (a curve has 260; 100 tenants' stats about 1 600).
+const LIMITS: Limits = Limits { line: 4096, value: MAX_VALUE_BYTES, stat_lines: 100_000 };
 
 /// What went wrong talking to a server.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,66 +78,33 @@ pub struct TenantStats {
 
 /// A connection to one server.
 pub struct Connection {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    client: Client,
 }
 
 impl Connection {
     /// Connects to `address` (`host:port`), with `timeout` for the connection and every read
     /// and write after it.
     pub fn open(address: &str, timeout: Duration) -> Result<Connection, ServerError> {
-        let down = |e: std::io::Error| ServerError::Down(format!("{address}: {e}"));
-        let target = address
-            .to_socket_addrs()
-            .map_err(down)?
-            .next()
-            .ok_or_else(|| ServerError::Down(format!("{address}: no address")))?;
-        let stream = TcpStream::connect_timeout(&target, timeout).map_err(down)?;
-        stream.set_read_timeout(Some(timeout)).map_err(down)?;
-        stream.set_write_timeout(Some(timeout)).map_err(down)?;
-        let _ = stream.set_nodelay(true);
-        let writer = stream.try_clone().map_err(down)?;
-        Ok(Connection { reader: BufReader::new(stream), writer })
+        let options = Options { connect_timeout: Some(timeout), io_timeout: Some(timeout), local: false };
+        let client =
+            Client::connect(address, options).map_err(|e| ServerError::Down(format!("{address}: {e}")))?;
+        Ok(Connection { client })
     }
 
-    /// One answer line (without `\r\n`).
-    fn line(&mut self) -> Result<String, ServerError> {
-        let mut line = String::new();
-        let read = (&mut self.reader)
-            .take(MAX_LINE_BYTES)
-            .read_line(&mut line)
-            .map_err(|e| ServerError::Down(format!("reading: {e}")))?;
-        if read == 0 {
-            return Err(ServerError::Down("the server closed the connection".into()));
-        }
-        if !line.ends_with('\n') {
-            return Err(ServerError::Garbled(format!("a line longer than {MAX_LINE_BYTES} bytes")));
-        }
-        Ok(line.trim_end_matches(['\r', '\n']).to_string())
-    }
-
-    fn send(&mut self, command: &str) -> Result<(), ServerError> {
-        self.writer
-            .write_all(format!("{command}\r\n").as_bytes())
-            .map_err(|e| ServerError::Down(format!("sending {command:?}: {e}")))
+    /// `command`'s answer: its `STAT` lines (without `STAT `) up to `END`, or one line.
+    fn command(&mut self, command: &str) -> Result<CommandAnswer, ServerError> {
+        self.client.command(command, &LIMITS).map_err(|e| match e {
+            Error::Server(line) => refusal(&line, command),
+            Error::Protocol(what) => ServerError::Garbled(format!("{command}: {what}")),
+            other => ServerError::Down(other.to_string()),
+        })
     }
 
     /// `command`'s `STAT` lines (without `STAT `), up to `END`.
     pub fn stat_lines(&mut self, command: &str) -> Result<Vec<String>, ServerError> {
-        self.send(command)?;
-        let mut lines = Vec::new();
-        loop {
-            let line = self.line()?;
-            if line == "END" {
-                return Ok(lines);
-            }
-            match line.strip_prefix("STAT ") {
-                Some(stat) if lines.len() < MAX_LINES => lines.push(stat.to_string()),
-                Some(_) => {
-                    return Err(ServerError::Garbled(format!("{command}: more than {MAX_LINES} lines")))
-                }
-                None => return Err(refusal(&line, command)),
-            }
+        match self.command(command)? {
+            CommandAnswer::Stats(lines) => Ok(lines),
+            CommandAnswer::Line(line) => Err(refusal(&line, command)),
         }
     }
 
@@ -164,10 +129,10 @@ impl Connection {
     /// server's reason otherwise.
     pub fn set_tenant_limit(&mut self, tenant: &str, bytes: u64) -> Result<(), ServerError> {
         let command = format!("tenant_memlimit {tenant} {bytes}");
-        self.send(&command)?;
-        match self.line()?.as_str() {
-            "OK" => Ok(()),
-            other => Err(refusal(other, &command)),
+        match self.command(&command)? {
+            CommandAnswer::Line(line) if line == "OK" => Ok(()),
+            CommandAnswer::Line(line) => Err(refusal(&line, &command)),
+            CommandAnswer::Stats(_) => Err(ServerError::Garbled(format!("{command}: STAT lines"))),
         }
     }
 }

@@ -111,10 +111,23 @@ impl Controller {
             let why = "request rates need two readings (first round, a restart or a new tenant)";
             return vec![self.event(i, None, "measuring", why.into())];
         }
-        let server = &self.servers[i];
+        let server = &mut self.servers[i];
         let tenants: Vec<TenantStats> = server.tenants.iter().map(|t| t.stats.clone()).collect();
         let curves: Vec<HitRatioCurve> = server.tenants.iter().map(|t| t.curve.clone()).collect();
         let rates: Vec<f64> = server.tenants.iter().map(|t| t.requests_per_second.unwrap_or(0.0)).collect();
+        // No requests: no curve says anything new, so the sizes stay and the log says so once.
+        let was_idle = std::mem::replace(&mut server.idle, rates.iter().all(|&r| r == 0.0));
+        if server.idle {
+            for t in &mut server.tenants {
+                t.planned_bytes = Some(t.stats.limit_bytes);
+            }
+            if was_idle {
+                return Vec::new();
+            }
+            let why =
+                "no requests since the last reading: the sizes in force stay (quiet until requests return)";
+            return vec![self.event(i, None, "idle", why.into())];
+        }
         let proposal =
             match control::propose(self.settings.mode, self.settings.hysteresis, &tenants, &curves, &rates) {
                 Ok(p) => p,

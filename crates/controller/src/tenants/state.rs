@@ -43,7 +43,7 @@ pub struct Event {
     /// The tenant concerned (`None`: the whole server).
     pub tenant: Option<String>,
     /// What: `resized`, `planned` (dry run), `refused`, `rolled-back`, `kept`, `measuring`,
-    /// `not-retried`, `down`.
+    /// `idle` (once, when requests stop), `not-retried`, `down`.
     pub kind: &'static str,
     /// Its size before (resizes).
     pub from_bytes: Option<u64>,
@@ -143,6 +143,8 @@ pub struct ServerState {
     pub read_at: Option<std::time::Instant>,
     /// The last plan it refused.
     pub refused: Option<Refusal>,
+    /// Whether its last reading saw no requests (said once, then quiet until traffic returns).
+    pub idle: bool,
 }
 
 impl ServerState {
@@ -155,12 +157,13 @@ impl ServerState {
             tenants: Vec::new(),
             read_at: None,
             refused: None,
+            idle: false,
         }
     }
 
     fn to_json(&self) -> Value {
         json!({
-            "address": self.address, "up": self.up, "error": self.error,
+            "address": self.address, "up": self.up, "error": self.error, "idle": self.idle,
             "memory_bytes": self.tenants.iter().map(|t| t.stats.limit_bytes).sum::<u64>(),
             "segment_bytes": self.tenants.first().map(|t| t.stats.segment_bytes),
             "refused": self.refused.as_ref().map(|r| json!({ "sizes": r.sizes, "reason": r.reason, "round": r.round })),

@@ -33,10 +33,7 @@ pub static ALL: &[&dyn App] = &[
 
 /// The app called `name`, or an error listing the apps there are.
 pub fn find(name: &str) -> Result<&'static dyn App, MrError> {
-    ALL.iter().copied().find(|a| a.name() == name).ok_or_else(|| MrError::UnknownApp {
-        name: name.to_string(),
-        known: ALL.iter().map(|a| a.name()).collect(),
-    })
+    crate::Registry::builtin().find(name)
 }
 
 /// Runs the app called `name` over `input` written directly with Rayon, in the current Rayon
@@ -46,7 +43,7 @@ pub fn find(name: &str) -> Result<&'static dyn App, MrError> {
 /// match) read it here as the framework's maps do, in pieces ([`fold_pieces`]); the others
 /// read it whole.
 pub fn direct(name: &str, input: &Input, args: &Args) -> Result<Rendered, MrError> {
-    let direct: fn(&Input, &Args) -> Result<Rendered, MrError> = match find(name)?.name() {
+    let direct: fn(&Input, &Args) -> Result<Rendered, MrError> = match name {
         "wordcount" => wordcount::direct,
         "histogram" => histogram::direct,
         "linreg" => linreg::direct,
@@ -54,7 +51,11 @@ pub fn direct(name: &str, input: &Input, args: &Args) -> Result<Rendered, MrErro
         "strmatch" => strmatch::direct,
         "kmeans" => kmeans::direct,
         "pca" => pca::direct,
-        other => return Err(MrError::BadInput(format!("app {other} has no direct Rayon version"))),
+        other => {
+            return Err(MrError::BadInput(format!(
+                "app {other:?} has no direct Rayon version (--mode rayon runs the built-in apps only)"
+            )))
+        }
     };
     direct(input, args)
 }

@@ -1,11 +1,15 @@
-//! Word count: how often each word occurs. A word is a run of ASCII letters and digits,
-//! lowercased. The map combines as it goes, so a task stores each distinct word once.
+//! Word count: how often each word occurs. By default a word is a run of ASCII letters and
+//! digits, lowercased (`café` counts as `caf`: fast, and Phoenix's rule); with `words=unicode`
+//! it is a word of Unicode's word boundaries (UAX #29, `unicode-segmentation`), lowercased by
+//! Unicode's rules, without normalization. The map combines as it goes, so a task stores each
+//! distinct word once.
 
 use crate::app::{add_u64, le_u64, App, Args, Jobs, Rendered, SplitUnit};
 use crate::error::MrError;
 use crate::input::Input;
 use crate::records::Emit;
 use hashbrown::HashTable;
+use unicode_segmentation::UnicodeSegmentation;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The word count app.
@@ -17,12 +21,12 @@ impl App for WordCount {
     }
 
     fn about(&self) -> &'static str {
-        "occurrences of each word (text); args: top=N (only the N most frequent)"
+        "occurrences of each word (text); args: top=N (only the N most frequent), words=ascii|unicode"
     }
 
-    fn map(&self, _stage: u32, _params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
+    fn map(&self, _stage: u32, params: &[u8], split: &[u8], out: &mut Emit) -> Result<(), String> {
         let one = 1u64.to_le_bytes();
-        for_each_word(split, |word| out.emit(word, &one));
+        Words::from_params(params).for_each(split, |word| out.emit(word, &one));
         Ok(())
     }
 
@@ -31,9 +35,9 @@ impl App for WordCount {
     }
 
     fn drive(&self, input: &Input, args: &Args, jobs: &mut dyn Jobs) -> Result<Rendered, MrError> {
-        let top = top_argument(args)?;
+        let (top, words) = arguments(args)?;
         let input = jobs.put_input(input)?;
-        let records = jobs.run(self, 0, input, &[])?;
+        let records = jobs.run(self, 0, input, words.params())?;
         let mut counts: Vec<(String, u64)> = records
             .into_iter()
             .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), le_u64(&v)))
@@ -42,21 +46,70 @@ impl App for WordCount {
     }
 }
 
-/// The `top` argument (0: all words), after refusing others.
-fn top_argument(args: &Args) -> Result<usize, MrError> {
-    args.only(WordCount.name(), &["top"])?;
-    Ok(args.number("top", 0, 0..=u64::MAX)? as usize)
+/// The `top` argument (0: all words) and the `words` mode, after refusing others.
+fn arguments(args: &Args) -> Result<(usize, Words), MrError> {
+    args.only(WordCount.name(), &["top", "words"])?;
+    let words = match args.values("words").pop() {
+        None | Some("ascii") => Words::Ascii,
+        Some("unicode") => Words::Unicode,
+        Some(other) => {
+            return Err(MrError::BadInput(format!("argument words={other:?} must be ascii or unicode")))
+        }
+    };
+    Ok((args.number("top", 0, 0..=u64::MAX)? as usize, words))
 }
 
-/// Calls `found` with each word of `text`, lowercased.
-fn for_each_word(text: &[u8], mut found: impl FnMut(&[u8])) {
-    let mut word = Vec::with_capacity(32);
-    for &b in text.iter().chain(std::iter::once(&b' ')) {
-        if b.is_ascii_alphanumeric() {
-            word.push(b.to_ascii_lowercase());
-        } else if !word.is_empty() {
-            found(&word);
-            word.clear();
+/// How text is cut into words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Words {
+    /// Runs of ASCII letters and digits (any other byte separates words), lowercased.
+    Ascii,
+    /// Unicode words (UAX #29), lowercased; bytes that are not UTF-8 separate words.
+    Unicode,
+}
+
+impl Words {
+    /// The job's parameters that say this mode.
+    fn params(self) -> &'static [u8] {
+        match self {
+            Words::Ascii => b"",
+            Words::Unicode => b"unicode",
+        }
+    }
+
+    /// The mode the job's parameters say (any other bytes: ASCII).
+    fn from_params(params: &[u8]) -> Words {
+        if params == Words::Unicode.params() {
+            Words::Unicode
+        } else {
+            Words::Ascii
+        }
+    }
+
+    /// Calls `found` with each word of `text`, lowercased.
+    fn for_each(self, text: &[u8], mut found: impl FnMut(&[u8])) {
+        match self {
+            Words::Ascii => {
+                let mut word = Vec::with_capacity(32);
+                for &b in text.iter().chain(std::iter::once(&b' ')) {
+                    if b.is_ascii_alphanumeric() {
+                        word.push(b.to_ascii_lowercase());
+                    } else if !word.is_empty() {
+                        found(&word);
+                        word.clear();
+                    }
+                }
+            }
+            Words::Unicode => {
+                let mut lower = String::with_capacity(32);
+                for chunk in text.utf8_chunks() {
+                    for word in chunk.valid().unicode_words() {
+                        lower.clear();
+                        lower.extend(word.chars().flat_map(char::to_lowercase));
+                        found(lower.as_bytes());
+                    }
+                }
+            }
         }
     }
 }
@@ -64,7 +117,7 @@ fn for_each_word(text: &[u8], mut found: impl FnMut(&[u8])) {
 /// The same count written directly with Rayon in one process, without the framework (the
 /// baseline of `shoal mr run --mode rayon`): a hash map per Rayon fold, merged.
 pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
-    let top = top_argument(args)?;
+    let (top, words) = arguments(args)?;
     // The table the framework's `Emit` uses (one XXH3 per word), so that the comparison
     // measures the framework, not a choice of hash.
     fn add(counts: &mut HashTable<(u64, Vec<u8>, u64)>, word: &[u8], n: u64) {
@@ -81,7 +134,7 @@ pub(super) fn direct(input: &Input, args: &Args) -> Result<Rendered, MrError> {
         SplitUnit::Lines,
         HashTable::new,
         |mut counts, piece| {
-            for_each_word(piece, |word| add(&mut counts, word, 1));
+            words.for_each(piece, |word| add(&mut counts, word, 1));
             counts
         },
         |a, b| {
@@ -133,6 +186,25 @@ mod tests {
         let top = run_local(&WordCount, text.as_bytes(), &["top=5"]).unwrap();
         assert_eq!(top.json["words"].as_array().unwrap().len(), 5);
         assert_eq!(top.json["words"][0], want.json["words"][0]);
+    }
+
+    #[test]
+    fn ascii_words_cut_at_any_other_byte_and_unicode_words_follow_uax_29() {
+        let words = |mode: Words, text: &str| {
+            let mut found = Vec::new();
+            mode.for_each(text.as_bytes(), |w| found.push(String::from_utf8(w.to_vec()).unwrap()));
+            found
+        };
+        assert_eq!(words(Words::Ascii, "Café naïve 東京"), ["caf", "na", "ve"]);
+        assert_eq!(words(Words::Unicode, "Café naïve 東京"), ["café", "naïve", "東", "京"]);
+        assert_eq!(words(Words::Unicode, "ÉTÉ, can't 3.5"), ["été", "can't", "3.5"]);
+        let mut found = Vec::new();
+        Words::Unicode.for_each(b"ab\xffcd", |w| found.push(w.to_vec()));
+        assert_eq!(found, [b"ab", b"cd"], "bytes that are not UTF-8 separate words");
+        let r = run_local(&WordCount, "Café café CAFÉ naïve\n東京\n".as_bytes(), &["words=unicode"]).unwrap();
+        assert_eq!(r.text, "café 3\nnaïve 1\n京 1\n東 1\n");
+        let err = run_local(&WordCount, b"a", &["words=klingon"]).unwrap_err().to_string();
+        assert!(err.contains("words=\"klingon\" must be ascii or unicode"), "{err}");
     }
 
     #[test]

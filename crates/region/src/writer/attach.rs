@@ -166,6 +166,11 @@ impl Writer {
             observer: OnceLock::new(),
             evictions: OnceLock::new(),
             recency,
+            previous_stop: match (fresh, crashed) {
+                (true, _) => PreviousStop::None,
+                (false, false) => PreviousStop::Clean,
+                (false, true) => PreviousStop::Unclean,
+            },
         };
         if crashed {
             writer.recover();

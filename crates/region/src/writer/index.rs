@@ -200,8 +200,10 @@ impl Writer {
     pub(super) fn live_header(&self, slot: Slot) -> Option<ItemHeader> {
         let h = self.region.header();
         self.region.item_header(slot).filter(|header| {
-            self.region.meta(slot.segment).generation.load(Ordering::Relaxed)
-                >= h.flush_gen.load(Ordering::Acquire)
+            let segment_gen = self.region.meta(slot.segment).generation.load(Ordering::Relaxed);
+            // A held item is not live: never copied forward out of its hold.
+            segment_gen >= h.flush_gen.load(Ordering::Acquire)
+                && !self.region.held(segment_gen)
                 && !is_expired(header.expiry, h.clock.load(Ordering::Acquire))
         })
     }

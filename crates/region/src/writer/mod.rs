@@ -300,6 +300,30 @@ pub struct Writer {
     evictions: OnceLock<Box<dyn EvictionObserver>>,
     /// The eviction policy and when each segment was last used (`policy.rs`).
     recency: Recency,
+    /// How the region's previous writer left it.
+    previous_stop: PreviousStop,
+}
+
+/// How a region's previous writer left it, as its header says at attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreviousStop {
+    /// None: the region was created by this writer.
+    None,
+    /// It detached (a server stopped by a signal, or a writer dropped).
+    Clean,
+    /// It died attached (`kill -9`, a crash, the machine going down): recovered at attach.
+    Unclean,
+}
+
+impl PreviousStop {
+    /// `none`, `clean` or `unclean` (the server's `stats`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PreviousStop::None => "none",
+            PreviousStop::Clean => "clean",
+            PreviousStop::Unclean => "unclean",
+        }
+    }
 }
 
 /// Told, with the bucket lock held, whenever a key takes a slot of the index (`key_added`) or

@@ -30,6 +30,29 @@ impl Writer {
         self.region.header().clock.load(Ordering::Acquire)
     }
 
+    /// How the region's previous writer left it.
+    pub fn previous_stop(&self) -> PreviousStop {
+        self.previous_stop
+    }
+
+    /// A rejoin hold: every item written before now reads as flushed — to this writer and to
+    /// every reader of the region — for `seconds` of server time, and any change to one drops
+    /// it first; after that, those still there are served again. For a server that restarts on
+    /// a region after missing invalidations, while whoever sent them delivers them.
+    pub fn hold(&self, seconds: u32) {
+        let mut pool = self.pool();
+        self.seal_open(&mut pool);
+        let h = self.region.header();
+        h.hold_until.store(self.clock().saturating_add(seconds), Ordering::Release);
+        h.hold_gen.store(h.next_segment_gen.load(Ordering::Acquire), Ordering::Release);
+    }
+
+    /// Seconds of server time the rejoin hold has left (0: none).
+    pub fn hold_remaining(&self) -> u32 {
+        let h = self.region.header();
+        h.hold_until.load(Ordering::Acquire).saturating_sub(self.clock())
+    }
+
     /// Publishes the server clock (call about once a second; tests may jump it), applies a
     /// delayed flush whose time has come, and reclaims segments whose items are all dead.
     pub fn tick(&self, now: u32) {
@@ -82,12 +105,40 @@ impl Writer {
         self.read(key, value, true)
     }
 
-    /// Starts loading the index buckets a lookup of `key` reads first (and this writer's
-    /// access times beside them). A multiget calls it several keys ahead of its lookups, then
-    /// [`Writer::prefetch_item`] a few keys ahead, so that their memory misses overlap.
+    /// Hashes `key` with this region's seed, once for all a caller does with it: a multiget
+    /// prefetches and reads each key under the one hash ([`Writer::prefetch_index`],
+    /// [`Writer::prefetch_item`], [`Writer::read_hashed`], [`Writer::update_hashed`]).
     #[inline]
-    pub fn prefetch_index(&self, key: &[u8]) {
-        self.prefetch_lookup(&self.region.hash(key));
+    pub fn hash(&self, key: &[u8]) -> KeyHash {
+        self.region.hash(key)
+    }
+
+    /// Whether `hash` stays inside this region's index. A hash another region made may not:
+    /// it is then not used, so it cannot reach past this index.
+    #[inline]
+    fn in_index(&self, hash: &KeyHash) -> bool {
+        hash.buckets.iter().all(|&b| b < self.region.layout.bucket_count)
+    }
+
+    /// `hash` if it is in this region's index, else `key`'s own (see [`Writer::in_index`]).
+    #[inline]
+    fn checked_hash(&self, key: &[u8], hash: &KeyHash) -> KeyHash {
+        if self.in_index(hash) {
+            *hash
+        } else {
+            self.region.hash(key)
+        }
+    }
+
+    /// Starts loading the index buckets a lookup under `hash` ([`Writer::hash`]) reads first
+    /// (and this writer's access times beside them). A multiget calls it several keys ahead of
+    /// its lookups, then [`Writer::prefetch_item`] a few keys ahead, so that their memory
+    /// misses overlap.
+    #[inline]
+    pub fn prefetch_index(&self, hash: &KeyHash) {
+        if self.in_index(hash) {
+            self.prefetch_lookup(hash);
+        }
     }
 
     /// Starts loading what a lookup under `hash` touches before it reaches the item: the
@@ -100,17 +151,41 @@ impl Writer {
         }
     }
 
-    /// Starts loading the item a lookup of `key` will copy, as its (already loaded) index
-    /// buckets point to it.
+    /// Starts loading the item a lookup under `hash` ([`Writer::hash`]) will copy, as its
+    /// (already loaded) index buckets point to it.
     #[inline]
-    pub fn prefetch_item(&self, key: &[u8]) {
-        self.region.prefetch_items(&self.region.hash(key));
+    pub fn prefetch_item(&self, hash: &KeyHash) {
+        if self.in_index(hash) {
+            self.region.prefetch_items(hash);
+        }
     }
 
     /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
     /// time as they were (meta's `u`). A hit reports the state before this read.
     pub fn read(&self, key: &[u8], value: &mut dyn ValueSink, bump: bool) -> Result<Lookup, OpError> {
-        let hash = self.region.hash(key);
+        self.read_under(key, self.region.hash(key), value, bump)
+    }
+
+    /// [`Writer::read`] under `key`'s hash from [`Writer::hash`].
+    pub fn read_hashed(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        value: &mut dyn ValueSink,
+        bump: bool,
+    ) -> Result<Lookup, OpError> {
+        self.read_under(key, self.checked_hash(key, hash), value, bump)
+    }
+
+    /// The read itself, under a hash known to be this region's.
+    #[inline]
+    fn read_under(
+        &self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &mut dyn ValueSink,
+        bump: bool,
+    ) -> Result<Lookup, OpError> {
         // The access time is a separate miss: start it with the buckets' rather than after.
         self.prefetch_lookup(&hash);
         let (lookup, found) = self.region.get_hashed(key, &hash, value, Some(&self.last_access))?;
@@ -170,14 +245,46 @@ impl Writer {
         key: &[u8],
         given: &[u8],
         need_value: bool,
+        decide: impl FnMut(Option<Current<'_>>) -> (Change, T),
+    ) -> Result<(T, Option<u64>), OpError> {
+        self.update_under(key, self.region.hash(key), given, need_value, decide)
+    }
+
+    /// [`Writer::update`] under `key`'s hash from [`Writer::hash`].
+    pub fn update_hashed<T>(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        given: &[u8],
+        need_value: bool,
+        decide: impl FnMut(Option<Current<'_>>) -> (Change, T),
+    ) -> Result<(T, Option<u64>), OpError> {
+        self.update_under(key, self.checked_hash(key, hash), given, need_value, decide)
+    }
+
+    /// The update itself, under a hash known to be this region's.
+    #[inline]
+    fn update_under<T>(
+        &self,
+        key: &[u8],
+        hash: KeyHash,
+        given: &[u8],
+        need_value: bool,
         mut decide: impl FnMut(Option<Current<'_>>) -> (Change, T),
     ) -> Result<(T, Option<u64>), OpError> {
         check_key(key)?;
-        let hash = self.region.hash(key);
         let mut current = Vec::new();
         loop {
             let sink: Option<&mut dyn ValueSink> = need_value.then_some(&mut current);
             let found = self.region.find(key, &hash, sink, Some(&self.last_access))?;
+            if let Some(held) = found.as_ref().filter(|f| self.region.held(f.segment_gen)) {
+                // A version from before a restart, under its rejoin hold: dropped before any
+                // change, so that a delete cannot leave it to come back when the hold ends and
+                // nothing written meanwhile builds on it.
+                let expect = Expect::Exactly(Some(state_of(held)));
+                self.execute(key, &hash, &[], &[], (Change::Remove, ()), expect)?;
+                continue;
+            }
             let live = found.as_ref().and_then(|f| self.region.judge(f).hit());
             let plan = decide(live.map(|info| Current { info, value: current.as_slice() }));
             let expect = Expect::Exactly(found.as_ref().map(state_of));

@@ -159,6 +159,13 @@ impl Writer {
     pub(super) fn flush_now(&self, pool: &mut Pool) {
         let h = self.region.header();
         h.flush_at.store(0, Ordering::Release);
+        self.seal_open(pool);
+        h.flush_gen.store(h.next_segment_gen.load(Ordering::Acquire), Ordering::Release);
+    }
+
+    /// Seals every open segment (and the retained one): whatever is written next goes to
+    /// segments of a generation not given yet. Pool lock held.
+    pub(super) fn seal_open(&self, pool: &mut Pool) {
         for c in 0..self.active.len() {
             let s = self.active[c].swap(NO_SEGMENT, Ordering::AcqRel);
             if s != NO_SEGMENT {
@@ -170,7 +177,6 @@ impl Writer {
             self.seal(r);
             pool.fifo.push_back(r);
         }
-        h.flush_gen.store(h.next_segment_gen.load(Ordering::Acquire), Ordering::Release);
     }
 
     /// Reclaims, whole, every sealed segment whose items are all dead: flushed, expired (by the

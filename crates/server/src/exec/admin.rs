@@ -2,46 +2,22 @@
 //! `quit`, `shutdown`, `refresh_certs`, and Shoal's `shm` (with `shm hints` and `shm handoff`),
 //! `curve`, `tenant_memlimit` and `debugtime`.
 
+use super::ops::flush_all;
 use super::{push_u64, reply, reply_unless, Context, Flow, NO_CONNECTION};
-use crate::stats::{self, Counters};
-use shoal_proto::{Request, ShutdownMode};
+use crate::stats;
+use shoal_proto::{Request, ShutdownMode, Slabs};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
-
-/// Flushes, now or after `delay` seconds, unless `-F` disabled it (then false).
-pub fn flush_all(cx: &Context<'_>, delay: Option<i64>) -> bool {
-    if !cx.shared.settings.enable_flush {
-        return false;
-    }
-    Counters::bump(&cx.counters.cmd_flush);
-    // memcached's delayed flush takes effect a second early (its deadline is
-    // `realtime(delay) - 1`): `flush_all 1` is immediate.
-    let delay = delay.map_or(0, |d| if d > 0 { d - 1 } else { d });
-    // A connection bound to a tenant flushes that tenant's items only.
-    match cx.bound {
-        Some(t) => cx.shared.tenants.get(t).writer.flush(delay),
-        None => cx.shared.tenants.all().iter().for_each(|t| t.writer.flush(delay)),
-    }
-    true
-}
 
 /// Executes a request that is not about items.
 pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
     let shared = cx.shared;
     match request {
-        Request::Stats(mut args) => match (args.next(), args.next()) {
-            (None, _) => stats::general(shared, out),
-            (Some(b"settings"), None) => stats::settings(shared, out),
-            (Some(b"items"), None) => stats::items(shared, out),
-            (Some(b"slabs"), None) => stats::slabs(shared, out),
-            (Some(b"conns"), None) => stats::conns(shared, out),
-            (Some(b"tenants"), None) => stats::tenants(shared, out),
-            (Some(b"reset"), None) => {
-                stats::reset(shared);
-                reply(out, b"RESET");
+        Request::Stats(group) => {
+            if !stats::answer(shared, group, out) {
+                reply(out, b"ERROR");
             }
-            _ => reply(out, b"ERROR"),
-        },
+        }
         Request::FlushAll { delay, noreply } => {
             if flush_all(cx, delay) {
                 reply_unless(noreply, out, b"OK");
@@ -70,6 +46,19 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
             }
         }
         Request::Quit => return Flow::Close,
+        // memcached's answers with one class (1, as `stats items` reports; 0 is its page
+        // pool) that never has a spare page: Shoal's segments are not slab pages to move.
+        Request::Slabs(Slabs::Reassign { src, dst }) => reply(
+            out,
+            if src == dst {
+                b"SAME src and dst class are identical"
+            } else if !(0..=1).contains(&src) || !(0..=1).contains(&dst) {
+                b"BADCLASS invalid src or dst class id"
+            } else {
+                b"NOSPARE source class has no spare pages"
+            },
+        ),
+        Request::Slabs(Slabs::Automove { noreply }) => reply_unless(noreply, out, b"OK"),
         Request::Shutdown(mode) => {
             if !shared.settings.enable_shutdown {
                 reply(out, b"ERROR: shutdown not enabled");
@@ -192,7 +181,7 @@ fn server_error(out: &mut Vec<u8>, why: &str) {
 /// region's segments, whole ones), as memcached's is on slab memory — the index, like
 /// memcached's hash table, is not counted. Shrinking evicts the oldest segments and gives
 /// their memory back; the region cannot grow past the size it was created with (`-m`).
-fn cache_memlimit(shared: &crate::server::Shared, megabytes: u32) -> &'static [u8] {
+fn cache_memlimit(shared: &crate::state::Shared, megabytes: u32) -> &'static [u8] {
     if shared.tenants.configured() {
         return b"SERVER_ERROR with --tenants, size each tenant with tenant_memlimit <tenant> <bytes>";
     }

@@ -1,17 +1,18 @@
 //! memcached's binary protocol, executed with the same operations as the text and meta
-//! commands ([`super::meta`]'s store, delete and arithmetic, [`super::text`]'s lookups,
-//! [`super::admin`]'s stats and flush), answered as memcached 1.6.18's `proto_bin.c` answers:
+//! commands ([`super::ops`]' lookups, store, delete, arithmetic and flush, [`crate::stats`]'
+//! groups), answered as memcached 1.6.18's `proto_bin.c` answers:
 //! errors always (quiet or not) with their status's text, a quiet success never, except a
 //! `getq` hit.
 
-use super::meta::{arith_op, delete_op, store_op, ArithOp, ArithResult, DeleteOp, DeleteResult};
-use super::meta::{SetMode, SetResult, StoreOp};
-use super::{admin, store_error, Context, Flow};
+use super::ops::{arith_op, delete_op, flush_all, store_op, ArithOp, ArithResult, DeleteOp, DeleteResult};
+use super::ops::{SetResult, StoreOp};
+use super::{store_error, Context, Flow};
 use crate::auth::Session;
-use crate::stats::Counters;
+use crate::counters::Counters;
+use crate::stats;
 use shoal_proto::binary::{opcode, ArithRequest, Command, ResponseHeader, Status, StoreMode, StoreRequest};
 use shoal_proto::binary::{MAX_MECHANISM, NO_CREATE};
-use shoal_proto::{parse_plain, BinaryRequest, Request, Tokens};
+use shoal_proto::{parse_plain, BinaryRequest, Tokens};
 use shoal_region::{absolute_expiry, touch_expiry, Marks, NewItem, OpError, Value};
 
 /// The mechanisms `-S` offers.
@@ -67,7 +68,7 @@ pub fn execute(cx: &mut Context<'_>, r: BinaryRequest<'_>, session: &mut Session
         Command::Delete { key } => delete(cx, &r, key, out),
         Command::Arith(ref a) => arith(cx, &r, a, out),
         Command::Flush { delay } => {
-            if admin::flush_all(cx, delay.map(i64::from)) {
+            if flush_all(cx, delay.map(i64::from)) {
                 success(out, &r, b"", 0);
             } else {
                 fail(out, &r, Status::AuthError); // memcached's answer to a disabled flush
@@ -98,16 +99,17 @@ fn get(
     out: &mut Vec<u8>,
 ) {
     let c = cx.counters;
+    let placed = cx.place(key);
     let found = match touch {
         Some(exptime) => {
             Counters::bump(&c.cmd_touch);
-            let found = cx.lookup_and_touch(key, i64::from(exptime));
+            let found = cx.lookup_and_touch(key, &placed, i64::from(exptime));
             Counters::bump(if found.is_some() { &c.touch_hits } else { &c.touch_misses });
             found
         }
         None => {
             Counters::bump(&c.cmd_get);
-            let found = cx.lookup(key, true);
+            let found = cx.lookup(key, &placed, true);
             Counters::bump(if found.is_some() { &c.get_hits } else { &c.get_misses });
             found
         }
@@ -144,12 +146,8 @@ fn get(
 fn store(cx: &mut Context<'_>, r: &BinaryRequest<'_>, s: &StoreRequest<'_>, out: &mut Vec<u8>) {
     // memcached: with a CAS, set, add and replace all become cas; append and prepend check it.
     let mode = match s.mode {
-        StoreMode::Append => SetMode::Append,
-        StoreMode::Prepend => SetMode::Prepend,
-        _ if r.cas != 0 => SetMode::Cas,
-        StoreMode::Set => SetMode::Set,
-        StoreMode::Add => SetMode::Add,
-        StoreMode::Replace => SetMode::Replace,
+        StoreMode::Set | StoreMode::Add | StoreMode::Replace if r.cas != 0 => StoreMode::Cas,
+        mode => mode,
     };
     let expiry = absolute_expiry(i64::from(s.exptime), cx.region_clock());
     let fresh = NewItem { value: Value::Given, flags: s.flags, expiry, cas: None, marks: Marks::default() };
@@ -164,8 +162,8 @@ fn store(cx: &mut Context<'_>, r: &BinaryRequest<'_>, s: &StoreRequest<'_>, out:
             out,
             r,
             match mode {
-                SetMode::Add => Status::KeyExists,
-                SetMode::Replace => Status::KeyNotFound,
+                StoreMode::Add => Status::KeyExists,
+                StoreMode::Replace => Status::KeyNotFound,
                 _ => Status::NotStored,
             },
         ),
@@ -221,8 +219,7 @@ fn arith(cx: &mut Context<'_>, r: &BinaryRequest<'_>, a: &ArithRequest<'_>, out:
 /// as key and the value as value, then an empty packet; an unknown group is not found.
 fn stat(cx: &mut Context<'_>, r: &BinaryRequest<'_>, group: &[u8], out: &mut Vec<u8>) {
     let mut text = Vec::new();
-    admin::execute(cx, Request::Stats(Tokens::new(group)), &mut text);
-    if text == b"ERROR\r\n" {
+    if !stats::answer(cx.shared, Tokens::new(group), &mut text) {
         return fail(out, r, Status::KeyNotFound);
     }
     for line in text.split(|&b| b == b'\n').filter_map(|l| l.strip_suffix(b"\r")) {

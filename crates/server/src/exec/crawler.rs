@@ -9,22 +9,10 @@
 use super::{push_u64, reply, Context, Flow};
 use shoal_proto::crawler::push_uriencoded;
 use shoal_proto::{Classes, LruCrawler};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Buckets walked per slice of a dump (each holds up to 7 items).
 const BUCKETS_PER_SLICE: usize = 4096;
-
-/// Whether the crawler is enabled (`lru_crawler enable`/`disable`).
-pub struct CrawlerState {
-    enabled: AtomicBool,
-}
-
-impl CrawlerState {
-    /// Enabled or not, as `-o lru_crawler`/`no_lru_crawler` said (enabled by default).
-    pub fn new(enabled: bool) -> Self {
-        CrawlerState { enabled: AtomicBool::new(enabled) }
-    }
-}
 
 /// A dump in progress: where its walk is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,8 +26,8 @@ pub struct Dump {
 
 /// Executes `lru_crawler …`.
 pub fn execute(cx: &mut Context<'_>, command: LruCrawler, out: &mut Vec<u8>) -> Flow {
-    let state = &cx.shared.crawler;
-    let enabled = state.enabled.load(Ordering::Relaxed);
+    let enabled_flag = &cx.shared.crawler_enabled;
+    let enabled = enabled_flag.load(Ordering::Relaxed);
     let classes = match command {
         LruCrawler::Metadump(_) | LruCrawler::Crawl(_) if !enabled => {
             reply(out, b"CLIENT_ERROR lru crawler disabled");
@@ -47,6 +35,11 @@ pub fn execute(cx: &mut Context<'_>, command: LruCrawler, out: &mut Vec<u8>) -> 
         }
         LruCrawler::Metadump(Classes::Bad) | LruCrawler::Crawl(Classes::Bad) => {
             reply(out, b"BADCLASS invalid class id");
+            return Flow::Continue;
+        }
+        // memcached walks its hash table only to dump, and says so this way.
+        LruCrawler::Crawl(Classes::Hash) => {
+            reply(out, b"ERROR an unknown error happened");
             return Flow::Continue;
         }
         LruCrawler::Metadump(classes) => classes,
@@ -61,7 +54,7 @@ pub fn execute(cx: &mut Context<'_>, command: LruCrawler, out: &mut Vec<u8>) -> 
             return Flow::Continue;
         }
         LruCrawler::Enable | LruCrawler::Disable => {
-            state.enabled.store(command == LruCrawler::Enable, Ordering::Relaxed);
+            enabled_flag.store(command == LruCrawler::Enable, Ordering::Relaxed);
             reply(out, b"OK");
             return Flow::Continue;
         }

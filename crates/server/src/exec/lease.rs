@@ -13,11 +13,11 @@
 //! miss (or `Z`) until it is replaced or expires. `lease-set` stores only under the key's
 //! current token; a late value arriving on a stale item is kept stale (`STALE_STORED`).
 
-use super::meta::{placeholder, stale_copy};
+use super::ops::{count_store, placeholder, Placed};
 use super::{push_u64, reply_unless, store_error, Context};
-use crate::stats::Counters;
+use crate::counters::Counters;
 use shoal_proto::Store;
-use shoal_region::{absolute_expiry, Change, ItemInfo, Mark, Marks, NewItem, OpError, Value};
+use shoal_region::{absolute_expiry, touch_expiry, Change, ItemInfo, Mark, Marks, NewItem, Value};
 
 /// The token of a hot miss: someone else holds the lease (mcrouter's convention; real tokens
 /// are CAS uniques, which are never below 2^20).
@@ -44,9 +44,10 @@ pub fn get(cx: &mut Context<'_>, key: &[u8], stale: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
     Counters::bump(&c.cmd_get);
     // A fresh value costs what a `get` costs.
-    let lease = match cx.lookup(key, true) {
+    let placed = cx.place(key);
+    let lease = match cx.lookup(key, &placed, true) {
         Some(info) if fresh(&info) => Some(Lease::Hit(info)),
-        _ => lease(cx, key),
+        _ => lease(cx, key, &placed),
     };
     let Some(lease) = lease else {
         out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
@@ -87,11 +88,11 @@ fn value_line(out: &mut Vec<u8>, kind: &[u8], key: &[u8], token: Option<u64>, fl
 
 /// The slow path of `lease-get`: hands out the key's token or a hot miss in one atomic step
 /// (the value, stale or not, lands in `cx.value`). `None` if the region is out of memory.
-fn lease(cx: &mut Context<'_>, key: &[u8]) -> Option<Lease> {
-    let writer = cx.writer(key);
+fn lease(cx: &mut Context<'_>, key: &[u8], placed: &Placed) -> Option<Lease> {
+    let writer = cx.writer_at(placed);
     let until = writer.clock().saturating_add(cx.shared.settings.lease_ttl);
     let value = &mut cx.value;
-    let result = writer.update(key, &[], true, |current| {
+    let result = writer.update_hashed(key, &placed.hash, &[], true, |current| {
         value.clear();
         let Some(cur) = current else {
             let marks = Marks { hidden: true, token_sent: true, ..Marks::default() };
@@ -141,7 +142,7 @@ enum LeaseSet {
 /// `lease-set <key> <token> <flags> <exptime> <bytes> [noreply]`.
 pub fn set(cx: &mut Context<'_>, s: &Store<'_>, token: u64, out: &mut Vec<u8>) {
     let c = cx.counters;
-    let writer = cx.writer(s.key);
+    let writer = count_store(cx, s.key, s.data.len(), Some(touch_expiry(s.exptime, cx.region_clock())));
     let expiry = absolute_expiry(s.exptime, writer.clock());
     let value = NewItem { value: Value::Given, flags: s.flags, expiry, cas: None, marks: Marks::default() };
     let result = writer.update(s.key, s.data, false, |current| match current {
@@ -160,35 +161,6 @@ pub fn set(cx: &mut Context<'_>, s: &Store<'_>, token: u64, out: &mut Vec<u8>) {
         Err(e) => store_error(c, &e),
     };
     reply_unless(s.noreply, out, answer);
-}
-
-/// `delete` that leaves a lease record: a hold-off of `hold` seconds (an empty hidden item,
-/// which `add` refuses to overwrite), else with `--stale-ttl` the value kept hidden and stale.
-/// Either way the key gets a new CAS, so outstanding tokens are void. True if a value was
-/// deleted (a lease record does not count).
-pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32) -> Result<bool, OpError> {
-    let writer = cx.writer(key);
-    let now = writer.clock();
-    let stale_until = now.saturating_add(cx.shared.settings.stale_ttl);
-    let hold_marks = |binary_key| Marks { hidden: true, binary_key, ..Marks::default() };
-    // Keeping the value stale needs it read.
-    let result = writer.update(key, &[], hold == 0, |current| {
-        let existed = current.is_some_and(|c| !c.info.marks.hidden);
-        match current {
-            _ if hold > 0 => {
-                let binary = current.is_some_and(|c| c.info.marks.binary_key);
-                (Change::Store(placeholder(now.saturating_add(hold), hold_marks(binary))), existed)
-            }
-            Some(cur) if existed && cx.shared.settings.stale_ttl > 0 => {
-                let e = cur.info.expiry;
-                let expiry = if e != 0 && e < stale_until { e } else { stale_until };
-                (Change::Store(stale_copy(cur.info, Some(expiry), true)), true)
-            }
-            Some(_) => (Change::Remove, existed),
-            None => (Change::Keep, false),
-        }
-    });
-    result.map(|(existed, _)| existed)
 }
 
 #[cfg(test)]

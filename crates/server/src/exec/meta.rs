@@ -9,15 +9,13 @@
 //! a key `N` vivified) gets `W` (it should recache), and later ones `Z` (someone already is).
 //! The states live in the region beside the item's slot ([`shoal_region::Marks`]).
 
-use super::text::read_counted;
+use super::ops::{arith_op, delete_op, placeholder, read_counted, store_op, Placed};
+use super::ops::{ArithOp, ArithResult, DeleteOp, DeleteResult, SetResult, StoreOp};
 use super::{push_u64, reply, store_error, Context};
 use crate::config::Settings;
-use crate::stats::Counters;
-use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, KEY_MAX};
-use shoal_region::{
-    absolute_expiry, counter_text, parse_counter, touch_expiry, visible, Change, ItemInfo, Mark, Marks,
-    NewItem, OpError, Value, ValueSink,
-};
+use crate::counters::Counters;
+use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, StoreMode, KEY_MAX};
+use shoal_region::{absolute_expiry, touch_expiry, Change, ItemInfo, Mark, Marks, NewItem, Value, ValueSink};
 
 /// What `mg` found, after any change it made.
 struct Found {
@@ -215,6 +213,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let bump = !f.has(b'u');
     let line = HitLine { m, key, now, settings: &shared.settings, started: shared.clock.started() };
     let changes = f.ttl.is_some() || f.vivify.is_some() || f.recache.is_some();
+    let placed = cx.place(key);
     // Whether the item was read before, as the plain read saw it (it marked the item fetched).
     let mut fetched_before = None;
     if !changes {
@@ -222,7 +221,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         let mut unshown = std::mem::take(&mut cx.value);
         let shown = f.has(b'v');
         let mut block = HitBlock { out, start, line: &line, unshown: (!shown).then_some(&mut unshown) };
-        let read = read_counted(cx, key, bump, &mut block);
+        let read = read_counted(cx, key, &placed, bump, &mut block);
         cx.value = unshown;
         match read {
             // A stale item whose token is still to be handed out changes state: that is done
@@ -243,7 +242,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
         }
     }
     let found = if changes || fetched_before.is_some() {
-        let mut found = get_and_change(cx, m, key, now, bump);
+        let mut found = get_and_change(cx, m, key, &placed, now, bump);
         if let (Some(fetched), Some(hit)) = (fetched_before, found.as_mut()) {
             hit.info.fetched = fetched;
         }
@@ -271,13 +270,20 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
 }
 
 /// `mg` with `T`, `N` or `R`, or on a stale item: reads and changes the item in one step.
-fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump: bool) -> Option<Found> {
+fn get_and_change(
+    cx: &mut Context<'_>,
+    m: &Meta<'_>,
+    key: &[u8],
+    placed: &Placed,
+    now: u32,
+    bump: bool,
+) -> Option<Found> {
     let f = &m.flags;
-    let writer = cx.writer(key);
+    let writer = cx.writer_at(placed);
     let value = &mut cx.value;
     // Only `N` sees a lease record: to win it, or to learn that the lease is taken.
-    let result =
-        writer.update(key, &[], true, |c| match c.filter(|c| f.vivify.is_some() || !c.info.marks.hidden) {
+    let result = writer.update_hashed(key, &placed.hash, &[], true, |c| {
+        match c.filter(|c| f.vivify.is_some() || !c.info.marks.hidden) {
             Some(c) => {
                 value.clear();
                 value.extend_from_slice(c.value);
@@ -322,7 +328,8 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
                 }
                 None => (Change::Keep, None),
             },
-        });
+        }
+    });
     match result {
         Ok((Some(mut found), new_cas)) => {
             if let Some(cas) = new_cas {
@@ -334,141 +341,23 @@ fn get_and_change(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], now: u32, bump
     }
 }
 
-/// An empty item holding a recache token (`mg … N`, a `lease-get` miss, a delete hold-off),
-/// expiring at `expiry`.
-pub(crate) fn placeholder(expiry: u32, marks: Marks) -> NewItem {
-    NewItem { value: Value::Owned(Vec::new()), flags: 0, expiry: Some(expiry), cas: None, marks }
-}
-
-/// The live item's value kept as stale (`md … I`; `hidden` for a value `delete` keeps for
-/// lease clients), with a new CAS (so outstanding tokens are void) and a token for the next
-/// reader.
-pub(crate) fn stale_copy(info: ItemInfo, expiry: Option<u32>, hidden: bool) -> NewItem {
-    let keep = NewItem::keeping(info, Value::Current);
-    NewItem { expiry, marks: Marks { stale: true, hidden, ..keep.marks }, ..keep }
-}
-
-/// What a store stores over: `ms`'s modes, the binary protocol's storage opcodes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SetMode {
-    Set,
-    Add,
-    Replace,
-    Append,
-    Prepend,
-    Cas,
-}
-
-/// The answer of a storage attempt.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SetResult {
-    Stored,
-    NotStored,
-    Exists,
-    NotFound,
-}
-
-/// A store as `ms` and the binary protocol make it.
-pub(crate) struct StoreOp {
-    pub mode: SetMode,
-    /// The CAS the client holds (0: none); `Cas` stores only over it, append and prepend
-    /// check it too.
-    pub cas: u64,
-    /// The new version (value [`Value::Given`]).
-    pub fresh: NewItem,
-    /// `N`: append and prepend create a missing key with this TTL.
-    pub vivify: Option<i64>,
-    /// `I`: a CAS older than the item's stores the value as stale instead of failing.
-    pub invalidate: bool,
-}
-
-/// Carries out a store, counting it; the answer and the CAS of the version stored. On an
-/// error the key's old value goes too, as memcached does.
-pub(crate) fn store_op(
-    cx: &Context<'_>,
-    key: &[u8],
-    data: &[u8],
-    op: &StoreOp,
-) -> Result<(SetResult, Option<u64>), OpError> {
-    let c = cx.counters;
-    let (tenant, t) = cx.tenant(key);
-    let writer = &t.writer;
-    if let Some(curve) = &t.curve {
-        curve.stored(key, (key.len() + data.len() + shoal_region::layout::ITEM_HEADER_BYTES) as u64);
-    }
-    Counters::bump(&c.cmd_set);
-    Counters::bump(&cx.tenant_counters[tenant].cmd_set);
-    let (mode, req_cas, fresh) = (op.mode, op.cas, &op.fresh);
-    let now = writer.clock();
-    let concat = matches!(mode, SetMode::Append | SetMode::Prepend);
-    let result = writer.update(key, data, concat, |current| {
-        // A lease record is there for `add` (a hold-off refuses it) and for a store under
-        // its token; the other modes see no item.
-        let current = match mode {
-            SetMode::Replace | SetMode::Append | SetMode::Prepend => visible(current),
-            SetMode::Add => current.filter(|c| c.info.marks.refuses_add()),
-            SetMode::Set | SetMode::Cas => current,
-        };
-        let Some(cur) = current else {
-            return match mode {
-                SetMode::Add | SetMode::Set => (Change::Store(fresh.clone()), SetResult::Stored),
-                SetMode::Cas => (Change::Keep, SetResult::NotFound),
-                // Newer memcached: `N` vivifies a missing key in append mode.
-                SetMode::Append | SetMode::Prepend if op.vivify.is_some() => {
-                    let expiry = op.vivify.map(|t| touch_expiry(t, now));
-                    (Change::Store(NewItem { expiry, ..fresh.clone() }), SetResult::Stored)
-                }
-                _ => (Change::Keep, SetResult::NotStored),
-            };
-        };
-        let cas_matches = req_cas == 0 || req_cas == cur.info.cas;
-        let stale_cas = op.invalidate && req_cas != 0 && req_cas < cur.info.cas;
-        match mode {
-            SetMode::Add => (Change::Keep, SetResult::NotStored),
-            SetMode::Cas if req_cas == cur.info.cas => (Change::Store(fresh.clone()), SetResult::Stored),
-            // An invalidation raced ahead of this (older) value: store it, but marked stale,
-            // keeping the newer item's expiry and token state.
-            SetMode::Cas if stale_cas => {
-                let marks = Marks { stale: true, token_sent: cur.info.marks.token_sent, ..fresh.marks };
-                let item = NewItem { expiry: Some(cur.info.expiry), marks, ..fresh.clone() };
-                (Change::Store(item), SetResult::Stored)
-            }
-            SetMode::Cas => (Change::Keep, SetResult::Exists),
-            SetMode::Append | SetMode::Prepend if !cas_matches => (Change::Keep, SetResult::Exists),
-            SetMode::Append => (Change::Store(NewItem::keeping(cur.info, Value::Append)), SetResult::Stored),
-            SetMode::Prepend => {
-                (Change::Store(NewItem::keeping(cur.info, Value::Prepend)), SetResult::Stored)
-            }
-            SetMode::Set | SetMode::Replace => (Change::Store(fresh.clone()), SetResult::Stored),
-        }
-    });
-    crate::watch::meta_stored(cx, key, data.len(), op, &result);
-    let (result, new_cas) = result.inspect_err(|_| {
-        let _ = writer.delete(key);
-    })?;
-    match (mode, result) {
-        (SetMode::Cas, SetResult::Stored) => Counters::bump(&c.cas_hits),
-        (_, SetResult::Exists) => Counters::bump(&c.cas_badval),
-        (_, SetResult::NotFound) => Counters::bump(&c.cas_misses),
-        _ => {}
-    }
-    Ok((result, new_cas))
-}
-
 fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let f = &m.flags;
     let mode = match f.mode.map(|b| b.to_ascii_uppercase()) {
-        Some(b'E') => SetMode::Add,
-        Some(b'A') => SetMode::Append,
-        Some(b'P') => SetMode::Prepend,
-        Some(b'R') => SetMode::Replace,
-        _ => SetMode::Set,
+        Some(b'E') => StoreMode::Add,
+        Some(b'A') => StoreMode::Append,
+        Some(b'P') => StoreMode::Prepend,
+        Some(b'R') => StoreMode::Replace,
+        _ => StoreMode::Set,
     };
     // memcached 1.6.18: any `C`, even `C0`, makes set and replace a compare (a live item's
     // CAS is never 0, so `C0` answers EX, or NF without an item).
     let cas = f.cas.unwrap_or(0);
-    let mode =
-        if f.cas.is_some() && matches!(mode, SetMode::Set | SetMode::Replace) { SetMode::Cas } else { mode };
+    let mode = if f.cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
+        StoreMode::Cas
+    } else {
+        mode
+    };
     let fresh = NewItem {
         value: Value::Given,
         flags: f.client_flags.unwrap_or(0),
@@ -502,62 +391,6 @@ fn set(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// The answer of a delete.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DeleteResult {
-    Deleted,
-    NotFound,
-    Exists,
-}
-
-/// A delete as `md` and the binary protocol make it.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct DeleteOp {
-    /// Delete only if the item's CAS is this.
-    pub cas: Option<u64>,
-    /// `I`: keep the value, marked stale.
-    pub invalidate: bool,
-    /// `x`: drop the value, keep the item.
-    pub drop_value: bool,
-    /// `T`: the TTL of what `I` or `x` keep.
-    pub ttl: Option<i64>,
-}
-
-/// Carries out a delete, counting it.
-pub(crate) fn delete_op(cx: &Context<'_>, key: &[u8], op: DeleteOp) -> Result<DeleteResult, OpError> {
-    let c = cx.counters;
-    let (_, tenant) = cx.tenant(key);
-    let writer = &tenant.writer;
-    if let Some(curve) = &tenant.curve {
-        curve.remove(key);
-    }
-    let now = writer.clock();
-    let result = writer.update(key, &[], op.invalidate, |current| {
-        let Some(cur) = current else { return (Change::Keep, DeleteResult::NotFound) };
-        if cur.info.marks.hidden {
-            // A lease record goes (its token with it), but it was no item.
-            return (Change::Remove, DeleteResult::NotFound);
-        }
-        if op.cas.is_some_and(|cas| cas != cur.info.cas) {
-            return (Change::Keep, DeleteResult::Exists);
-        }
-        let expiry = Some(op.ttl.map_or(cur.info.expiry, |t| touch_expiry(t, now)));
-        if op.invalidate {
-            let item = stale_copy(cur.info, expiry, false);
-            (Change::Store(item), DeleteResult::Deleted)
-        } else if op.drop_value {
-            // Newer memcached: drop the value, keep the item.
-            let item = NewItem { expiry, ..NewItem::keeping(cur.info, Value::Owned(Vec::new())) };
-            (Change::Store(item), DeleteResult::Deleted)
-        } else {
-            (Change::Remove, DeleteResult::Deleted)
-        }
-    });
-    let (result, _) = result?;
-    Counters::bump(if result == DeleteResult::Deleted { &c.delete_hits } else { &c.delete_misses });
-    Ok(result)
-}
-
 fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let f = &m.flags;
     let op = DeleteOp { cas: f.cas, invalidate: f.has(b'I'), drop_value: f.has(b'x'), ttl: f.ttl };
@@ -578,76 +411,6 @@ fn delete(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     });
     flags_out(m, key, f.has(b'b'), out, |_, _| {});
     out.extend_from_slice(b"\r\n");
-}
-
-/// The answer of an incr/decr.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ArithResult {
-    /// The new value; the item's expiry before; `created` if the request made the item.
-    Value {
-        n: u64,
-        old_expiry: u32,
-        created: bool,
-    },
-    NotFound,
-    Exists,
-    NonNumeric,
-}
-
-/// An incr/decr as `ma` and the binary protocol make it.
-pub(crate) struct ArithOp<'e> {
-    pub incr: bool,
-    pub delta: u64,
-    /// Change only if the item's CAS is this.
-    pub cas: Option<u64>,
-    /// An explicit CAS for the new version (`E`).
-    pub new_cas: Option<u64>,
-    /// Create a missing counter with this value.
-    pub initial: Option<u64>,
-    /// The new version's expiry, given whether it was created and the old expiry.
-    pub expiry: &'e dyn Fn(bool, u32) -> u32,
-}
-
-/// Carries out an incr/decr, counting it; the answer and the CAS of the version stored.
-pub(crate) fn arith_op(
-    cx: &Context<'_>,
-    key: &[u8],
-    op: &ArithOp<'_>,
-) -> Result<(ArithResult, Option<u64>), OpError> {
-    let c = cx.counters;
-    let result = cx.writer(key).update(key, &[], true, |current| {
-        let Some(cur) = visible(current) else {
-            let Some(n) = op.initial else { return (Change::Keep, ArithResult::NotFound) };
-            let item = NewItem {
-                value: Value::Owned(n.to_string().into_bytes()),
-                flags: 0,
-                expiry: Some((op.expiry)(true, 0)),
-                cas: op.new_cas,
-                marks: Marks::default(),
-            };
-            return (Change::Store(item), ArithResult::Value { n, old_expiry: 0, created: true });
-        };
-        if op.cas.is_some_and(|cas| cas != cur.info.cas) {
-            return (Change::Keep, ArithResult::Exists);
-        }
-        let Some(old) = parse_counter(cur.value) else { return (Change::Keep, ArithResult::NonNumeric) };
-        let n = if op.incr { old.wrapping_add(op.delta) } else { old.saturating_sub(op.delta) };
-        let item = NewItem {
-            expiry: Some((op.expiry)(false, cur.info.expiry)),
-            cas: op.new_cas,
-            ..NewItem::keeping(cur.info, Value::Owned(counter_text(n, cur.value.len())))
-        };
-        (Change::Store(item), ArithResult::Value { n, old_expiry: cur.info.expiry, created: false })
-    });
-    let (hits, misses) =
-        if op.incr { (&c.incr_hits, &c.incr_misses) } else { (&c.decr_hits, &c.decr_misses) };
-    let (result, new_cas) = result?;
-    match result {
-        ArithResult::Value { .. } => Counters::bump(hits),
-        ArithResult::NotFound => Counters::bump(misses),
-        _ => {}
-    }
-    Ok((result, new_cas))
 }
 
 fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
@@ -711,7 +474,8 @@ fn arithmetic(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>)
 /// slab classes) and `size` is the item's size in its segment.
 fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
     let now = cx.region_clock();
-    let Some(info) = cx.lookup(key, false) else {
+    let placed = cx.place(key);
+    let Some(info) = cx.lookup(key, &placed, false) else {
         reply(out, b"EN");
         return;
     };

@@ -1,23 +1,26 @@
 //! Executing parsed requests against the region, writing memcached's answers.
 //!
-//! One function per family: [`text`] (storage, retrieval, delete, incr/decr, touch),
-//! [`binary`] (memcached's binary protocol, on the same operations),
-//! [`meta`] (`mg ms md ma mn me`), [`crawler`] (`lru_crawler`, its `metadump`), [`lease`] (`lease-get`, `lease-set`, delete hold-off and
-//! stale values) and [`admin`] (stats, flush_all, version, verbosity, quit,
-//! shutdown, and Shoal's `shm` and `debugtime`). Answers are appended to the connection's
-//! output buffer, so a batch of pipelined requests leaves in one write.
+//! [`ops`] carries out what the protocols share (reads counted and logged, stores, deletes,
+//! incr/decr, flush, lease records); above it one answer writer per family calls it and
+//! answers in its protocol's words: [`text`] (storage, retrieval, delete, incr/decr, touch),
+//! [`binary`] (memcached's binary protocol), [`meta`] (`mg ms md ma mn me`), [`lease`]
+//! (`lease-get`, `lease-set`, delete hold-off and stale values), [`crawler`] (`lru_crawler`,
+//! its `metadump`) and [`admin`] (stats, flush_all, version, verbosity, quit, shutdown, and
+//! Shoal's `shm` and `debugtime`). No writer calls another. Answers are appended to the
+//! connection's output buffer, so a batch of pipelined requests leaves in one write.
 
 pub mod admin;
 pub mod binary;
 pub mod crawler;
 pub mod lease;
 pub mod meta;
+pub mod ops;
 pub mod text;
 
-use crate::server::Shared;
-use crate::stats::Counters;
+use crate::counters::Counters;
+use crate::state::Shared;
 use crate::tenants::{Tenant, TenantCounters};
-use shoal_proto::{decode_base64, Forget, Request, ShutdownMode, KEY_MAX};
+use shoal_proto::{decode_base64, Forget, Request, ShutdownMode, StoreCmd, KEY_MAX};
 use shoal_region::{OpError, Writer};
 
 /// What the connection does after a request.
@@ -78,6 +81,12 @@ impl<'a> Context<'a> {
         &self.tenant(key).1.writer
     }
 
+    /// The connection whose requests are executed, if they did not come in datagrams.
+    #[inline]
+    pub fn connection(&self) -> Option<u64> {
+        (self.conn != NO_CONNECTION).then_some(self.conn)
+    }
+
     /// The server clock the regions judge expiry by.
     #[inline]
     pub fn region_clock(&self) -> u32 {
@@ -88,7 +97,10 @@ impl<'a> Context<'a> {
     pub fn execute(&mut self, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
         match request {
             Request::Get(get) => text::get(self, get, out),
-            Request::Store(store) => text::store(self, store, out),
+            Request::Store(store) => match store.cmd {
+                StoreCmd::LeaseSet(token) => lease::set(self, &store, token, out),
+                _ => text::store(self, store, out),
+            },
             Request::Delete { key, hold, noreply } => text::delete(self, key, hold, noreply, out),
             Request::LeaseGet { key, stale } => lease::get(self, key, stale, out),
             Request::Arith { incr, key, delta, noreply } => text::arith(self, incr, key, delta, noreply, out),
@@ -126,7 +138,7 @@ impl<'a> Context<'a> {
         let mut scratch = [0u8; KEY_MAX];
         let key =
             if base64 { decode_base64(key, &mut scratch).map_or(&[][..], |n| &scratch[..n]) } else { key };
-        let _ = self.writer(key).delete(key);
+        let _ = ops::delete_key(self, key);
     }
 
     /// Checks an ascii authentication token (`-Y`), answering as memcached does; true if it

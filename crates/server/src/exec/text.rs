@@ -1,83 +1,13 @@
 //! The text protocol's data commands: `get gets gat gats`, `set add replace append prepend
 //! cas`, `delete`, `incr decr`, `touch`.
 
+use super::ops::{count_store, delete_key, delete_leaving_lease, read_counted, Placed};
 use super::{push_u64, reply, reply_unless, store_error, Context};
 use crate::config::Settings;
-use crate::stats::Counters;
+use crate::counters::Counters;
+use crate::watch::{StoreEvent, StoreStatus};
 use shoal_proto::{Get, Store, StoreCmd};
-use shoal_region::{
-    touch_expiry, visible, Change, Delta, ItemInfo, Lookup, Mark, OpError, Store as Stored, ValueSink,
-};
-
-impl Context<'_> {
-    /// Looks a key up for a read, counting the kind of miss; the value lands in `self.value`.
-    /// `bump: false` leaves the item's read state alone (meta's `u`).
-    pub(crate) fn lookup(&mut self, key: &[u8], bump: bool) -> Option<ItemInfo> {
-        let mut value = std::mem::take(&mut self.value);
-        let found = read_counted(self, key, bump, &mut value);
-        self.value = value;
-        found
-    }
-
-    /// Reads a key and sets its expiry (`gat`, meta `T`); the value lands in `self.value`.
-    pub(crate) fn lookup_and_touch(&mut self, key: &[u8], exptime: i64) -> Option<ItemInfo> {
-        let expiry = touch_expiry(exptime, self.region_clock());
-        let writer = self.writer(key);
-        let value = &mut self.value;
-        let result = writer.update(key, &[], true, |current| match visible(current) {
-            Some(c) => {
-                value.clear();
-                value.extend_from_slice(c.value);
-                let mark = Mark { expiry: Some(expiry), marks: c.info.marks, fetched: true };
-                (Change::Mark(mark), Some(ItemInfo { expiry, ..c.info }))
-            }
-            None => (Change::Keep, None),
-        });
-        let found = result.ok().and_then(|(info, _)| info);
-        crate::watch::fetched(self, key, &Ok(found.map_or(Lookup::Missing, Lookup::Hit)));
-        found
-    }
-}
-
-/// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count) and,
-/// for a read that counts as an access (`bump`), the tenant's get and its hit or miss.
-pub(super) fn read_counted(
-    cx: &Context<'_>,
-    key: &[u8],
-    bump: bool,
-    sink: &mut dyn ValueSink,
-) -> Option<ItemInfo> {
-    let (i, tenant) = cx.tenant(key);
-    let found = tenant.writer.read(key, sink, bump);
-    crate::watch::fetched(cx, key, &found);
-    if let Some(curve) = &tenant.curve {
-        let size = match &found {
-            Ok(Lookup::Hit(info)) => {
-                (key.len() + info.value_len + shoal_region::layout::ITEM_HEADER_BYTES) as u64
-            }
-            _ => 0,
-        };
-        curve.access(key, size, &cx.tenant_counters[i].curve_unsampled);
-    }
-    if bump {
-        let mine = &cx.tenant_counters[i];
-        Counters::bump(&mine.cmd_get);
-        Counters::bump(if matches!(found, Ok(Lookup::Hit(_))) { &mine.get_hits } else { &mine.get_misses });
-    }
-    let c = cx.counters;
-    match found {
-        Ok(Lookup::Hit(info)) => Some(info),
-        Ok(Lookup::Expired) => {
-            Counters::bump(&c.get_expired);
-            None
-        }
-        Ok(Lookup::Flushed) => {
-            Counters::bump(&c.get_flushed);
-            None
-        }
-        Ok(Lookup::Missing) | Err(_) => None,
-    }
-}
+use shoal_region::{absolute_expiry, touch_expiry, Delta, ItemInfo, OpError, Store as Stored, ValueSink};
 
 /// A `VALUE` block of a get's answer, written straight into the output as the lookup copies
 /// the value (no copy through a buffer of its own). The lookup may ask for it more than once
@@ -126,29 +56,48 @@ impl ValueSink for ValueBlock<'_> {
 /// How many keys ahead of its lookups a multiget loads their index buckets, and their items.
 const INDEX_AHEAD: usize = 8;
 const ITEMS_AHEAD: usize = 4;
+/// The keys placed ahead of the lookup: key `n` waits in slot `n % AHEAD`.
+const AHEAD: usize = INDEX_AHEAD + 1;
+
+/// Places key `n` (its tenant found, hashed) as it comes in reach of the index prefetch, starts
+/// loading its index buckets, and keeps the placement for its item prefetch and its lookup.
+fn place_ahead(cx: &Context<'_>, ahead: &mut [Option<Placed>; AHEAD], (n, key): (usize, &[u8])) {
+    let placed = cx.place(key);
+    cx.writer_at(&placed).prefetch_index(&placed.hash);
+    ahead[n % AHEAD] = Some(placed);
+}
+
+/// Starts loading the item of key `n`, if it is placed.
+fn prefetch_item(cx: &Context<'_>, ahead: &[Option<Placed>; AHEAD], n: usize) {
+    if let Some(placed) = &ahead[n % AHEAD] {
+        cx.writer_at(placed).prefetch_item(&placed.hash);
+    }
+}
 
 /// `get`/`gets`/`gat`/`gats`: a `VALUE` block per key found, then `END`.
 pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
     let c = cx.counters;
     // Loading the index buckets of keys several ahead, and the items of keys a few ahead, lets
     // their memory misses overlap instead of queueing (a single key has nothing to overlap).
-    let mut index_ahead = get.keys.clone().skip(1);
-    let mut items_ahead = get.keys.clone().skip(1);
-    index_ahead.by_ref().take(INDEX_AHEAD).for_each(|key| cx.writer(key).prefetch_index(key));
-    items_ahead.by_ref().take(ITEMS_AHEAD).for_each(|key| cx.writer(key).prefetch_item(key));
-    for key in get.keys {
-        if let Some(next) = index_ahead.next() {
-            cx.writer(next).prefetch_index(next);
+    // Each key is placed once, when its index is loaded; its item's load and its lookup use
+    // that placement.
+    let mut ahead: [Option<Placed>; AHEAD] = [None; AHEAD];
+    let mut upcoming = get.keys.clone().enumerate().skip(1);
+    upcoming.by_ref().take(INDEX_AHEAD).for_each(|key| place_ahead(cx, &mut ahead, key));
+    (1..=ITEMS_AHEAD).for_each(|n| prefetch_item(cx, &ahead, n));
+    for (n, key) in get.keys.enumerate() {
+        // The first key was not placed ahead: it is placed now.
+        let placed = ahead[n % AHEAD].take().unwrap_or_else(|| cx.place(key));
+        if let Some(next) = upcoming.next() {
+            place_ahead(cx, &mut ahead, next);
         }
-        if let Some(next) = items_ahead.next() {
-            cx.writer(next).prefetch_item(next);
-        }
+        prefetch_item(cx, &ahead, n + ITEMS_AHEAD + 1);
         let start = out.len();
         let mut block = ValueBlock { out, start, key, cas: get.cas.then_some(&cx.shared.settings) };
         let hit = match get.touch {
             Some(exptime) => {
                 Counters::bump(&c.cmd_touch);
-                let info = cx.lookup_and_touch(key, exptime);
+                let info = cx.lookup_and_touch(key, &placed, exptime);
                 if let Some(info) = &info {
                     block.append_to(info).extend_from_slice(&cx.value);
                 }
@@ -157,7 +106,7 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
             }
             None => {
                 Counters::bump(&c.cmd_get);
-                let hit = read_counted(cx, key, true, &mut block).is_some();
+                let hit = read_counted(cx, key, &placed, true, &mut block).is_some();
                 Counters::bump(if hit { &c.get_hits } else { &c.get_misses });
                 hit
             }
@@ -170,13 +119,10 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
 /// The storage commands.
 pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
     let (c, shared) = (cx.counters, cx.shared);
-    let (tenant, t) = cx.tenant(s.key);
-    let w = &t.writer;
-    if let Some(curve) = &t.curve {
-        curve.stored(s.key, (s.key.len() + s.data.len() + shoal_region::layout::ITEM_HEADER_BYTES) as u64);
-    }
-    Counters::bump(&c.cmd_set);
-    Counters::bump(&cx.tenant_counters[tenant].cmd_set);
+    // Append and prepend keep the item's expiry.
+    let keeps_expiry = matches!(s.cmd, StoreCmd::Append | StoreCmd::Prepend);
+    let expiry = (!keeps_expiry).then(|| touch_expiry(s.exptime, cx.region_clock()));
+    let w = count_store(cx, s.key, s.data.len(), expiry);
     let result = match s.cmd {
         StoreCmd::Set => w.set(s.key, s.data, s.flags, s.exptime),
         StoreCmd::Add => w.add(s.key, s.data, s.flags, s.exptime),
@@ -185,12 +131,13 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
         StoreCmd::Prepend => w.prepend(s.key, s.data),
         // With CAS off, no unique the client holds can match.
         StoreCmd::Cas(_) if !shared.settings.use_cas => {
-            Ok(if cx.lookup(s.key, false).is_some() { Stored::Exists } else { Stored::NotFound })
+            let placed = cx.place(s.key);
+            Ok(if cx.lookup(s.key, &placed, false).is_some() { Stored::Exists } else { Stored::NotFound })
         }
         StoreCmd::Cas(unique) => w.cas(s.key, s.data, s.flags, s.exptime, unique),
-        StoreCmd::LeaseSet(token) => return super::lease::set(cx, &s, token, out),
+        StoreCmd::LeaseSet(_) => unreachable!("Context::execute hands lease-set to lease::set"),
     };
-    crate::watch::text_stored(cx, &s, &result);
+    log_store(cx, &s, &result);
     let answer: &[u8] = match result {
         Ok(Stored::Stored) => {
             if let StoreCmd::Cas(_) = s.cmd {
@@ -212,14 +159,38 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
     reply_unless(s.noreply, out, answer);
 }
 
+/// Tells `watch mutations` of a storage command and its outcome.
+fn log_store(cx: &Context<'_>, s: &Store<'_>, result: &Result<Stored, OpError>) {
+    cx.shared.logs.stored(cx.connection(), || {
+        let status = match result {
+            Ok(Stored::Stored) => StoreStatus::Stored,
+            Ok(Stored::NotStored) => StoreStatus::NotStored,
+            Ok(Stored::Exists) => StoreStatus::Exists,
+            Ok(Stored::NotFound) => StoreStatus::NotFound,
+            Err(e) => StoreStatus::of_error(e),
+        };
+        let cmd: &[u8] = match s.cmd {
+            StoreCmd::Set | StoreCmd::LeaseSet(_) => b"set",
+            StoreCmd::Add => b"add",
+            StoreCmd::Replace => b"replace",
+            StoreCmd::Append => b"append",
+            StoreCmd::Prepend => b"prepend",
+            StoreCmd::Cas(_) => b"cas",
+        };
+        let now = cx.region_clock();
+        let expiry = absolute_expiry(s.exptime, now);
+        StoreEvent { key: s.key, cmd, status, expiry, now, size: s.data.len() }
+    });
+}
+
 /// `delete <key>`; with a hold-off, or with `--stale-ttl`, the key keeps a lease record
-/// ([`super::lease::delete`]).
+/// ([`delete_leaving_lease`]).
 pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32, noreply: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
     let result = if hold > 0 || cx.shared.settings.stale_ttl > 0 {
-        super::lease::delete(cx, key, hold)
+        delete_leaving_lease(cx, key, hold)
     } else {
-        cx.writer(key).delete(key)
+        delete_key(cx, key)
     };
     let answer: &[u8] = match result {
         Ok(true) => {

@@ -173,7 +173,8 @@ pub fn parse(
         let slo_hit_ratio = slo(&e).map_err(fail)?;
         let prefixes = e.prefixes.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
         if let Some(p) = prefixes.iter().find(|p| p.is_empty() || p.len() > shoal_proto::KEY_MAX) {
-            return Err(fail(format!("prefix {:?} must be 1 to 250 bytes", String::from_utf8_lossy(p))));
+            let max = shoal_proto::KEY_MAX;
+            return Err(fail(format!("prefix {:?} must be 1 to {max} bytes", String::from_utf8_lossy(p))));
         }
         let listen = e.listen.iter().map(|l| parse_listen(l)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
         sized.push(size);

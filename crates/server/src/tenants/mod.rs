@@ -256,10 +256,12 @@ impl Tenants {
         self.default
     }
 
-    /// Tenant `i`'s curve now, its sampling rate and the keys tracked (`None`: curves off),
-    /// with the screened-out reads `counters` hold folded in.
+    /// Tenant `i`'s curve now, in its region's bytes, its sampling rate and the keys tracked
+    /// (`None`: curves off), with the screened-out reads `counters` hold folded in.
     pub fn curve(&self, i: usize, counters: &[Box<[TenantCounters]>]) -> Option<(HitRatioCurve, f64, usize)> {
-        self.list[i].curve.as_ref().map(|tracker| tracker.curve(unsampled_total(counters, i)))
+        let tenant = &self.list[i];
+        let tracker = tenant.curve.as_ref()?;
+        Some(tracker.curve(unsampled_total(counters, i), &tenant.writer.stats()))
     }
 
     /// The tenant an authenticated user's connections are bound to.
@@ -291,9 +293,10 @@ impl Tenants {
 
     /// Ages every tenant's curve by `factor` (see [`CurveTracker::age`]).
     pub fn age_curves(&self, factor: f64, counters: &[Box<[TenantCounters]>]) {
+        let now = self.clock();
         for (i, t) in self.list.iter().enumerate() {
             if let Some(tracker) = &t.curve {
-                tracker.age(factor, unsampled_total(counters, i));
+                tracker.age(factor, unsampled_total(counters, i), now);
             }
         }
     }

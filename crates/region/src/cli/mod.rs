@@ -1,8 +1,13 @@
-//! `shoal region …`: region files from the command line.
+//! `shoal region …` (feature `cli`): region files from the command line, and the region's own
+//! benchmark ([`bench`](mod@bench)). The `shoal` program parses it into [`RegionArgs`] and
+//! calls [`run`].
 
+pub mod bench;
+
+use crate::layout::{BUCKET_SLOTS, COOKIE_OFFSET, LAYOUT_VERSION};
+use crate::{Config, Layout, Lookup, Reader, RegionError, Writer};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use shoal_region::{Config, Layout, Lookup, Reader, Writer};
 use std::path::{Path, PathBuf};
 
 /// Default region path: POSIX shared memory.
@@ -25,7 +30,7 @@ enum RegionCommand {
     /// Read a value through a read-only mapping, as a co-located client does.
     Get(GetArgs),
     /// Measure get/set cost and metadata per item (see docs/BENCHMARKS.md).
-    Bench(crate::bench::BenchArgs),
+    Bench(bench::BenchArgs),
 }
 
 /// Size options shared by every subcommand that may create a region.
@@ -109,11 +114,11 @@ pub fn run(args: RegionArgs) -> Result<(), String> {
         RegionCommand::Info(a) => info(a),
         RegionCommand::Set(a) => set(a),
         RegionCommand::Get(a) => get(a),
-        RegionCommand::Bench(a) => crate::bench::run(a),
+        RegionCommand::Bench(a) => bench::run(a),
     }
 }
 
-fn at(path: &Path) -> impl FnOnce(shoal_region::RegionError) -> String + '_ {
+fn at(path: &Path) -> impl FnOnce(RegionError) -> String + '_ {
     move |e| format!("{}: {e}", path.display())
 }
 
@@ -136,22 +141,22 @@ fn info(a: InfoArgs) -> Result<(), String> {
 }
 
 fn print_layout(path: &Path, l: &Layout, generation: u64, clock: u32, as_json: bool) {
-    let item_capacity = l.bucket_count * shoal_region::layout::BUCKET_SLOTS;
+    let item_capacity = l.bucket_count * BUCKET_SLOTS;
     if as_json {
         let v = json!({
-            "path": path, "layout_version": shoal_region::layout::LAYOUT_VERSION,
+            "path": path, "layout_version": LAYOUT_VERSION,
             "region_bytes": l.region_bytes, "segment_bytes": l.segment_bytes,
             "segment_count": l.segment_count, "bucket_count": l.bucket_count,
             "index_slots": item_capacity, "index_offset": l.index_offset,
             "table_offset": l.table_offset, "segments_offset": l.segments_offset,
-            "max_item_bytes": l.max_item_bytes, "cookie_offset": shoal_region::layout::COOKIE_OFFSET,
+            "max_item_bytes": l.max_item_bytes, "cookie_offset": COOKIE_OFFSET,
             "cookie": format!("{:016x}", l.cookie), "generation": generation, "clock": clock,
         });
         println!("{v:#}");
         return;
     }
     println!("region        {}", path.display());
-    println!("layout        version {}", shoal_region::layout::LAYOUT_VERSION);
+    println!("layout        version {}", LAYOUT_VERSION);
     println!("size          {} bytes ({} MiB)", l.region_bytes, l.region_bytes >> 20);
     println!("header        0..{}", l.index_offset);
     println!(
@@ -171,7 +176,7 @@ fn print_layout(path: &Path, l: &Layout, generation: u64, clock: u32, as_json: b
         l.segment_bytes >> 10
     );
     println!("max item      {} bytes", l.max_item_bytes);
-    println!("cookie        {:016x} at offset {}", l.cookie, shoal_region::layout::COOKIE_OFFSET);
+    println!("cookie        {:016x} at offset {}", l.cookie, COOKIE_OFFSET);
     println!("generation    {generation}");
     println!("server clock  {clock}");
 }

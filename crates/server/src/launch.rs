@@ -9,143 +9,29 @@
 //! ```
 //!
 //! On any stop the writer is dropped after the workers return, which marks the region clean:
-//! restarting on the same `-e` file is a warm restart with every item in place.
+//! restarting on the same `-e` file is a warm restart with every item in place. With
+//! `--rejoin-hold S`, a warm restart (after a clean stop or not) hides the items it kept for S
+//! seconds, from the network and local readers alike, while routers and invalidators deliver
+//! the deletes it missed (docs/design/faults.md).
 
 use crate::auth::Users;
 use crate::config::Settings;
+use crate::counters::Counters;
 use crate::digest::ServerDigest;
 use crate::handoff::HandoffSocket;
 use crate::hints::Hints;
 use crate::net::{self, Listeners};
-use crate::stats::Counters;
+use crate::state::{stop, Clock, Shared};
 use crate::tenants::{TenantCounters, Tenants};
 use crate::tls::Tls;
+use crate::watch::EvictionLog;
+use shoal_region::PreviousStop;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// The server clock: Unix time plus the offset `debugtime` added (test mode only).
-pub struct Clock {
-    started: u32,
-    offset: AtomicU32,
-}
-
-fn unix_now() -> u32 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as u32)
-}
-
-impl Clock {
-    fn new() -> Clock {
-        Clock { started: unix_now(), offset: AtomicU32::new(0) }
-    }
-
-    /// Server time in Unix seconds.
-    pub fn now(&self) -> u32 {
-        unix_now().wrapping_add(self.offset.load(Ordering::Relaxed))
-    }
-
-    /// When the server started.
-    pub fn started(&self) -> u32 {
-        self.started
-    }
-
-    /// Moves the clock forward and lets the regions see it at once.
-    pub fn advance(&self, seconds: u32, tenants: &Tenants) {
-        self.offset.fetch_add(seconds, Ordering::Relaxed);
-        tenants.tick(self.now());
-    }
-}
-
-/// How the server is asked to stop.
-pub mod stop {
-    pub const RUNNING: u8 = 0;
-    /// SIGINT, SIGTERM, `shutdown`.
-    pub const NOW: u8 = 1;
-    /// SIGUSR1, `shutdown graceful`.
-    pub const GRACEFUL: u8 = 2;
-}
-
-/// One open connection, as `stats conns` shows it.
-pub struct ConnInfo {
-    pub addr: String,
-    /// The listening address it came in on (`tcp:…`, `unix:…`).
-    pub listen_addr: String,
-    /// Server time of its last command.
-    pub last_cmd: AtomicU64,
-    /// What it is doing, as `stats conns` names it ([`crate::conn::state`]).
-    pub state: AtomicU8,
-}
-
-impl ConnInfo {
-    /// A connection just accepted, that has sent nothing yet.
-    pub fn new(addr: String, listen_addr: String, now: u32) -> ConnInfo {
-        ConnInfo {
-            addr,
-            listen_addr,
-            last_cmd: AtomicU64::new(u64::from(now)),
-            state: AtomicU8::new(crate::conn::state::NEW_CMD),
-        }
-    }
-}
-
-/// What every thread shares.
-pub struct Shared {
-    /// The partitions of memory and their regions (one, `default`, without `--tenants`).
-    pub tenants: Tenants,
-    /// Per-tenant counters, laid out as [`Shared::counters`]: one row per worker, UDP and
-    /// local reads, one entry per tenant.
-    pub tenant_counters: Vec<Box<[TenantCounters]>>,
-    pub settings: Settings,
-    pub clock: Clock,
-    /// One set per worker, one for UDP, and one for reads clients served themselves through
-    /// shared memory (see [`Shared::local_reads`]).
-    pub counters: Vec<Counters>,
-    /// Clients' hints areas: what they read through shared memory.
-    pub hints: Hints,
-    /// The listening sockets, for `stats conns`: descriptor and address.
-    pub listening: Vec<(u64, String)>,
-    pub curr_connections: AtomicU64,
-    pub total_connections: AtomicU64,
-    pub rejected_connections: AtomicU64,
-    pub verbosity: AtomicU32,
-    /// The memory limit `cache_memlimit` set, in bytes (0: none, the region's size).
-    pub memlimit: AtomicU64,
-    pub conns: Mutex<BTreeMap<u64, Arc<ConnInfo>>>,
-    /// A [`stop`] value.
-    pub stop: AtomicU8,
-    /// Who may authenticate with SASL (`-S`).
-    pub sasl_users: Users,
-    /// Who may authenticate with an ascii token (`-Y`).
-    pub ascii_users: Users,
-    /// The keys held, as a Proteus digest (`--digest-keys`).
-    pub digest: Option<Arc<ServerDigest>>,
-    /// TLS for TCP connections (`-Z`).
-    pub tls: Option<Arc<Tls>>,
-    /// `watch` connections and the lines waiting for them.
-    pub logs: Arc<crate::watch::Logs>,
-    /// `lru_crawler enable`/`disable`.
-    pub crawler: crate::exec::crawler::CrawlerState,
-}
-
-impl Shared {
-    /// Asks every thread to stop.
-    pub fn request_stop(&self, how: u8) {
-        let _ = self.stop.compare_exchange(stop::RUNNING, how, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    /// The counters that clients' reads through shared memory are folded into.
-    pub fn local_reads(&self) -> &Counters {
-        &self.counters[self.settings.threads + 1]
-    }
-
-    /// Whether a stop was asked for.
-    pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire) != stop::RUNNING
-    }
-}
+use std::time::Duration;
 
 /// Gives the region file the group and mode the settings ask for. The file is created 0600
 /// and only then opened up, so it is never readable by more than asked.
@@ -234,11 +120,12 @@ pub fn run(settings: Settings) -> Result<(), String> {
     }
     listeners.write_port_file()?;
     tenants.tick(clock.now());
+    hold_after_restart(&tenants, settings.rejoin_hold);
     let digest = settings
         .digest
         .map(|(keys, fp)| ServerDigest::attach(&tenants.default_tenant().writer, keys, fp))
         .transpose()?;
-    let crawler = crate::exec::crawler::CrawlerState::new(settings.lru_crawler);
+    let crawler_enabled = AtomicBool::new(settings.lru_crawler);
     let rows = settings.threads + 2;
     let shared = Arc::new(Shared {
         tenant_counters: (0..rows)
@@ -262,10 +149,10 @@ pub fn run(settings: Settings) -> Result<(), String> {
         digest,
         tls,
         logs: Default::default(),
-        crawler,
+        crawler_enabled,
     });
     for tenant in shared.tenants.all() {
-        let log = crate::watch::EvictionLog(shared.logs.clone());
+        let log = EvictionLog(shared.logs.clone());
         let _ = tenant.writer.observe_evictions(Box::new(log)); // a fresh writer has none
     }
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
@@ -296,6 +183,24 @@ pub fn run(settings: Settings) -> Result<(), String> {
         let _ = std::fs::remove_file(pidfile);
     }
     result
+}
+
+/// `--rejoin-hold`: each region a warm restart found items in hides them for `seconds`, before
+/// anyone can read them (readers of the region see the hold in its header). Any stop counts:
+/// deletes are missed while the server is down however it stopped.
+fn hold_after_restart(tenants: &Tenants, seconds: u32) {
+    for tenant in tenants.all() {
+        let writer = &tenant.writer;
+        if seconds > 0 && writer.previous_stop() != PreviousStop::None {
+            writer.hold(seconds);
+            eprintln!(
+                "shoal server: {} was left by a stop that was {}: the items it kept are hidden for \
+                 {seconds} s (--rejoin-hold) while the deletes it missed arrive",
+                writer.path().display(),
+                writer.previous_stop().name(),
+            );
+        }
+    }
 }
 
 fn spawn_signal_thread(shared: Arc<Shared>, waker: Arc<mio::Waker>) -> Result<(), String> {
@@ -329,7 +234,7 @@ fn spawn_clock_thread(shared: Arc<Shared>) -> thread::JoinHandle<()> {
             while !shared.stopping() {
                 thread::sleep(Duration::from_millis(100));
                 shared.tenants.tick(shared.clock.now());
-                shared.hints.fold(&shared);
+                shared.hints.fold(&shared.tenants, shared.local_reads());
                 if half_life > 0.0 && aged.elapsed() >= Duration::from_secs(1) {
                     let seconds = aged.elapsed().as_secs_f64();
                     aged = std::time::Instant::now();

@@ -3,11 +3,14 @@
 //! Rows: writer `set` and `get` (1 and 2 threads, 100 B and 1 KiB values), reader `get` from a
 //! second process through a read-only mapping (pinned to another core), metadata bytes per
 //! item at full memory, and reader `get` as the item count grows to 10 million. Results go to
-//! `docs/BENCHMARKS.md` with this command line.
+//! `docs/BENCHMARKS.md` with this command line. The reader row runs this program again
+//! (`shoal region bench --reader-child`) as its second process.
 
+use crate::{Config, Reader, Writer};
 use clap::Args;
+use nix::sched::{sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
-use shoal_region::{Config, Reader, Writer};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,13 +70,11 @@ impl Keys {
 }
 
 /// Pins the calling thread to one CPU (the server/load-generator split of a 2-core machine).
+/// Failure (a machine with one CPU) just leaves the thread unpinned.
 fn pin_to(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity only reads
-    // it. Failure (a machine with one CPU) just leaves the thread unpinned.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % num_cpus(), &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    let mut set = CpuSet::new();
+    if set.set(cpu % num_cpus()).is_ok() {
+        let _ = sched_setaffinity(Pid::from_raw(0), &set);
     }
 }
 

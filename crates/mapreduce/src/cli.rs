@@ -1,24 +1,37 @@
-//! `shoal mr …`: MapReduce jobs over a shared-memory job region (`shoal-mapreduce`).
+//! `shoal mr …` (feature `cli`): the command line of this crate's jobs; the `shoal` program
+//! parses it into [`MrArgs`] and calls [`run`]. A program of one's own apps gets the same
+//! subcommands, as its own, from [`main`] (`shoal_mapreduce::main(&[&MyApp])`): the built-in
+//! apps and its own, its worker processes started as `<program> worker <region>`.
 //!
-//! `run` is the coordinator (and, unless `--workers 0`, a worker too, plus `--workers − 1`
-//! worker processes it starts); `worker` joins a region's jobs from any process, at any time.
-//! `run --mode fixed` and `--mode rayon` are the benchmarks' references (the original
-//! Phoenix's fixed threads; the computation written directly with Rayon); `generate` writes
-//! their inputs.
+//! `mr run` is the coordinator (and, unless `--workers 0`, a worker too, plus `--workers − 1`
+//! `shoal mr worker` processes it starts); `mr worker` joins a region's jobs from any process,
+//! at any time. `mr run --mode fixed` and `--mode rayon` are the benchmarks' references (the
+//! original Phoenix's fixed threads; the computation written directly with Rayon);
+//! `mr generate` writes their inputs.
 
-use clap::{Args, Subcommand, ValueEnum};
-use serde_json::json;
-use shoal_mapreduce::{
-    apps, Coordinator, Input, JobOptions, JobRegion, MrError, Worker, WorkerOptions, DEFAULT_LEASE_MS,
+use crate::{
+    apps, App, Coordinator, Input, JobOptions, JobRegion, MrError, Progress, Registry, Rendered, Worker,
+    WorkerOptions, DEFAULT_LEASE_MS,
 };
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// `shoal mr` and its subcommands.
 #[derive(Args)]
 pub struct MrArgs {
+    #[command(subcommand)]
+    command: MrCommand,
+}
+
+/// A program of one's own apps ([`main`]): `shoal mr`'s subcommands at its top level.
+#[derive(Parser)]
+#[command(about = "MapReduce over a shared-memory job region; workers join and leave at any time.")]
+struct Program {
     #[command(subcommand)]
     command: MrCommand,
 }
@@ -149,6 +162,10 @@ struct WorkerArgs {
     /// Leave after publishing this many task outputs.
     #[arg(long)]
     max_tasks: Option<u64>,
+    /// Hold each claimed task this long (ms) before running it: tests' kills land while a
+    /// claim is held.
+    #[arg(long, default_value_t = 0, hide = true)]
+    hold_ms: u64,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -163,20 +180,78 @@ struct InfoArgs {
     json: bool,
 }
 
+/// The program running the subcommands: the apps it registers, and how a user calls it.
+struct Host {
+    apps: Registry,
+    /// Its subcommands' command, for messages: `shoal mr`, or a program's name.
+    command: String,
+    /// Its arguments before `worker` that start a worker process (`mr` for `shoal`).
+    prefix: &'static [&'static str],
+}
+
 /// Runs a `shoal mr` subcommand; `Err` is the message to print.
 pub fn run(args: MrArgs) -> Result<(), String> {
-    match args.command {
-        MrCommand::Run(a) => run_job(a).map_err(|e| e.to_string()),
-        MrCommand::Worker(a) => worker(a).map_err(|e| e.to_string()),
-        MrCommand::Info(a) => info(a).map_err(|e| e.to_string()),
-        MrCommand::Generate(a) => generate(a).map_err(|e| e.to_string()),
+    let host = Host { apps: Registry::builtin(), command: "shoal mr".into(), prefix: &["mr"] };
+    execute(args.command, &host).map_err(|e| e.to_string())
+}
+
+/// The `main` of a program of one's own apps: `shoal mr`'s subcommands (`run`, `worker`,
+/// `info`, `generate`, `apps`) and flags at the program's top level, knowing the built-in apps
+/// and `apps`. `run --workers N` starts `<this program> worker` processes, and only this
+/// program can work on its apps' jobs (`shoal mr worker` refuses them, naming it). An error
+/// is printed as `<program>: <message>`, with exit status 1.
+///
+/// ```no_run
+/// # struct MyApp;
+/// # impl shoal_mapreduce::App for MyApp {
+/// #     fn name(&self) -> &'static str { "myapp" }
+/// #     fn about(&self) -> &'static str { "" }
+/// #     fn map(&self, _: u32, _: &[u8], _: &[u8], _: &mut shoal_mapreduce::Emit) -> Result<(), String> { Ok(()) }
+/// #     fn combine(&self, _: u32, _: &mut Vec<u8>, _: &[u8]) {}
+/// #     fn drive(&self, _: &shoal_mapreduce::Input, _: &shoal_mapreduce::Args, _: &mut dyn shoal_mapreduce::Jobs)
+/// #         -> Result<shoal_mapreduce::Rendered, shoal_mapreduce::MrError> { unimplemented!() }
+/// # }
+/// fn main() -> std::process::ExitCode {
+///     shoal_mapreduce::main(&[&MyApp])
+/// }
+/// ```
+pub fn main(apps: &[&'static dyn App]) -> ExitCode {
+    let command = std::env::args_os()
+        .next()
+        .and_then(|arg| Path::new(&arg).file_name().map(|name| name.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "mapreduce".into());
+    // clap keeps a program's name as `&'static str`: this one, once per process.
+    let name: &'static str = Box::leak(command.clone().into_boxed_str());
+    let matches = Program::command().name(name).get_matches();
+    let program = Program::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let outcome = Registry::with(apps)
+        .and_then(|apps| execute(program.command, &Host { apps, command: command.clone(), prefix: &[] }));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{command}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(command: MrCommand, host: &Host) -> Result<(), MrError> {
+    match command {
+        MrCommand::Run(a) => run_job(a, host),
+        MrCommand::Worker(a) => worker(a, host),
+        MrCommand::Info(a) => info(a),
+        MrCommand::Generate(a) => generate(a, host),
         MrCommand::Apps { json } => {
             if json {
-                let list: Vec<_> =
-                    apps::ALL.iter().map(|a| json!({ "name": a.name(), "about": a.about() })).collect();
+                let list: Vec<_> = host
+                    .apps
+                    .apps()
+                    .iter()
+                    .map(|a| json!({ "name": a.name(), "about": a.about() }))
+                    .collect();
                 println!("{}", serde_json::Value::Array(list));
             } else {
-                apps::ALL.iter().for_each(|a| println!("{:<10} {}", a.name(), a.about()));
+                host.apps.apps().iter().for_each(|a| println!("{:<10} {}", a.name(), a.about()));
             }
             Ok(())
         }
@@ -210,9 +285,9 @@ fn threads(given: Option<usize>) -> usize {
     given.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
-fn run_job(a: RunArgs) -> Result<(), MrError> {
-    let app = apps::find(&a.app)?;
-    let app_args = shoal_mapreduce::Args::parse(&a.args)?;
+fn run_job(a: RunArgs, host: &Host) -> Result<(), MrError> {
+    let app = host.apps.find(&a.app)?;
+    let app_args = crate::Args::parse(&a.args)?;
     let input = Input::open(&a.input)?;
     let (rendered, seconds, region) = match a.mode {
         Mode::Rayon => {
@@ -224,7 +299,7 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
             let rendered = pool.install(|| apps::direct(app.name(), &input, &app_args))?;
             (rendered, started.elapsed().as_secs_f64(), serde_json::Value::Null)
         }
-        Mode::Elastic | Mode::Fixed => run_in_region(&a, app, &input, &app_args)?,
+        Mode::Elastic | Mode::Fixed => run_in_region(&a, host, app, &input, &app_args)?,
     };
     let text = if a.json {
         let mode = a.mode.to_possible_value().map(|v| v.get_name().to_string());
@@ -251,10 +326,11 @@ fn run_job(a: RunArgs) -> Result<(), MrError> {
 /// seconds its jobs took, and the region's path if it is left behind.
 fn run_in_region(
     a: &RunArgs,
-    app: &'static dyn shoal_mapreduce::App,
+    host: &Host,
+    app: &'static dyn App,
     input: &Input,
-    app_args: &shoal_mapreduce::Args,
-) -> Result<(shoal_mapreduce::Rendered, f64, serde_json::Value), MrError> {
+    app_args: &crate::Args,
+) -> Result<(Rendered, f64, serde_json::Value), MrError> {
     let fixed = a.mode == Mode::Fixed;
     if fixed && (a.workers != 1 || a.region.is_some() || a.keep_region) {
         return Err(MrError::BadInput(
@@ -277,31 +353,28 @@ fn run_in_region(
         let _ = std::fs::remove_file(&path);
     } else {
         if created && !a.keep_region {
-            remove_on_interrupt(&path)?;
+            remove_on_interrupt(&path, &host.command)?;
         }
-        eprintln!("shoal mr: job region {} (join with: shoal mr worker {})", path.display(), path.display());
+        let (command, region) = (&host.command, path.display());
+        eprintln!("{command}: job region {region} (join with: {command} worker {region})");
     }
     let threads = threads(a.threads);
     let lease_ms = a.lease_ms;
     let worker = (a.workers > 0).then(|| {
         Worker::start(
             Arc::clone(&region),
-            WorkerOptions { threads, lease_ms, max_tasks: None, hold_ms: 0, fixed },
+            WorkerOptions { apps: host.apps.clone(), threads, lease_ms, max_tasks: None, hold_ms: 0, fixed },
         )
     });
-    let children = spawn_workers(&path, a.workers.saturating_sub(1), threads, lease_ms)?;
+    let children = spawn_workers(host, &path, a.workers.saturating_sub(1), threads, lease_ms)?;
     let mut options = JobOptions::for_input(input_bytes);
     options.split_bytes = a.split_bytes.unwrap_or(options.split_bytes);
     options.reduce_tasks = a.reduce_tasks;
     options.copy_input = a.copy_input;
     let started = Instant::now();
-    let bar = shoal_bench::progress::progress_bar("mr", Some(1));
-    let outcome = Coordinator::new(&region, options, |p| {
-        bar.set_length(p.tasks);
-        bar.set_position(p.done);
-        bar.set_message(format!("job {} stage {}: {}/{} tasks", p.job, p.stage, p.done, p.tasks));
-    })
-    .and_then(|mut c| c.run_app(app, input, app_args));
+    let bar = progress_bar();
+    let outcome = Coordinator::new(&region, options, |p| show(&bar, p, a.json))
+        .and_then(|mut c| c.run_app(app, input, app_args));
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     let report = worker.map(Worker::stop).transpose();
@@ -318,8 +391,43 @@ fn run_in_region(
     Ok((rendered, seconds, if removed { serde_json::Value::Null } else { json!(path) }))
 }
 
-fn generate(a: GenerateArgs) -> Result<(), MrError> {
-    let (input, args) = apps::generate(&a.app, a.size, a.seed)?;
+/// The run's progress bar, drawn on stderr from the first [`show`] on.
+fn progress_bar() -> ProgressBar {
+    let style = ProgressStyle::with_template("{prefix:>6} [{bar:40}] {pos}/{len} tasks  {msg}")
+        .expect("a valid template")
+        .progress_chars("=> ");
+    ProgressBar::hidden().with_style(style)
+}
+
+/// Shows `p` on `bar`: the phase, its tasks done of all, the job and the workers at work. A
+/// bar is drawn on stderr unless `quiet` (`--json`: a script reads the output, while a
+/// terminal may be watching stderr all the same), and only if stderr is a terminal
+/// (indicatif's own check).
+fn show(bar: &ProgressBar, p: Progress, quiet: bool) {
+    bar.update(|state| {
+        state.set_len(p.tasks);
+        state.set_pos(p.done);
+    });
+    let workers = if p.workers == 1 { "worker" } else { "workers" };
+    bar.set_message(format!("job {} stage {}, {} {workers}", p.job, p.stage, p.workers));
+    let attach = bar.prefix().is_empty() && !quiet;
+    bar.set_prefix(p.phase.name());
+    if attach {
+        // Once its first state is complete. Each setter draws, rate-limited: the tick draws
+        // the latest state even when nothing changes for a while (a job waiting for workers).
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    }
+}
+
+fn generate(a: GenerateArgs, host: &Host) -> Result<(), MrError> {
+    let app = host.apps.find(&a.app)?.name();
+    if apps::find(app).is_err() {
+        return Err(MrError::BadInput(format!(
+            "app {app:?} has no input generator (only the built-in apps have one): write its input yourself"
+        )));
+    }
+    let (input, args) = apps::generate(app, a.size, a.seed)?;
     std::fs::write(&a.output, &input).map_err(|source| MrError::Io {
         path: a.output.clone(),
         action: "write input",
@@ -330,9 +438,10 @@ fn generate(a: GenerateArgs) -> Result<(), MrError> {
     } else {
         let options: Vec<String> = args.iter().map(|arg| format!("--arg '{arg}'")).collect();
         println!(
-            "{}: {} bytes; run with: shoal mr run {} {} {}",
+            "{}: {} bytes; run with: {} run {} {} {}",
             a.output.display(),
             input.len(),
+            host.command,
             a.app,
             a.output.display(),
             options.join(" ")
@@ -344,23 +453,29 @@ fn generate(a: GenerateArgs) -> Result<(), MrError> {
 /// Removes the region file when the run is interrupted (SIGINT, SIGTERM, SIGHUP), so that an
 /// abandoned run leaves no memory behind in /dev/shm; its workers leave by themselves once
 /// they see that their coordinator is gone.
-fn remove_on_interrupt(path: &Path) -> Result<(), MrError> {
+fn remove_on_interrupt(path: &Path, command: &str) -> Result<(), MrError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|source| MrError::Io { path: path.to_path_buf(), action: "watch signals for", source })?;
-    let path = path.to_path_buf();
+    let (path, command) = (path.to_path_buf(), command.to_string());
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
             let _ = std::fs::remove_file(&path);
-            eprintln!("shoal mr: interrupted; removed job region {}", path.display());
+            eprintln!("{command}: interrupted; removed job region {}", path.display());
             std::process::exit(128 + signal);
         }
     });
     Ok(())
 }
 
-/// Starts `n` `shoal mr worker` processes on the region at `path`.
-fn spawn_workers(path: &Path, n: usize, threads: usize, lease_ms: u64) -> Result<Vec<Child>, MrError> {
+/// Starts `n` worker processes of this program (`shoal mr worker`) on the region at `path`.
+fn spawn_workers(
+    host: &Host,
+    path: &Path,
+    n: usize,
+    threads: usize,
+    lease_ms: u64,
+) -> Result<Vec<Child>, MrError> {
     let exe = std::env::current_exe().map_err(|source| MrError::Io {
         path: "shoal".into(),
         action: "find",
@@ -369,14 +484,8 @@ fn spawn_workers(path: &Path, n: usize, threads: usize, lease_ms: u64) -> Result
     (0..n)
         .map(|_| {
             Command::new(&exe)
-                .args([
-                    "mr",
-                    "worker",
-                    "--threads",
-                    &threads.to_string(),
-                    "--lease-ms",
-                    &lease_ms.to_string(),
-                ])
+                .args(host.prefix)
+                .args(["worker", "--threads", &threads.to_string(), "--lease-ms", &lease_ms.to_string()])
                 .arg(path)
                 .stdout(Stdio::null())
                 .spawn()
@@ -385,16 +494,17 @@ fn spawn_workers(path: &Path, n: usize, threads: usize, lease_ms: u64) -> Result
         .collect()
 }
 
-fn worker(a: WorkerArgs) -> Result<(), MrError> {
+fn worker(a: WorkerArgs, host: &Host) -> Result<(), MrError> {
     let region = Arc::new(JobRegion::attach(&a.region, false)?);
     let started = Instant::now();
     let report = Worker::start(
         region,
         WorkerOptions {
+            apps: host.apps.clone(),
             threads: threads(a.threads),
             lease_ms: a.lease_ms,
             max_tasks: a.max_tasks,
-            hold_ms: 0,
+            hold_ms: a.hold_ms,
             fixed: false,
         },
     )

@@ -1,8 +1,9 @@
-//! `shoal route …`: the routing core (`shoal-route`) from the command line, so that scripts
-//! and tests can ask which server of a pool owns a key.
+//! `shoal route …` (feature `cli`): the routing core from the command line, so that scripts
+//! and tests can ask which server of a pool owns a key. The `shoal` program parses it into
+//! [`RouteArgs`] and calls [`run`].
 
+use crate::{validate_key, Hashing, Placement, Server};
 use clap::{Args, Subcommand};
-use shoal_route::{validate_key, Hashing, Placement, Server};
 use std::ffi::OsString;
 use std::io::{BufWriter, Read, Write};
 use std::os::unix::ffi::OsStrExt;

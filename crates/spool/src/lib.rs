@@ -1,16 +1,25 @@
-//! Reliable deletes: a spool file per destination, written before anyone is told the deletes
-//! are taken, and delivered from there, in order, by a thread per destination that waits out
-//! the destination's absence. Used by the router (`AllAsyncRoute` and broadcast deletes) and
-//! the invalidator (every delete it sends). A process killed at any moment loses nothing: the
-//! file is on disk (a `kill -9` keeps what was written; [`Spools::durable`] also survives the
-//! machine going down) and the delivered offset is recorded after every acknowledgement, so a
-//! restarted process delivers the rest (a delete may be sent twice; a delete is idempotent).
+//! # shoal-spool: reliable deletes, a spool file per destination
+//!
+//! A spool file per destination, written before anyone is told the deletes are taken, and
+//! delivered from there, in order, by a thread per destination that waits out the
+//! destination's absence. Used by the router (`AllAsyncRoute` and broadcast deletes) and the
+//! invalidator (every delete it sends). A process killed at any moment loses nothing: the file
+//! is on disk (a `kill -9` keeps what was written; [`Spools::open_with`]'s `durable` also
+//! survives the machine going down) and the delivered offset is recorded after every
+//! acknowledgement, so a restarted process delivers the rest (a delete may be sent twice; a
+//! delete is idempotent). It needs nothing but the standard library: it speaks just enough of
+//! memcached's protocol to send pipelined deletes and read their one-line answers.
 //!
 //! ```text
-//!   append_batch(dest, "delete a\r\ndelete b\r\n", 2, stamp)   "<len> <answers> <stamp>\n<bytes>"
-//!                                 │ wake
-//!   delivery thread (one per destination) ──► connect, send the record, read its answers
-//!        every answer DELETED / NOT_FOUND / HD / NF ──► offset recorded, observer told
+//!   router / invalidator: append_batch(dest, "delete a\r\ndelete b\r\n", 2, stamp)
+//!        │ one record, appended under the spool's lock (durable: fsync'd)
+//!        ▼
+//!   <dir>/<dest>.spool  "<len> <answers> <stamp>\n<bytes>" …   <dest>.address: where it goes
+//!        │ wake
+//!        ▼
+//!   delivery thread (one per destination) ──► connect, send the records, read their answers
+//!        every answer DELETED / NOT_FOUND / HD / NF ──► <dest>.offset written, observer told
+//!        any other answer, a timeout, a broken connection ──► sent again 250 ms later
 //!        file drained ──► truncated to 0 (under the same lock as appends)
 //! ```
 //!
@@ -18,6 +27,17 @@
 //! a broken connection sends it again. Records queued behind each other (a destination that
 //! is behind) go out together, up to 64 in one write.
 //! Records written by earlier builds (`<len>\n<bytes>`) read as one answer, stamp 0.
+//!
+//! A destination that missed invalidations while it was down ([`Spools::append_missed`]) is
+//! *behind* until its spool drains: a router sends it no reads meanwhile. A spool left by an
+//! earlier run with anything undelivered counts as behind too.
+//!
+//! A spool left by an earlier run is checked before it is used: one with a record that does
+//! not parse, or whose `.address` names another destination than its file name says, is
+//! refused: set aside as `<file>.refused` (or `.refused.1`, …: nothing in it is deleted, nothing
+//! set aside before is overwritten) with an error naming it, and the destination starts a new
+//! spool. The bytes of a record cut short by a kill mid-append (no caller was told it was
+//! taken) are appended to `<file>.torn`, said so.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -25,7 +45,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -56,6 +76,8 @@ struct Spool {
     wake: Condvar,
     /// Deletes written and not yet acknowledged.
     pending: AtomicU64,
+    /// The destination missed invalidations and its spool has not drained since.
+    behind: AtomicBool,
 }
 
 /// Every destination's spool, in one directory.
@@ -72,6 +94,12 @@ pub struct Spools {
     pub delivered: AtomicU64,
     /// Deliveries a destination answered with something other than an acknowledgement.
     pub refused: AtomicU64,
+    /// Appends refused because the spool was full.
+    pub full: AtomicU64,
+    /// Spool files left by an earlier run that were refused (set aside) as damaged or foreign.
+    pub files_refused: AtomicU64,
+    /// Spools that are behind (so that asking costs no lock while none is).
+    behind: AtomicU64,
 }
 
 impl std::fmt::Debug for Spools {
@@ -114,15 +142,106 @@ impl Spools {
             spools: Mutex::new(HashMap::new()),
             delivered: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            full: AtomicU64::new(0),
+            files_refused: AtomicU64::new(0),
+            behind: AtomicU64::new(0),
         });
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "address") {
-                let address = std::fs::read_to_string(&path)?.trim().to_string();
-                spools.spool(&address)?;
+            if !path.exists() {
+                continue; // set aside with its pair earlier in this loop
+            }
+            let extension = path.extension().and_then(|e| e.to_str());
+            let result = match extension {
+                Some("address") => spools.resume(&path),
+                Some("spool") if !path.with_extension("address").exists() => Err(format!(
+                    "{} has no .address file beside it: nobody knows where it goes",
+                    path.display()
+                )),
+                _ => Ok(()),
+            };
+            if let Err(why) = result {
+                // The process keeps running: the file is set aside for an operator.
+                spools.files_refused.fetch_add(1, Ordering::Relaxed);
+                let spool = path.with_extension("spool");
+                let aside = set_aside(&spool, "refused");
+                let _ =
+                    std::fs::rename(path.with_extension("address"), spool.with_extension("address.refused"));
+                let _ = std::fs::remove_file(offset_path(&spool));
+                eprintln!("{owner}: refused the spool file {}: {why}; {aside}", spool.display());
             }
         }
         Ok(spools)
+    }
+
+    /// Checks and takes up the spool an earlier run left, named by its `.address` file.
+    fn resume(self: &Arc<Self>, address_path: &Path) -> Result<(), String> {
+        let address = std::fs::read_to_string(address_path).map_err(|e| e.to_string())?.trim().to_string();
+        let path = address_path.with_extension("spool");
+        if path.file_name().and_then(|n| n.to_str()) != Some(&file_name(&address)) {
+            return Err(format!("it is for {address:?}, whose spool file would be {}", file_name(&address)));
+        }
+        let length = std::fs::metadata(&path).map_or(0, |m| m.len());
+        // An offset past the end (left by an older build) is [`Spools::spool`]'s to reset.
+        let offset = Some(read_offset(&path)).filter(|&o| o <= length).unwrap_or(0);
+        let (_, end) = complete_records(&path, offset);
+        if end == u64::MAX {
+            return Err(damaged_message(offset));
+        }
+        if length > end {
+            // A record cut short by a kill mid-append: nobody was told it was taken.
+            let torn = std::fs::read(&path).map_err(|e| e.to_string())?;
+            let aside = path.with_extension("spool.torn");
+            // Appended: bytes set aside by an earlier start stay.
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&aside)
+                .and_then(|mut f| f.write_all(&torn[end as usize..]))
+                .map_err(|e| e.to_string())?;
+            OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(end))
+                .map_err(|e| e.to_string())?;
+            eprintln!(
+                "{}: {}: its last record was cut short by a kill while it was written (no caller was told \
+                 it was taken); its {} bytes are set aside in {}",
+                self.owner,
+                path.display(),
+                length - end,
+                aside.display()
+            );
+        }
+        let spool = self.spool(&address).map_err(|e| e.to_string())?;
+        if spool.pending.load(Ordering::Relaxed) > 0 {
+            self.mark_behind(&spool);
+        }
+        Ok(())
+    }
+
+    /// Appends a delete `address` missed (it is down): it is behind until its spool drains.
+    pub fn append_missed(self: &Arc<Self>, address: &str, request: &[u8]) -> std::io::Result<()> {
+        self.append(address, request)?;
+        // Marked after the record is in: a drain seen before it would clear the mark again.
+        self.mark_behind(&*self.spool(address)?);
+        Ok(())
+    }
+
+    fn mark_behind(&self, spool: &Spool) {
+        if !spool.behind.swap(true, Ordering::AcqRel) {
+            self.behind.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether `address` missed invalidations that are not delivered yet (or a spool an earlier
+    /// run left for it is not drained yet).
+    pub fn is_behind(&self, address: &str) -> bool {
+        if self.behind.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let map = self.spools.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(address).is_some_and(|s| s.behind.load(Ordering::Acquire))
     }
 
     /// Appends one request for `address` (answered by one line); refused when its spool is full.
@@ -144,6 +263,7 @@ impl Spools {
         let length = file.metadata()?.len();
         let mut record = format!("{} {answers} {stamp}\n", requests.len()).into_bytes();
         if length + record.len() as u64 + requests.len() as u64 > self.max_bytes {
+            self.full.fetch_add(1, Ordering::Relaxed);
             return Err(std::io::Error::other(format!(
                 "spool of {address} is full ({} bytes): the destination has been unreachable too long",
                 self.max_bytes
@@ -189,6 +309,7 @@ impl Spools {
             file: Mutex::new(file),
             wake: Condvar::new(),
             pending: AtomicU64::new(0),
+            behind: AtomicBool::new(false),
         });
         let length = spool.file.lock().unwrap_or_else(|p| p.into_inner()).metadata()?.len();
         // An offset past the end was left by an older build that truncated before resetting it.
@@ -211,6 +332,26 @@ impl Spools {
             .spawn(move || deliver(&spools, &delivering))
             .map_err(std::io::Error::other)?;
         Ok(spool)
+    }
+}
+
+/// Why a spool cannot be read past `offset`.
+fn damaged_message(offset: u64) -> String {
+    format!("damaged: a record from byte {offset} on has a header that does not parse")
+}
+
+/// Renames `path` to `<path>.<suffix>` (`.<suffix>.1`, … if taken: nothing set aside before is
+/// overwritten) and says where it went (or why it could not).
+fn set_aside(path: &Path, suffix: &str) -> String {
+    let named = |n: usize| {
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(if n == 0 { format!(".{suffix}") } else { format!(".{suffix}.{n}") });
+        PathBuf::from(aside)
+    };
+    let aside = (0..).map(named).find(|p| !p.exists()).expect("a free name");
+    match std::fs::rename(path, &aside) {
+        Ok(()) => format!("set aside, undelivered, as {}; a new spool starts", aside.display()),
+        Err(e) => format!("could not set it aside as {}: {e}", aside.display()),
     }
 }
 
@@ -264,7 +405,7 @@ fn record_at(file: &mut File, offset: u64) -> std::io::Result<Option<Record>> {
     if reader.read_line(&mut header)? == 0 || !header.ends_with('\n') {
         return Ok(None);
     }
-    let damaged = || std::io::Error::other(format!("spool damaged at byte {offset}"));
+    let damaged = || std::io::Error::other(damaged_message(offset));
     let mut fields = header.split_ascii_whitespace().map(|f| f.parse::<u64>());
     let length = fields.next().ok_or_else(damaged)?.map_err(|_| damaged())?;
     let answers = fields.next().unwrap_or(Ok(1)).map_err(|_| damaged())?;
@@ -351,7 +492,7 @@ fn deliver(spools: &Spools, spool: &Spool) {
         let next = match record_at(&mut reader, offset) {
             Ok(next) => next,
             Err(e) => {
-                eprintln!("{owner}: {e}; {} is left for an operator", spool.path.display());
+                eprintln!("{owner}: spool {}: {e}; it is left for an operator", spool.path.display());
                 return;
             }
         };
@@ -367,6 +508,10 @@ fn deliver(spools: &Spools, spool: &Spool) {
                 }
             }
             if length == offset {
+                // Drained (under the appends' lock, so nothing missed is in flight): caught up.
+                if spool.behind.swap(false, Ordering::AcqRel) {
+                    spools.behind.fetch_sub(1, Ordering::AcqRel);
+                }
                 let _ = spool.wake.wait_timeout(file, RETRY_EVERY);
             }
             continue;
