@@ -184,10 +184,7 @@ impl Spools {
         let length = std::fs::metadata(&path).map_or(0, |m| m.len());
         // An offset past the end (left by an older build) is [`Spools::spool`]'s to reset.
         let offset = Some(read_offset(&path)).filter(|&o| o <= length).unwrap_or(0);
-        let (_, end) = complete_records(&path, offset);
-        if end == u64::MAX {
-            return Err(damaged_message(offset));
-        }
+        let (_, end) = scan(&path, offset)?;
         if length > end {
             // A record cut short by a kill mid-append: nobody was told it was taken.
             let torn = std::fs::read(&path).map_err(|e| e.to_string())?;
@@ -370,6 +367,18 @@ fn write_offset(path: &Path, offset: u64) -> std::io::Result<()> {
     std::fs::rename(temporary, offset_path(path))
 }
 
+/// What the spool file at `path` holds from `offset` on, read as a starting router or
+/// invalidator reads a file an earlier run left: the deletes in its complete records and where
+/// the last of them ends (bytes after that are an append a kill cut short), or why the file is
+/// refused. At most one record (64 MiB) is in memory at a time. The `spool_file` fuzz target
+/// reads arbitrary files through it.
+pub fn scan(path: &Path, offset: u64) -> Result<(u64, u64), String> {
+    match complete_records(path, offset) {
+        (_, u64::MAX) => Err(damaged_message(offset)),
+        found => Ok(found),
+    }
+}
+
 /// Deletes in the complete records from `offset` on, and where the last of them ends
 /// (`u64::MAX` when a damaged record follows: that is for an operator, not for truncation).
 fn complete_records(path: &Path, offset: u64) -> (u64, u64) {
@@ -413,7 +422,9 @@ fn record_at(file: &mut File, offset: u64) -> std::io::Result<Option<Record>> {
     let (Ok(length), Ok(answers)) = (usize::try_from(length), u32::try_from(answers)) else {
         return Err(damaged());
     };
-    if length > 64 << 20 {
+    // Each answer is to a request of at least one byte: a header claiming more answers than
+    // bytes would have the delivery wait for answers that never come.
+    if length > 64 << 20 || answers as usize > length {
         return Err(damaged());
     }
     let mut requests = vec![0; length];

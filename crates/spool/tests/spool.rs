@@ -125,3 +125,20 @@ fn a_full_spool_refuses_and_says_whose_it_is() {
     assert_eq!(spools.depths(), [(address.to_string(), 1)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_file_is_scanned_record_by_record_and_a_header_that_cannot_be_is_refused() {
+    let dir = scratch("scan");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("a.spool");
+    // Two complete records, then an append a kill cut short.
+    std::fs::write(&path, b"10 1 7\ndelete a\r\n10 1 8\ndelete b\r\n10 1 9\ndel").unwrap();
+    assert_eq!(shoal_spool::scan(&path, 0), Ok((2, 34)));
+    assert_eq!(shoal_spool::scan(&path, 17), Ok((1, 34)));
+    // More answers than bytes to answer: the delivery would wait for ever.
+    std::fs::write(&path, b"1 5 0\nx").unwrap();
+    assert!(shoal_spool::scan(&path, 0).unwrap_err().contains("damaged"));
+    std::fs::write(&path, b"ten 1 0\ndelete a\r\n").unwrap();
+    assert!(shoal_spool::scan(&path, 0).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
