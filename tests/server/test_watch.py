@@ -8,15 +8,19 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness import Server, read_until, talk  # noqa: E402
+from harness import Server, read_until  # noqa: E402
 
 SERVERS = [Server.memcached, Server.shoal]
 
 
-def watcher(server, kinds: bytes):
+def watch(server, kinds: bytes) -> "Log":
+    """A watcher of `kinds`. Its `OK` and the first log lines can arrive in one read (a
+    connection event is logged as soon as the watch starts), so what follows `OK` is kept."""
     sock = server.connect(timeout=10)
-    assert talk(sock, b"watch " + kinds + b"\r\n") == b"OK\r\n"
-    return sock
+    sock.sendall(b"watch " + kinds + b"\r\n")
+    log = Log(sock)
+    assert log.raw_line() == b"OK\r", "the watch starts"
+    return log
 
 
 class Log:
@@ -25,15 +29,22 @@ class Log:
     PREFIX = re.compile(r"ts=\d+\.\d+ gid=\d+ ")
 
     def __init__(self, sock):
-        self.sock, self.pending = sock, []
+        self.sock, self.buffer = sock, b""
+
+    def raw_line(self) -> bytes:
+        """The next line as it came, without its `\\n` (log lines end in `\\n` alone)."""
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(1 << 20)
+            assert chunk, f"the watcher was closed after {self.buffer!r}"
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
 
     def next(self, about: str = "") -> str:
         """The next line containing `about`: lines of connections an earlier step left (the
         harness's own readiness probe, closed a moment before) are passed over."""
         while True:
-            while not self.pending:
-                self.pending = read_until(self.sock, b"\n").decode().splitlines()
-            line = self.pending.pop(0)
+            line = self.raw_line().decode()
             assert self.PREFIX.match(line), line
             if about in line:
                 return self.PREFIX.sub("", line, count=1)
@@ -42,7 +53,7 @@ class Log:
 @pytest.mark.parametrize("start", SERVERS, ids=["memcached", "shoal"])
 def test_connevents_log_each_connection_opened_and_why_it_closed(start):
     with start() as server:
-        log = Log(watcher(server, b"connevents"))
+        log = watch(server, b"connevents")
         for request, reason in [(b"quit\r\n", "normal"), (b"GET / HTTP/1.1\r\n", "error")]:
             client = server.connect()
             rport = client.getsockname()[1]
@@ -68,7 +79,7 @@ def test_connevents_log_each_connection_opened_and_why_it_closed(start):
 @pytest.mark.parametrize("start", SERVERS, ids=["memcached", "shoal"])
 def test_fetchers_see_the_lookup_a_store_makes_first(start):
     with start() as server:
-        log = Log(watcher(server, b"fetchers"))
+        log = watch(server, b"fetchers")
         client = server.connect()
         for request in [b"set wk 0 0 4\r\nvbar\r\n", b"add wk 0 0 5\r\nvbar2\r\n", b"get wk\r\n"]:
             client.sendall(request)
