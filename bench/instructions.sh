@@ -42,6 +42,7 @@
 #                    ROWS='^get, 1 ' REQUESTS=20000 RUNS=1 for a short run
 #   IDLE_SECS        seconds of each idle measurement (default 3)
 #   MEMCACHED        the memcached binary (default /usr/bin/memcached)
+#   SHOAL_FLAGS      more flags for every `shoal server` (e.g. '-o hotkeys=0', for an A/B)
 # Needs valgrind, strace, memcached, nutcracker, jq and python3 (scripts/test.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -130,7 +131,8 @@ launch() {
   local -a command
   case $name in
     memcached) command=("$memcached" -p "$port" -U 0 -l 127.0.0.1 -t 1 -m "$memory_mb" "${as_root[@]}") ;;
-    shoal) command=("$shoal" server -p "$port" -U 0 -l 127.0.0.1 -t 1 -m "$memory_mb") ;;
+    shoal) read -ra extra <<<"${SHOAL_FLAGS:-}"
+      command=("$shoal" server -p "$port" -U 0 -l 127.0.0.1 -t 1 -m "$memory_mb" "${extra[@]}") ;;
     twemproxy)
       sed "s/@PORT@/$port/" "$out/nutcracker.yml.in" >"$out/nutcracker-$port.yml"
       command=(nutcracker -c "$out/nutcracker-$port.yml" -s "$(free_port)") ;;
@@ -294,7 +296,7 @@ for run in $(seq "$runs"); do
 done
 
 command_line=
-for var in SHOAL REQUESTS STRACE_REQUESTS RUNS ROWS IDLE_SECS MEMCACHED; do
+for var in SHOAL SHOAL_FLAGS REQUESTS STRACE_REQUESTS RUNS ROWS IDLE_SECS MEMCACHED; do
   [ -z "${!var:-}" ] || command_line+="$var='${!var}' "
 done
 command_line+=bench/instructions.sh

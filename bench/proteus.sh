@@ -3,7 +3,7 @@
 # PostgreSQL) whose rate rises and falls like a day compressed into minutes, through
 # `shoal router` to 8 `shoal server`s with a small -m that `shoal provision` turns on and off
 # one at a time as the load needs. Four runs, each from empty servers on the same schedule:
-#   modulo            the router's pool cut to the servers on, modulo hashing
+#   modulo            the router's pool cut to the servers on (the state file), modulo hashing
 #   ketama            the same with libmemcached's weighted ketama
 #   proteus           Proteus placement, servers turned on and off without smooth transitions
 #   proteus-digests   Proteus with its transitions: old owners asked (through their digests)
@@ -55,12 +55,12 @@ for _ in $(seq "$servers"); do addresses+=("127.0.0.1:$(free_port)"); done
 list=$(printf '"%s",' "${addresses[@]}"); list=${list%,}
 for variant in "${variants[@]}"; do
   case $variant in
-    modulo) hash=modulo announce=servers ;;
-    ketama) hash=ketama_weighted announce=servers ;;
+    modulo) hash=modulo announce=active ;;
+    ketama) hash=ketama_weighted announce=active ;;
     proteus) hash=proteus announce=active ;;
     proteus-digests) hash=proteus announce=transition ;;
   esac
-  echo "{ \"pools\": { \"A\": { \"servers\": [$list], \"server_timeout\": 500 } },
+  echo "{ \"pools\": { \"A\": { \"servers\": [$list], \"server_timeout\": 500, \"provisioning\": \"$variant.provision.json\" } },
     \"route\": { \"type\": \"PoolRoute\", \"pool\": \"A\", \"hash\": \"$hash\" } }" >"$out/$variant.router.json"
   port=$(free_port)
   taskset -c 0 target/release/shoal router -f "$out/$variant.router.json" -p "$port" -l 127.0.0.1 -t 1 \

@@ -38,6 +38,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r tests/requirements.txt
+# tests/packaging builds the Debian package with cargo-deb (a pinned version, built once).
+command -v cargo-deb >/dev/null || cargo install cargo-deb --locked --version 3.8.0
 # tests/exporter builds Prometheus's memcached_exporter from its Go module (into target/).
 command -v go >/dev/null || { echo "need Go (go version): tests/exporter builds memcached_exporter" >&2; exit 1; }
 

@@ -2,12 +2,16 @@
 //! it, opening and draining it, and applying its locations to a region, must not panic,
 //! must read at most one ring of entries per drain, and must leave every stored item readable.
 //!
-//! Input: the area's contents (padded or cut to its size), then drained twice.
+//! Sampled reads (version 3) too: draining them must read at most one ring per drain, and
+//! decode whatever the records say without panicking.
+//!
+//! Input: the area's contents (padded or cut to its size; the same bytes again at the start of
+//! the sampled reads' section, so short inputs reach its head and ring), then drained twice.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_region::hints::{HintsReader, HINTS_BYTES, RING_ENTRIES};
+use shoal_region::hints::{HintsReader, SampledRead, HINTS_BYTES, RING_ENTRIES, SAMPLE_ENTRIES};
 use shoal_region::{Config, Writer};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -34,6 +38,9 @@ fn area(bytes: &[u8]) -> std::fs::File {
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
     let mut contents = bytes.to_vec();
     contents.resize(HINTS_BYTES, 0);
+    let samples = HINTS_BYTES - SAMPLE_ENTRIES * 16 - 64;
+    let n = bytes.len().min(HINTS_BYTES - samples);
+    contents[samples..samples + n].copy_from_slice(&bytes[..n]);
     file.write_all(&contents).unwrap();
     // SAFETY: fcntl on a descriptor we own, with an integer argument.
     assert_eq!(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) }, 0);
@@ -45,7 +52,16 @@ fuzz_target!(|bytes: &[u8]| {
     let file = area(bytes);
     let path = format!("/proc/self/fd/{}", file.as_raw_fd());
     let Ok(mut reader) = HintsReader::open(std::path::Path::new(&path)) else { return };
+    let mut samples = reader.samples();
     for _ in 0..2 {
+        if let Some(samples) = samples.as_mut() {
+            let drained = samples.drain(|_, read| {
+                if let Some(SampledRead::Hit { bytes, .. }) = read {
+                    assert!(bytes < 1 << 24);
+                }
+            });
+            assert!(drained.read <= SAMPLE_ENTRIES as u64);
+        }
         let mut entries = 0;
         reader.drain(|location| {
             entries += 1;

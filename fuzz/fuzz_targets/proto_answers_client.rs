@@ -2,7 +2,8 @@
 //! after another with the shared answer framer (`shoal_proto::frame_within`), then reads each
 //! framed answer's `VALUE` blocks, meta line or `STAT` lines. An answer found must be found in
 //! exactly its own bytes (one byte less is incomplete, more change nothing), within the bounds
-//! given; what it holds must read back without a panic and agree with the frame.
+//! given, and found alike by a `Framer` that gets the bytes a few at a time; what it holds
+//! must read back without a panic and agree with the frame.
 //!
 //! Input: a selector byte per answer (its shape), up to the first 0xff, then the bytes the
 //! server sent.
@@ -11,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use shoal_proto::answer::{blocks, lines, stat, ValueHeader};
-use shoal_proto::{frame_within, Frame, Limits, Shape};
+use shoal_proto::{frame_within, Frame, Framer, Limits, Shape};
 
 /// Small bounds, so that the fuzzer reaches them.
 const LIMITS: Limits = Limits { line: 256, value: 4096, stat_lines: 16 };
@@ -26,6 +27,16 @@ fuzz_target!(|data: &[u8]| {
         assert!(answer <= len && len <= rest.len(), "{answer} ≤ {len} ≤ {}", rest.len());
         assert_eq!(frame_within(&rest[..len], shape, &LIMITS).ok(), Some(Some(Frame { len, answer })));
         assert!(matches!(frame_within(&rest[..len - 1], shape, &LIMITS), Ok(None)), "one byte short");
+        // A framer handed the answer a few bytes per read (as a connection gets it) finds the
+        // same frame, resuming where each read's framing stopped.
+        let step = 1 + usize::from(which / 4);
+        let mut framer = Framer::default();
+        let mut cut = 0;
+        while cut < len {
+            cut = (cut + step).min(len);
+            let found = framer.frame(&rest[..cut], shape, &LIMITS).ok();
+            assert_eq!(found, Some((cut == len).then_some(Frame { len, answer })), "resumed at {cut}");
+        }
         let found = &rest[..answer];
         match shape {
             Shape::Values => {

@@ -42,13 +42,29 @@ SHOAL_OWN = ["index_evictions", "segments", "segments_free", "segment_bytes", "i
              "segments_evicted", "segments_reclaimed"]
 
 
-def test_stats_lists_every_field_of_memcached_in_its_order_then_shoals_own():
-    for extra in ([], ["-o", "idle_timeout=600"]):
+def test_stats_lists_every_field_of_memcached_in_its_order():
+    # memcached prints its crawler's, maintainer's and page mover's counters only while those
+    # are on (`no_modern` turns all three off); Shoal's own fields are in `stats shoal`.
+    for extra in ([], ["-o", "idle_timeout=600"], ["-o", "no_lru_crawler,no_lru_maintainer"],
+                  ["-o", "no_modern"], ["-o", "no_modern,lru_crawler,slab_reassign"]):
         with Server.memcached(*extra) as memcached, memcached.connect() as m, \
                 Server.shoal(*extra) as shoal, shoal.connect() as s:
             expected, got = list(stats(m)), list(stats(s))
-            assert got == expected + SHOAL_OWN, (extra, [n for n in expected if n not in got])
-            assert ("idle_kicks" in got) == bool(extra)
+            assert got == expected, (extra, [n for n in expected if n not in got],
+                                     [n for n in got if n not in expected])
+            assert ("idle_kicks" in got) == (extra == ["-o", "idle_timeout=600"])
+            assert list(stats(s, "shoal")) == SHOAL_OWN
+            m.sendall(b"stats shoal\r\n")
+            assert read_until(m, b"\r\n") == b"ERROR\r\n", "an extension memcached does not have"
+
+
+def test_a_delimiter_turns_detail_on_and_names_the_prefix_end():
+    for server in (Server.memcached, Server.shoal):
+        with server("-D", "|") as srv, srv.connect() as sock:
+            settings = stats(sock, "settings")
+            assert (settings["stat_key_prefix"], settings["detail_enabled"]) == ("|", "yes")
+            sock.sendall(b"set a:b|c 0 0 1\r\nx\r\nstats detail dump\r\n")
+            assert read_until(sock, b"END\r\n") == b"STORED\r\nPREFIX a:b get 0 hit 0 set 1 del 0\r\nEND\r\n"
 
 
 def conns(sock):

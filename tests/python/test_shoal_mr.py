@@ -18,6 +18,7 @@ from collections import Counter
 import pytest
 
 import shoal.mr
+import shoal.mr.wordcount
 from harness import SHOAL
 
 WORDCOUNT = {"map": "shoal.mr.wordcount:map", "combine": "shoal.mr.wordcount:combine"}
@@ -41,6 +42,11 @@ def hanging_map(piece):
 
 def raising_combine(a, b):
     raise KeyError("no combining")
+
+
+def slow_map(piece):
+    time.sleep(0.01)  # the map phase lasts past the coordinator's first polls
+    return shoal.mr.wordcount.map(piece)
 
 
 @pytest.fixture
@@ -139,6 +145,22 @@ def _running(region):
     except shoal.mr.MapReduceError:
         return None  # not created yet
     return next((j for j in jobs if j["state"] == "running"), None)
+
+
+def test_progress_is_reported_phase_by_phase(text):
+    path, expected = text
+    reports = []
+    result = shoal.mr.run(path, map=f"{__name__}:slow_map", combine=WORDCOUNT["combine"], workers=2,
+                          split_bytes=16 << 10, progress=reports.append)
+    assert result == expected
+    phases = [r["phase"] for r in reports]
+    assert phases and phases[0] == "map" and phases == sorted(phases), reports  # map, then reduce
+    for phase in set(phases):
+        of_phase = [r for r in reports if r["phase"] == phase]
+        assert len({r["tasks"] for r in of_phase}) == 1, of_phase
+        assert [r["done"] for r in of_phase] == sorted(r["done"] for r in of_phase), of_phase
+        assert all(0 <= r["done"] <= r["tasks"] and 0 <= r["workers"] <= 2 for r in of_phase), of_phase
+    assert reports[0]["tasks"] > 1, "the job has several map tasks"
 
 
 def test_a_map_that_raises_fails_the_job_with_its_traceback(tmp_path):

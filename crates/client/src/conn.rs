@@ -3,7 +3,7 @@
 //! within the client's bounds.
 
 use crate::error::{Error, Result};
-use shoal_proto::{frame_within, Limits, Shape, MAX_VALUE_BYTES};
+use shoal_proto::{Framer, Limits, Shape, MAX_VALUE_BYTES};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
@@ -62,6 +62,8 @@ pub struct Connection {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// How far the answer at `start` is framed, across reads.
+    framer: Framer,
 }
 
 impl Connection {
@@ -106,13 +108,13 @@ impl Connection {
                 Stream::Unix(s)
             }
         };
-        Ok(Connection { stream, buf: vec![0; 16 << 10], start: 0, end: 0 })
+        Ok(Connection { stream, buf: vec![0; 16 << 10], start: 0, end: 0, framer: Framer::default() })
     }
 
     /// A connection that reads `answer` and then ends: the answer parsers serve datagrams too.
     pub fn finished(answer: Vec<u8>) -> Connection {
         let end = answer.len();
-        Connection { stream: Stream::Finished, buf: answer, start: 0, end }
+        Connection { stream: Stream::Finished, buf: answer, start: 0, end, framer: Framer::default() }
     }
 
     /// Sends `request` whole.
@@ -156,13 +158,19 @@ impl Connection {
     /// [`Connection::answer`] within `limits`: an answer past them is a protocol error.
     pub fn answer_within(&mut self, shape: Shape, limits: &Limits) -> Result<&[u8]> {
         loop {
-            match frame_within(&self.buf[self.start..self.end], shape, limits) {
+            match self.framer.frame(&self.buf[self.start..self.end], shape, limits) {
                 Ok(Some(frame)) => {
                     let answer = self.start..self.start + frame.answer;
                     self.start += frame.len;
                     return Ok(&self.buf[answer]);
                 }
-                Ok(None) => self.fill()?,
+                Ok(None) => {
+                    if let Err(e) = self.fill() {
+                        // A caller that goes on after an error may ask for another shape.
+                        self.framer.reset();
+                        return Err(e);
+                    }
+                }
                 Err(garbage) => return Err(Error::Protocol(garbage.to_string())),
             }
         }
@@ -246,7 +254,16 @@ mod tests {
     /// A connection whose server is the returned socket.
     fn connection_to_fake_server() -> (Connection, UnixStream) {
         let (client, server) = UnixStream::pair().unwrap();
-        (Connection { stream: Stream::Unix(client), buf: vec![0; 16], start: 0, end: 0 }, server)
+        (
+            Connection {
+                stream: Stream::Unix(client),
+                buf: vec![0; 16],
+                start: 0,
+                end: 0,
+                framer: Framer::default(),
+            },
+            server,
+        )
     }
 
     #[test]

@@ -9,13 +9,20 @@
 //! server clock in the header has moved within [`STALE_CLOCK`] (the server publishes it every
 //! 100 ms when the second changes; a server that hangs stops moving it). Otherwise the client
 //! drops the region and asks the server again, over a new connection.
+//!
+//! Every local read is also screened for the server's hit-ratio curve (issue 27): its key's
+//! curve hash (`shoal_curves::KeyHash`, the hash the server screens network gets with) against
+//! the sampling threshold the server publishes in the region's header; a read in the sample,
+//! hit or miss, is queued in the hints area for the tenant's curve. An unsampled read costs the
+//! hash and a compare; with curves off (threshold 0) not even the hash.
 
 use crate::client::{Item, ItemRef};
 use crate::conn::Connection;
 use crate::error::Result;
+use shoal_curves::KeyHash;
 use shoal_proto::handoff;
 use shoal_proto::Shape;
-use shoal_region::hints::HintsWriter;
+use shoal_region::hints::{HintsWriter, SampledRead};
 use shoal_region::layout::COOKIE_OFFSET;
 use shoal_region::{Lookup, Reader};
 use std::os::unix::ffi::OsStrExt;
@@ -145,6 +152,13 @@ impl Local {
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
         let (lookup, location) = self.reader.get_located(key, &mut self.value).ok()?;
         self.hints.record(&lookup, location, self.reader.clock());
+        let threshold = self.reader.curve_threshold();
+        if threshold != 0 {
+            let hash = KeyHash::of(key);
+            if hash.spatial() < u64::from(threshold) {
+                self.hints.record_sampled(hash.raw(), SampledRead::of(&lookup, key.len()));
+            }
+        }
         Some(match lookup {
             Lookup::Hit(info) => {
                 let cas = if self.cas_enabled { info.cas } else { 0 };

@@ -3,7 +3,8 @@
 //! Owns the daemons that reshape a serving cluster (docs/design/proteus.md, tenants.md). The
 //! **provisioner** (`shoal provision`, Proteus): it follows a load signal and turns the
 //! servers of a power-proportional pool on and off, one at a time, in the pool's fixed order,
-//! announcing each transition to the routers through their configuration files.
+//! announcing each transition through the state files routers and clients follow (a router's
+//! configuration names its file; the provisioner never writes a router's configuration).
 //!
 //! ```text
 //!  load signal ── servers' `stats` (cmd_get + cmd_set per second) or a schedule file
@@ -14,8 +15,8 @@
 //!       │                                                                │
 //!       │  on:  start server n+1 (--spawn), wait until it answers ───────┤
 //!       ▼                                                                ▼
-//!  State file {active, transition {from, until}} ──► every router config's pool: "active",
-//!       │                                            "transition" (the router reloads it)
+//!  State file {active, transition {from, until}} ──► and each state file a router config's
+//!       │                                            pool names ("provisioning"; it reloads)
 //!       └─ after the drain period: transition over; off: stop the server (--spawn)
 //! ```
 //!

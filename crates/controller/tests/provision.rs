@@ -1,6 +1,6 @@
 //! `shoal provision` end to end: it starts and stops real `shoal server`s in the pool's order
 //! as a schedule's load falls and rises, and a real `shoal router` follows every transition
-//! from its configuration file.
+//! from the state file its configuration names (the configuration itself is never written).
 
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
@@ -37,10 +37,22 @@ fn router_config(servers: &[String]) -> String {
     )
 }
 
+/// A router configuration as an operator writes one: comments, keys in no sorted order, a
+/// trailing comma, and the state file the pool follows.
+fn commented_router_config(servers: &[String]) -> String {
+    let list = servers.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
+    format!(
+        "// The cache tier: turned on and off by shoal provision.\n\
+         {{\n  \"route\": {{ \"type\": \"PoolRoute\", \"pool\": \"A\", \"hash\": \"proteus\" }}, // proteus placement\n  \
+         \"pools\": {{ \"A\": {{ \"servers\": [{list}], \"provisioning\": \"state.json\", \"server_timeout\": 500, }} }},\n}}\n"
+    )
+}
+
 #[test]
 fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
     let servers: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let router = Router::start("provision", &router_config(&servers));
+    let config = commented_router_config(&servers);
+    let router = Router::start("provision", &config);
     let dir = router.dir.clone();
     let schedule = dir.join("schedule.txt");
     // 3 servers of 100 requests/s: 250 fits 3; 150 fits 2; 50 fits 1; 250 needs 3 again.
@@ -106,6 +118,8 @@ fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
     assert!(lines.iter().all(|l| l["reason"].as_str().is_some_and(|r| !r.is_empty())));
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["active"], 3);
+    // The router learnt every step from the state file; its own configuration is untouched.
+    assert_eq!(std::fs::read_to_string(dir.join("config.json")).unwrap(), config, "byte for byte");
 }
 
 #[test]
@@ -122,6 +136,8 @@ fn a_half_known_or_impossible_pool_is_refused_before_anything_starts() {
     assert!(too_many.contains("64"), "{too_many}");
     let max = run(&["--servers", "127.0.0.1:1,127.0.0.1:2", "--target-rps", "10", "--max-active", "3"]);
     assert!(max.contains("--max-active 3"), "{max}");
+    let one = run(&["--servers", "127.0.0.1:1", "--target-rps", "10", "--max-active", "2"]);
+    assert!(one.contains("the pool has 1 server\n"), "{one}");
     let remote = run(&["--servers", "cache-host:11211", "--target-rps", "10", "--spawn"]);
     assert!(remote.contains("not 127.0.0.1:<port>"), "{remote}");
     let dir = std::env::temp_dir().join(format!("shoal-provision-refuse-{}", std::process::id()));
@@ -141,5 +157,10 @@ fn a_half_known_or_impossible_pool_is_refused_before_anything_starts() {
         config.to_str().unwrap(),
     ]);
     assert!(order.contains("not the provisioning order"), "{order}");
+    // A router that would not learn of the transitions: the provisioner says what to add.
+    let unfollowed = run(&["--target-rps", "10", "--router-config", config.to_str().unwrap()]);
+    assert!(unfollowed.contains("add \"provisioning\": \"provision-A.json\""), "{unfollowed}");
+    let nowhere = run(&["--servers", "127.0.0.1:1", "--target-rps", "10"]);
+    assert!(nowhere.contains("give --state FILE"), "{nowhere}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

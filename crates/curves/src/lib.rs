@@ -7,7 +7,8 @@
 //! the server feeds the trackers, the controller calls the planner.
 //!
 //! ```text
-//!   server: every get/set ──► Shards::access(key, item bytes) ──► curve() ──┐ (protocol,
+//!   server: every get/set, and the sampled reads local clients report through their hints
+//!                         ──► Shards::access(key, item bytes) ──► curve() ──┐ (protocol,
 //!     delete, flush, expiry ──► remove / flush / advance (forgotten)        │  /metrics)
 //!   controller: curves + request rates + tenants' limits ──► plan() ──► sizes per tenant
 //!                                                  └── optimum(): exhaustive, for tests

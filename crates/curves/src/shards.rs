@@ -77,6 +77,19 @@ impl KeyHash {
     pub fn spatial(self) -> u64 {
         self.0 >> 40
     }
+
+    /// The key whose hash is `hash`, as another process that hashed it reports it (a local
+    /// reader's sampled read).
+    #[inline]
+    pub fn from_raw(hash: u64) -> KeyHash {
+        KeyHash(hash)
+    }
+
+    /// The hash itself, to report to whoever tracks the key.
+    #[inline]
+    pub fn raw(self) -> u64 {
+        self.0
+    }
 }
 
 /// A tracked key: its last access time and size, and when its item expires (0: never, or

@@ -89,9 +89,10 @@ pub struct InvalidatorArgs {
     /// Put this routing prefix before every key (e.g. `/*/*/` for every cluster behind one router).
     #[arg(long, default_value = "")]
     pub prefix: String,
-    /// Spools and the slot's record live here.
-    #[arg(long, value_name = "DIR", default_value = "shoal-invalidator")]
-    pub state_dir: PathBuf,
+    /// Spools and the slot's record live here (default: $STATE_DIRECTORY, the directory
+    /// systemd's StateDirectory= makes, else /var/lib/shoal/invalidator).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// The most each destination's spool may hold, in megabytes.
     #[arg(long, default_value_t = 256)]
     pub backlog_max_mb: u64,
@@ -176,8 +177,13 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
         (None, Some(path)) => format!("the outbox of {}", path.display()),
         (None, None) => return Err("give --postgres or --sqlite".into()),
     };
-    std::fs::create_dir_all(&args.state_dir)
-        .map_err(|e| format!("--state-dir {}: {e}", args.state_dir.display()))?;
+    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    std::fs::create_dir_all(&state_dir).map_err(|e| {
+        format!(
+            "--state-dir {}: {e} (give --state-dir DIR, a directory this user may write)",
+            state_dir.display()
+        )
+    })?;
     let ack_rule = args.ack_rule == "on";
     if !ack_rule {
         eprintln!(
@@ -186,7 +192,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
         );
     }
     let delivery = Arc::new(Delivery::open(
-        &args.state_dir.join("spools"),
+        &state_dir.join("spools"),
         &destinations,
         delivery::Options {
             prefix: args.prefix.clone(),
@@ -200,7 +206,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
         },
     )?);
     let counters = Arc::new(Counters::default());
-    let mut source = open_source(&args, rules)?;
+    let mut source = open_source(&args, rules, &state_dir)?;
     // Served once the source is open (the slot exists), so a script that waits for /status
     // knows commits from then on are followed.
     if let Some(address) = &args.metrics_listen {
@@ -211,19 +217,28 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     follow(source.as_mut(), &delivery, &counters, &args, ack_rule, &stop)
 }
 
+/// Where state lives without `--state-dir`: the directory systemd made for the service
+/// (`StateDirectory=`, the first of `$STATE_DIRECTORY`), else /var/lib/shoal/invalidator —
+/// never the working directory, which a restart from elsewhere would not find again.
+fn default_state_dir() -> PathBuf {
+    let systemd = std::env::var_os("STATE_DIRECTORY");
+    let first = systemd.as_ref().and_then(|dirs| std::env::split_paths(dirs).next());
+    first.filter(|dir| dir.is_absolute()).unwrap_or_else(|| PathBuf::from("/var/lib/shoal/invalidator"))
+}
+
 /// Opens the source, waiting out a database that is not up yet.
-fn open_source(args: &InvalidatorArgs, rules: Vec<Rule>) -> Result<Box<dyn Source>, String> {
+fn open_source(
+    args: &InvalidatorArgs,
+    rules: Vec<Rule>,
+    state_dir: &std::path::Path,
+) -> Result<Box<dyn Source>, String> {
     let mut announced = false;
     loop {
         let opened: Result<Box<dyn Source>, Fault> = match (&args.postgres, &args.sqlite) {
-            (Some(conninfo), _) => postgres::Postgres::open(
-                conninfo,
-                &args.slot,
-                rules.clone(),
-                &args.state_dir,
-                args.recreate_slot,
-            )
-            .map(|s| Box::new(s) as Box<dyn Source>),
+            (Some(conninfo), _) => {
+                postgres::Postgres::open(conninfo, &args.slot, rules.clone(), state_dir, args.recreate_slot)
+                    .map(|s| Box::new(s) as Box<dyn Source>)
+            }
             (None, Some(path)) => sqlite::Sqlite::open(path).map(|s| Box::new(s) as Box<dyn Source>),
             (None, None) => return Err("give --postgres or --sqlite".into()),
         };

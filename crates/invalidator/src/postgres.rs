@@ -31,10 +31,52 @@ pub struct Postgres {
 }
 
 fn transient(what: &str) -> impl Fn(postgres::Error) -> Fault + '_ {
-    move |e| {
-        let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
-        Fault::Transient(format!("PostgreSQL: {what}: {detail}"))
+    move |e| Fault::Transient(format!("PostgreSQL: {what}: {}", why(&e)))
+}
+
+/// Why a PostgreSQL call failed: the server's message, or the error and its causes (for a
+/// connection that failed, tokio-postgres says only "error connecting to server"; its source
+/// says why, e.g. "Connection refused (os error 111)").
+fn why(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => chain(e),
     }
+}
+
+/// An error and its causes: `outer: inner: …`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.ends_with(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// Where a connection string points, for messages: `host=db port=5432` (not the password).
+fn server_of(conninfo: &str) -> String {
+    let Ok(config) = conninfo.parse::<postgres::Config>() else {
+        return format!("{conninfo:?} (not a connection string)");
+    };
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(dir) => dir.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    let or_default = |list: Vec<String>, default: &str| match list.is_empty() {
+        true => default.to_string(),
+        false => list.join(","),
+    };
+    format!("host={} port={}", or_default(hosts, "/var/run/postgresql"), or_default(ports, "5432"))
 }
 
 impl Postgres {
@@ -204,7 +246,12 @@ impl Source for Postgres {
 
     fn reconnect(&mut self) -> Result<(), Fault> {
         (self.client, self.stream, self.open) = (None, None, None);
-        let client = Client::connect(&self.conninfo, NoTls).map_err(transient("connect"))?;
+        let client = Client::connect(&self.conninfo, NoTls).map_err(|e| {
+            use std::error::Error;
+            // The cause alone: "error connecting to server" adds nothing to what is said first.
+            let cause = e.source().filter(|_| e.as_db_error().is_none()).map_or_else(|| why(&e), chain);
+            Fault::Transient(format!("connecting to PostgreSQL at {}: {cause}", server_of(&self.conninfo)))
+        })?;
         self.client = Some(client);
         self.ensure_slot()?;
         // The SQL connection only manages the slot; changes come over the stream.

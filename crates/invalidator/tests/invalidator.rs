@@ -614,3 +614,40 @@ fn a_full_spool_holds_the_log_and_says_so_until_it_drains() {
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }
+
+#[test]
+fn an_unreachable_postgres_is_reported_with_its_cause_and_state_goes_to_systemds_directory() {
+    let dir = state_dir("unreachable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let systemd = dir.join("var-lib-shoal-invalidator");
+    let log = dir.join("stderr");
+    // Nothing listens on a free port: the connection is refused.
+    let closed = free_port();
+    let mut invalidator = Command::new(shoal_bin())
+        .args(["invalidator", "--postgres", &format!("host=127.0.0.1 port={closed} user=app dbname=app")])
+        .args(["--destination", "127.0.0.1:1"])
+        .env("STATE_DIRECTORY", &systemd)
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let expected = format!(
+        "connecting to PostgreSQL at host=127.0.0.1 port={closed}: Connection refused (os error 111); retrying"
+    );
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    let reported = eventually(30, || said().contains(&expected));
+    let _ = invalidator.kill();
+    let _ = invalidator.wait();
+    assert!(reported, "{:?} should say {expected:?}", said());
+    // The spools are in $STATE_DIRECTORY, not in the working directory.
+    assert!(systemd.join("spools").is_dir(), "spools under $STATE_DIRECTORY");
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, ["stderr", "var-lib-shoal-invalidator"], "nothing made in the working directory");
+    let help = Command::new(shoal_bin()).args(["invalidator", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("/var/lib/shoal/invalidator") && help.contains("STATE_DIRECTORY"), "{help}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

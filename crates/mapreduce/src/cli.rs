@@ -7,7 +7,8 @@
 //! `shoal mr worker` processes it starts); `mr worker` joins a region's jobs from any process,
 //! at any time. `mr run --mode fixed` and `--mode rayon` are the benchmarks' references (the
 //! original Phoenix's fixed threads; the computation written directly with Rayon);
-//! `mr generate` writes their inputs.
+//! `mr generate` writes their inputs. `mr run --dask ADDRESS` hands a job over several shards
+//! to the Python package's Dask backend (`python3 -m shoal.mr run --dask`: `run_on_dask`).
 
 use crate::{
     apps, App, Coordinator, Input, JobOptions, JobRegion, MrError, Progress, Registry, Rendered, Worker,
@@ -40,7 +41,8 @@ struct Program {
 enum MrCommand {
     /// Run an app over an input file: publish its jobs in a job region, work on them, merge and
     /// print the result. Other workers may join at any time with `shoal mr worker <region>`.
-    Run(RunArgs),
+    /// With --dask, over several shards on a Dask cluster's hosts (the Python package runs it).
+    Run(Box<RunArgs>),
     /// Join the jobs of a region (in any phase) until they are all done; stop it at any time.
     Worker(WorkerArgs),
     /// Show the jobs of a region: state, tasks done, current claims.
@@ -60,8 +62,25 @@ enum MrCommand {
 struct RunArgs {
     /// The app (`shoal mr apps` lists them).
     app: String,
-    /// The input file.
-    input: PathBuf,
+    /// The input file; with --dask, its shards (one or more files every Dask worker can read
+    /// at the same path), as if concatenated.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<PathBuf>,
+    /// Run on the hosts of this Dask scheduler (`tcp://scheduler:8786`): each shard is a Dask
+    /// task running this engine on its worker's host (--workers, --threads, --lease-ms,
+    /// --split-bytes, --reduce-tasks and --copy-input apply per host; --threads defaults to 1),
+    /// and the shards' results are merged across hosts by the app's combine. Hands the job to
+    /// `<--python> -m shoal.mr run --dask`, which needs the Python package shoal and
+    /// dask[distributed]; the result is printed as JSON. Only built-in apps of one job (not kmeans).
+    #[arg(long, value_name = "ADDRESS")]
+    dask: Option<String>,
+    /// With --dask: the shards' results merged per Dask task (the merge tree's fan-in; 2 by
+    /// default).
+    #[arg(long, value_name = "N")]
+    fan_in: Option<u64>,
+    /// With --dask: the Python interpreter to run the job with.
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    python: PathBuf,
     /// Job region file: created if missing (and removed at the end), joined if it exists (its
     /// jobs then queue after the ones already there). Default: /dev/shm/shoal-mr-<pid>.
     #[arg(long)]
@@ -74,9 +93,9 @@ struct RunArgs {
     /// only as jobs write). Default: 64G, or 16 times the input if that is more.
     #[arg(long, value_parser = parse_size)]
     region_max: Option<u64>,
-    /// Task entries of a new region.
-    #[arg(long, default_value_t = 1 << 16)]
-    task_slots: u64,
+    /// Task entries of a new region. Default: 65536.
+    #[arg(long)]
+    task_slots: Option<u64>,
     /// Workers: this process works too (with --threads threads) and starts N − 1 more worker
     /// processes. 0: only workers started elsewhere (`shoal mr worker <region>`).
     #[arg(long, default_value_t = 1)]
@@ -237,7 +256,7 @@ pub fn main(apps: &[&'static dyn App]) -> ExitCode {
 
 fn execute(command: MrCommand, host: &Host) -> Result<(), MrError> {
     match command {
-        MrCommand::Run(a) => run_job(a, host),
+        MrCommand::Run(a) => run_job(*a, host),
         MrCommand::Worker(a) => worker(a, host),
         MrCommand::Info(a) => info(a),
         MrCommand::Generate(a) => generate(a, host),
@@ -286,9 +305,20 @@ fn threads(given: Option<usize>) -> usize {
 }
 
 fn run_job(a: RunArgs, host: &Host) -> Result<(), MrError> {
+    if let Some(address) = &a.dask {
+        let (rendered, seconds) = run_on_dask(&a, address)?;
+        return print_result(&a, &a.app, "dask", rendered, seconds, serde_json::Value::Null);
+    }
+    let [input] = a.inputs.as_slice() else {
+        return Err(MrError::BadInput(format!(
+            "{} inputs: a run on this host takes one input file (shards of one job run on a Dask \
+             cluster with --dask ADDRESS)",
+            a.inputs.len()
+        )));
+    };
     let app = host.apps.find(&a.app)?;
     let app_args = crate::Args::parse(&a.args)?;
-    let input = Input::open(&a.input)?;
+    let input = Input::open(input)?;
     let (rendered, seconds, region) = match a.mode {
         Mode::Rayon => {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -301,9 +331,22 @@ fn run_job(a: RunArgs, host: &Host) -> Result<(), MrError> {
         }
         Mode::Elastic | Mode::Fixed => run_in_region(&a, host, app, &input, &app_args)?,
     };
+    let mode = a.mode.to_possible_value().expect("no mode is skipped");
+    print_result(&a, app.name(), mode.get_name(), rendered, seconds, region)
+}
+
+/// Prints a run's result (as text, or with --json as JSON with the app, the mode, the seconds
+/// its jobs took and the region left behind), or writes it to --output.
+fn print_result(
+    a: &RunArgs,
+    app: &str,
+    mode: &str,
+    rendered: Rendered,
+    seconds: f64,
+    region: serde_json::Value,
+) -> Result<(), MrError> {
     let text = if a.json {
-        let mode = a.mode.to_possible_value().map(|v| v.get_name().to_string());
-        json!({ "app": app.name(), "mode": mode, "region": region, "seconds": seconds, "result": rendered.json })
+        json!({ "app": app, "mode": mode, "region": region, "seconds": seconds, "result": rendered.json })
             .to_string()
             + "\n"
     } else {
@@ -320,6 +363,89 @@ fn run_job(a: RunArgs, host: &Host) -> Result<(), MrError> {
             Ok(())
         }
     }
+}
+
+/// Python's modules a Dask run needs, and a program that prints (and exits 1 with) the missing.
+const DASK_MODULES_PROBE: &str = "import importlib.util as u, sys; \
+    sys.exit(' and '.join(m for m in ('shoal', 'distributed') if u.find_spec(m) is None) or None)";
+
+/// `run --dask`: hands the job to the Python package's Dask backend (`shoal.mr.dask`, through
+/// its command line `python3 -m shoal.mr run --dask`: one implementation of the multi-host
+/// run), this command's flags passed on as its own. Its progress and errors reach stderr as
+/// they come; returns the result it prints (the app's JSON) and the seconds it took.
+fn run_on_dask(a: &RunArgs, address: &str) -> Result<(Rendered, f64), MrError> {
+    let single_host = [
+        ("--region", a.region.is_some()),
+        ("--region-size", a.region_size.is_some()),
+        ("--region-max", a.region_max.is_some()),
+        ("--task-slots", a.task_slots.is_some()),
+        ("--keep-region", a.keep_region),
+        ("--mode", a.mode != Mode::Elastic),
+    ];
+    if let Some((flag, _)) = single_host.iter().find(|(_, given)| *given) {
+        return Err(MrError::BadInput(format!(
+            "{flag} is for a run on this host: with --dask each shard's job runs in a region of its \
+             own on its Dask worker's host (leave {flag} out)"
+        )));
+    }
+    let python = a.python.display();
+    let cannot_start = |source: std::io::Error| {
+        MrError::BadInput(format!(
+            "--dask runs the job with Python, and {python} cannot be started ({source}): install Python 3, \
+             or name its interpreter with --python"
+        ))
+    };
+    let probe = Command::new(&a.python).args(["-c", DASK_MODULES_PROBE]).output().map_err(cannot_start)?;
+    if !probe.status.success() {
+        let missing = String::from_utf8_lossy(&probe.stderr);
+        return Err(MrError::BadInput(format!(
+            "--dask runs the job with the Python package shoal on dask.distributed, and {python} cannot \
+             import {}: pip install shoal 'dask[distributed]' (the shoal wheel: scripts/python-package.sh), \
+             or name another interpreter with --python",
+            missing.trim()
+        )));
+    }
+    let started = Instant::now();
+    let output = dask_command(a, address).stderr(Stdio::inherit()).output().map_err(cannot_start)?;
+    let seconds = started.elapsed().as_secs_f64();
+    if !output.status.success() {
+        return Err(MrError::BadInput(format!(
+            "the Dask job failed ({python} -m shoal.mr run --dask: {}; its message is above)",
+            output.status
+        )));
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|e| {
+        MrError::BadInput(format!("{python} -m shoal.mr run --dask printed no JSON result ({e})"))
+    })?;
+    let text = serde_json::to_string_pretty(&json).expect("a JSON value prints") + "\n";
+    Ok((Rendered { text, json }, seconds))
+}
+
+/// The Python package's command line running `a`'s job on the Dask scheduler at `address`:
+/// `a`'s flags as its own.
+fn dask_command(a: &RunArgs, address: &str) -> Command {
+    let mut command = Command::new(&a.python);
+    command.args(["-m", "shoal.mr", "run"]).args(&a.inputs).args(["--dask", address, "--app", &a.app]);
+    for arg in &a.args {
+        command.args(["--arg", arg]);
+    }
+    let numbers = [
+        ("--workers", Some(a.workers as u64)),
+        ("--threads", a.threads.map(|n| n as u64)),
+        ("--lease-ms", Some(a.lease_ms)),
+        ("--split-bytes", a.split_bytes),
+        ("--reduce-tasks", Some(a.reduce_tasks)),
+        ("--fan-in", a.fan_in),
+    ];
+    for (flag, value) in numbers {
+        if let Some(value) = value {
+            command.args([flag, &value.to_string()]);
+        }
+    }
+    if a.copy_input {
+        command.arg("--copy-input");
+    }
+    command
 }
 
 /// Runs `app` through the framework (`--mode elastic` or `fixed`); returns its result, the
@@ -346,7 +472,7 @@ fn run_in_region(
     let input_bytes = input.len();
     let size = a.region_size.unwrap_or((2 * input_bytes).max(64 << 20)).div_ceil(64) * 64;
     let max = a.region_max.unwrap_or((16 * input_bytes).max(64 << 30)).max(size).div_ceil(64) * 64;
-    let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots)?;
+    let (region, created) = JobRegion::open_or_create(&path, size, max, a.task_slots.unwrap_or(1 << 16))?;
     let region = Arc::new(region);
     if fixed {
         // Nobody can join a region whose file is gone; the mapping lives on until the end.
@@ -578,5 +704,22 @@ mod tests {
         assert!(parse_size("12Q").unwrap_err().contains("\"12Q\""));
         assert!(parse_size("lots").unwrap_err().contains("\"lots\""));
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn a_dask_run_passes_its_flags_to_the_python_command_line() {
+        let line =
+            "mr run wordcount a b --dask tcp://s:8786 --arg top=2 --threads 3 --split-bytes 16K --copy-input";
+        let Program { command: MrCommand::Run(a) } = Program::parse_from(line.split(' ')) else {
+            panic!("`{line}` is a run");
+        };
+        let command = dask_command(&a, a.dask.as_deref().expect("--dask given"));
+        assert_eq!(command.get_program(), "python3");
+        let args: Vec<_> = command.get_args().map(|arg| arg.to_string_lossy()).collect();
+        let expected = format!(
+            "-m shoal.mr run a b --dask tcp://s:8786 --app wordcount --arg top=2 --workers 1 --threads 3 \
+             --lease-ms {DEFAULT_LEASE_MS} --split-bytes 16384 --reduce-tasks 16 --copy-input"
+        );
+        assert_eq!(args.join(" "), expected);
     }
 }

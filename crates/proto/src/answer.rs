@@ -4,7 +4,7 @@
 //! the connection rather than read any further), and reading what a framed answer says
 //! (`VALUE` headers and blocks, `STAT` lines, error lines).
 
-use crate::token::digits;
+use crate::token::{digits, find_byte};
 use std::io::{Error, ErrorKind};
 use std::ops::Range;
 
@@ -61,17 +61,6 @@ pub struct Frame {
     pub answer: usize,
 }
 
-/// The end of the line that starts at `at` (just past its `\r\n`), if it is all there.
-fn line_end(bytes: &[u8], at: usize, max_line: usize) -> Result<Option<usize>, Error> {
-    let window = &bytes[at..bytes.len().min(at.saturating_add(max_line))];
-    match window.iter().position(|&b| b == b'\n') {
-        Some(i) if i > 0 && window[i - 1] == b'\r' => Ok(Some(at + i + 1)),
-        Some(_) => Err(garbage("an answer line without \\r\\n".into())),
-        None if window.len() == max_line => Err(garbage(format!("an answer line of over {max_line} bytes"))),
-        None => Ok(None),
-    }
-}
-
 /// The end of a data block of `n` bytes and its `\r\n` that starts at `at`, if it is all there.
 fn data_end(bytes: &[u8], at: usize, n: usize, max: usize) -> Result<Option<usize>, Error> {
     if n > max {
@@ -118,51 +107,123 @@ pub fn frame(bytes: &[u8], shape: Shape, max_value: usize) -> Result<Option<Fram
 
 /// [`frame`] within `limits`.
 pub fn frame_within(bytes: &[u8], shape: Shape, limits: &Limits) -> Result<Option<Frame>, Error> {
-    let Some(first) = line_end(bytes, 0, limits.line)? else { return Ok(None) };
-    let whole = |len| Ok(Some(Frame { len, answer: len }));
-    let first_line = &bytes[..first - 2];
-    match shape {
-        Shape::Line => whole(first),
-        Shape::Meta if bytes.starts_with(b"VA ") => {
-            let n = length(&bytes[..first], 1).ok_or_else(|| garbage("a VA line without a length".into()))?;
-            data_end(bytes, first, n, limits.value)?.map_or(Ok(None), whole)
+    Framer::default().frame(bytes, shape, limits)
+}
+
+/// [`frame_within`] resumed where the last call left off: a reader that gets an answer in
+/// many reads (a large multiget) keeps one per connection, so that the lines and blocks framed
+/// after one read are not framed again after the next (which made reading an answer of `n`
+/// blocks cost `n²/2` block framings).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Framer {
+    /// Where the answer's next unframed line starts: everything before it is framed.
+    at: usize,
+    /// Where the search for that line's newline goes on: up to here there is none (or, when
+    /// the line is whole and its value block is not, the newline itself).
+    scanned: usize,
+    /// The `STAT` lines framed so far.
+    stat_lines: usize,
+}
+
+impl Framer {
+    /// The answer of `shape` at the start of `bytes` within `limits`, as [`frame_within`]
+    /// finds it. After `Ok(None)` the next call must get the same bytes followed by more (and
+    /// the same shape and limits); after an answer or an error, the framer starts over, for the
+    /// next answer (whose bytes start where this one's `len` ended). A caller that gives up on
+    /// an answer halfway calls [`Framer::reset`].
+    pub fn frame(&mut self, bytes: &[u8], shape: Shape, limits: &Limits) -> Result<Option<Frame>, Error> {
+        let framed = self.resume(bytes, shape, limits);
+        if !matches!(framed, Ok(None)) {
+            self.reset();
         }
-        Shape::Meta => whole(first),
-        Shape::Values if is_error_line(first_line) => whole(first),
-        Shape::Values => {
-            let (mut at, mut end) = (0, first);
-            loop {
-                let line = &bytes[at..end];
-                if line == b"END\r\n" {
-                    return Ok(Some(Frame { len: end, answer: at }));
+        framed
+    }
+
+    /// Forgets a partly framed answer.
+    pub fn reset(&mut self) {
+        *self = Framer::default();
+    }
+
+    fn resume(&mut self, bytes: &[u8], shape: Shape, limits: &Limits) -> Result<Option<Frame>, Error> {
+        let whole = |len| Ok(Some(Frame { len, answer: len }));
+        loop {
+            let Some(end) = self.line_end(bytes, limits.line)? else { return Ok(None) };
+            let (at, first) = (self.at, self.at == 0);
+            let line = &bytes[at..end];
+            match shape {
+                Shape::Line => return whole(end),
+                Shape::Meta if line.starts_with(b"VA ") => {
+                    let n = length(line, 1).ok_or_else(|| garbage("a VA line without a length".into()))?;
+                    return self.data_end(bytes, end, n, limits.value)?.map_or(Ok(None), whole);
                 }
-                let n = value_block(line).ok_or_else(|| {
-                    garbage(format!("unexpected answer {:?}", String::from_utf8_lossy(line)))
-                })?;
-                let Some(data) = data_end(bytes, end, n, limits.value)? else { return Ok(None) };
-                let Some(next) = line_end(bytes, data, limits.line)? else { return Ok(None) };
-                (at, end) = (data, next);
+                Shape::Meta => return whole(end),
+                Shape::Values if first && is_error_line(&line[..line.len() - 2]) => return whole(end),
+                Shape::Values => {
+                    if line == b"END\r\n" {
+                        return Ok(Some(Frame { len: end, answer: at }));
+                    }
+                    let n = value_block(line).ok_or_else(|| {
+                        garbage(format!("unexpected answer {:?}", String::from_utf8_lossy(line)))
+                    })?;
+                    let Some(data) = self.data_end(bytes, end, n, limits.value)? else { return Ok(None) };
+                    (self.at, self.scanned) = (data, data);
+                }
+                Shape::Stats if first && !line.starts_with(b"STAT ") && line != b"END\r\n" => {
+                    return whole(end)
+                }
+                Shape::Stats => {
+                    if line == b"END\r\n" {
+                        return Ok(Some(Frame { len: end, answer: at }));
+                    }
+                    if !line.starts_with(b"STAT ") {
+                        return Err(garbage(format!(
+                            "unexpected answer {:?}",
+                            String::from_utf8_lossy(line)
+                        )));
+                    }
+                    self.stat_lines += 1;
+                    if self.stat_lines > limits.stat_lines {
+                        return Err(garbage(format!("more than {} STAT lines", limits.stat_lines)));
+                    }
+                    (self.at, self.scanned) = (end, end);
+                }
             }
         }
-        Shape::Stats if !first_line.starts_with(b"STAT ") && first_line != b"END" => whole(first),
-        Shape::Stats => {
-            let (mut at, mut end, mut lines) = (0, first, 0);
-            loop {
-                let line = &bytes[at..end];
-                if line == b"END\r\n" {
-                    return Ok(Some(Frame { len: end, answer: at }));
-                }
-                if !line.starts_with(b"STAT ") {
-                    return Err(garbage(format!("unexpected answer {:?}", String::from_utf8_lossy(line))));
-                }
-                lines += 1;
-                if lines > limits.stat_lines {
-                    return Err(garbage(format!("more than {} STAT lines", limits.stat_lines)));
-                }
-                let Some(next) = line_end(bytes, end, limits.line)? else { return Ok(None) };
-                (at, end) = (end, next);
+    }
+
+    /// The end of the line that starts at `self.at` (just past its `\r\n`), if it is all
+    /// there; otherwise notes how far it was searched.
+    fn line_end(&mut self, bytes: &[u8], max_line: usize) -> Result<Option<usize>, Error> {
+        let at = self.at;
+        let window_end = bytes.len().min(at.saturating_add(max_line));
+        let from = self.scanned.clamp(at, window_end.max(at));
+        match find_byte(bytes.get(from..window_end).unwrap_or_default(), b'\n') {
+            Some(i) if from + i > at && bytes[from + i - 1] == b'\r' => Ok(Some(from + i + 1)),
+            Some(_) => Err(garbage("an answer line without \\r\\n".into())),
+            None if window_end.saturating_sub(at) == max_line => {
+                Err(garbage(format!("an answer line of over {max_line} bytes")))
+            }
+            None => {
+                self.scanned = window_end.max(at);
+                Ok(None)
             }
         }
+    }
+
+    /// [`data_end`], noting when the block is not all there that the line before it (ending
+    /// at `line_end`) needs no new search.
+    fn data_end(
+        &mut self,
+        bytes: &[u8],
+        line_end: usize,
+        n: usize,
+        max: usize,
+    ) -> Result<Option<usize>, Error> {
+        let end = data_end(bytes, line_end, n, max)?;
+        if end.is_none() {
+            self.scanned = line_end - 1;
+        }
+        Ok(end)
     }
 }
 
@@ -242,7 +303,7 @@ pub fn blocks_at(answer: &[u8]) -> impl Iterator<Item = (Range<usize>, Block<'_>
     let mut at = 0;
     std::iter::from_fn(move || {
         let rest = &answer[at..];
-        let nl = rest.iter().position(|&b| b == b'\n')?;
+        let nl = find_byte(rest, b'\n')?;
         let n = value_block(&rest[..=nl])?;
         let data = rest.get(nl + 1..nl + 1 + n)?;
         let end = nl + 3 + n;

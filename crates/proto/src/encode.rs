@@ -270,6 +270,23 @@ pub fn encode_retrieval<K: AsRef<[u8]>>(
 /// every request's path).
 #[inline]
 pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    if n < 100_000_000 {
+        // Up to 8 digits (flags, lengths) are gathered in one word, first digit in its lowest
+        // byte, and appended as a whole word cut back after: no copy of a variable length.
+        let (mut word, mut len) = (0u64, 0);
+        loop {
+            word = (word << 8) | u64::from(b'0' + (n % 10) as u8);
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let end = out.len() + len;
+        out.extend_from_slice(&word.to_le_bytes());
+        out.truncate(end);
+        return;
+    }
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {

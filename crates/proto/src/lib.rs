@@ -14,8 +14,11 @@
 //! - Requests out: [`encode_request`] and [`encode_retrieval`] ([`encode`]) append a request
 //!   to the caller's buffer; [`Parser::parse`] reads it back as the same request.
 //! - Answers in: [`frame`] ([`answer`]) finds one whole answer of a [`Shape`] in the bytes
-//!   read, every size bounded ([`Limits`]); [`answer`]'s readers take its `VALUE` blocks,
-//!   `LVALUE` and `STAT` lines apart.
+//!   read, every size bounded ([`Limits`]); a reader that gets answers in many reads keeps a
+//!   [`Framer`] per connection, which resumes where the last read's framing stopped;
+//!   [`answer`]'s readers take its `VALUE` blocks, `LVALUE` and `STAT` lines apart;
+//!   [`hotkeys`] reads and writes Shoal's `stats hotkeys` answer (a server's hottest keys,
+//!   which pool clients and routers replicate).
 //!
 //! ```text
 //!   socket ──► read buffer ──► Parser::parse(&buf) ──┬─ Incomplete           read more, call again
@@ -24,9 +27,9 @@
 //!                                                    └─ Close                drop the connection
 //!
 //!   Op + key + Body ──► encode_request(.., &mut out) ──► socket ──► server
-//!   server ──► read buffer ──► frame(&buf, shape, max) ──┬─ None           read more, call again
-//!                                                        ├─ Frame { len }  read it, drop bytes
-//!                                                        └─ InvalidData    close the connection
+//!   server ──► read buffer ──► framer.frame(&buf, shape, limits) ──┬─ None           read more, call again
+//!                                                                  ├─ Frame { len }  read it, drop bytes
+//!                                                                  └─ InvalidData    close the connection
 //! ```
 //!
 //! The answers and the bytes consumed are memcached 1.6's, checked against the real binary
@@ -48,16 +51,18 @@ pub mod binary;
 pub mod crawler;
 pub mod encode;
 pub mod handoff;
+pub mod hotkeys;
 mod key;
 pub mod meta;
 pub mod text;
 mod token;
 
-pub use answer::{frame, frame_within, Frame, Limits, Shape, MAX_ANSWER_LINE, MAX_VALUE_BYTES};
+pub use answer::{frame, frame_within, Frame, Framer, Limits, Shape, MAX_ANSWER_LINE, MAX_VALUE_BYTES};
 pub use auth::{parse_ascii_auth, parse_plain, AsciiAuth, Plain};
 pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
 pub use crawler::{Classes, LruCrawler};
 pub use encode::{encode_request, encode_retrieval, push_u64, Body, Op, StoreMode};
+pub use hotkeys::{encode_hotkeys, hotkeys_limits, parse_hotkeys, HotKey, HotKeysError, MAX_HOTKEYS};
 pub use key::{key_fault, valid_key, KEY_MAX};
 pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Slabs, Store, StoreCmd};
@@ -186,7 +191,7 @@ impl Parser {
     /// consumed bytes.
     pub fn parse<'a>(&mut self, buf: &'a [u8]) -> Parse<'a> {
         let from = self.scanned.min(buf.len());
-        let Some(nl) = buf[from..].iter().position(|&b| b == b'\n').map(|i| from + i) else {
+        let Some(nl) = token::find_byte(&buf[from..], b'\n').map(|i| from + i) else {
             self.scanned = buf.len();
             if buf.len() > MAX_LINE && !long_get(buf) {
                 self.scanned = 0;
@@ -197,9 +202,13 @@ impl Parser {
         let line = &buf[..nl];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let at = Line { buf, line, end: nl + 1, max_item_bytes: self.max_item_bytes };
-        let command = Tokens::new(line).next().unwrap_or_default();
-        let result =
-            if command.len() == 2 && command[0] == b'm' { meta::parse(&at) } else { text::parse(&at) };
+        let mut args = Tokens::new(line);
+        let command = args.next().unwrap_or_default();
+        let result = if command.len() == 2 && command[0] == b'm' {
+            meta::parse(&at, command, args)
+        } else {
+            text::parse(&at, command, args)
+        };
         self.scanned = if result == Parse::Incomplete { nl } else { 0 };
         result
     }

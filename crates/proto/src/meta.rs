@@ -184,9 +184,7 @@ impl<'a> MetaFlags<'a> {
 }
 
 /// Parses a meta command line (and the data block of `ms`).
-pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
-    let mut args = Tokens::new(at.line);
-    let command = args.next().unwrap_or_default();
+pub(crate) fn parse<'a>(at: &Line<'a>, command: &'a [u8], mut args: Tokens<'a>) -> Parse<'a> {
     let cmd = match command[1] {
         b'g' => MetaCmd::Get,
         b's' => MetaCmd::Set,

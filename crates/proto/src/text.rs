@@ -18,6 +18,8 @@ pub(crate) const BAD_CHUNK: &str = "CLIENT_ERROR bad data chunk";
 pub struct Get<'a> {
     /// The keys, all valid, in request order (possibly none for `gat`, as in memcached).
     pub keys: Tokens<'a>,
+    /// How many keys there are (counted as they were checked).
+    pub count: usize,
     /// `gets`/`gats`: answer with CAS uniques.
     pub cas: bool,
     /// `gat`/`gats`: the new exptime of every key found.
@@ -72,12 +74,19 @@ pub enum Slabs {
     Automove { noreply: bool },
 }
 
-/// Parses a text-protocol command line (and its data block).
-pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
-    let mut args = Tokens::new(at.line);
-    let command = args.next().unwrap_or_default();
+/// Parses a text-protocol command line (and its data block): `command` is the line's first
+/// token, `args` the tokens after it.
+pub(crate) fn parse<'a>(at: &Line<'a>, command: &'a [u8], args: Tokens<'a>) -> Parse<'a> {
     let done = |request| Parse::Done { request, consumed: at.end };
     let error = || Parse::error("ERROR", at.end);
+    // Retrievals first: they are most of what a cache is asked.
+    match command {
+        b"get" | b"bget" => return get(at, args, false, false),
+        b"gets" => return get(at, args, true, false),
+        b"gat" => return get(at, args, false, true),
+        b"gats" => return get(at, args, true, true),
+        _ => {}
+    }
     let store_cmd = match command {
         b"set" => Some(StoreCmd::Set),
         b"add" => Some(StoreCmd::Add),
@@ -92,10 +101,6 @@ pub(crate) fn parse<'a>(at: &Line<'a>) -> Parse<'a> {
         return store(at, cmd, args);
     }
     match command {
-        b"get" | b"bget" => get(at, args, false, false),
-        b"gets" => get(at, args, true, false),
-        b"gat" => get(at, args, false, true),
-        b"gats" => get(at, args, true, true),
         b"lease-get" => {
             let (t, n) = split::<2>(args);
             if !(1..=2).contains(&n) {
@@ -306,22 +311,27 @@ fn is_noreply(tokens: &[&[u8]], n: usize) -> bool {
     tokens[n - 1] == b"noreply"
 }
 
-fn get<'a>(at: &Line<'a>, mut args: Tokens<'a>, cas: bool, touch: bool) -> Parse<'a> {
-    if args.clone().next().is_none() {
-        return Parse::error("ERROR", at.end);
-    }
-    let touch = if touch {
-        match args.next().and_then(parse_time) {
-            Some(exptime) => Some(exptime),
-            None => return Parse::error(BAD_EXPTIME, at.end),
-        }
+fn get<'a>(at: &Line<'a>, args: Tokens<'a>, cas: bool, touch: bool) -> Parse<'a> {
+    // One pass over the tokens: the first (an exptime or a key), then the keys, counted.
+    let mut keys = args.clone();
+    let mut rest = args;
+    let Some(first) = rest.next() else { return Parse::error("ERROR", at.end) };
+    let (touch, mut count) = if touch {
+        let Some(exptime) = parse_time(first) else { return Parse::error(BAD_EXPTIME, at.end) };
+        keys = rest.clone();
+        (Some(exptime), 0)
+    } else if valid_key(first) {
+        (None, 1)
     } else {
-        None
-    };
-    if !args.clone().all(valid_key) {
         return Parse::error(BAD_FORMAT, at.end);
+    };
+    for key in rest {
+        if !valid_key(key) {
+            return Parse::error(BAD_FORMAT, at.end);
+        }
+        count += 1;
     }
-    Parse::Done { request: Request::Get(Get { keys: args, cas, touch }), consumed: at.end }
+    Parse::Done { request: Request::Get(Get { keys, count, cas, touch }), consumed: at.end }
 }
 
 fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
@@ -399,9 +409,12 @@ mod tests {
         }
     }
 
+    /// The keys of a get, checked against its count.
     fn keys<'a>(r: &Request<'a>) -> Vec<&'a [u8]> {
         let Request::Get(g) = r else { panic!("{r:?}") };
-        g.keys.clone().collect()
+        let keys: Vec<&[u8]> = g.keys.clone().collect();
+        assert_eq!(keys.len(), g.count, "{r:?}");
+        keys
     }
 
     #[test]
@@ -410,6 +423,8 @@ mod tests {
         assert_eq!(keys(&r), [&b"a"[..], b"bb", b"ccc"]);
         assert_eq!(request(b"get a\n"), request(b"get a\r\n"));
         assert_eq!(request(b"bget a\r\n"), request(b"get a\r\n"));
+        assert_eq!(keys(&request(b"get a\r\n")), [&b"a"[..]]);
+        assert_eq!(keys(&request(b"gat 0  a b\r\n")), [&b"a"[..], b"b"]);
         let Request::Get(g) = request(b"gats -5 a\r\n") else { panic!() };
         assert_eq!((g.cas, g.touch), (true, Some(-5)));
         let Request::Get(g) = request(b"gets a\r\n") else { panic!() };

@@ -118,7 +118,10 @@ fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
 /// `dead_timeout` seconds: its keys' reads miss and its writes raise, or with
 /// `gutter=[servers]` both go to that Gutter pool (fills with their TTL clamped to
 /// `gutter_ttl` seconds). `udp=True` sends gets that are not local over UDP (to each
-/// server's port number): a lost or reordered answer is a miss.
+/// server's port number): a lost or reordered answer is a miss. `hot_replicas=R` spreads hot
+/// keys (learned from the servers' `stats hotkeys` every `hot_refresh` seconds) over R
+/// replicas, the owner and its successors (0: every server), as `shoal router` and the Rust
+/// pool place them: reads ask one, writes delete the copies (docs/design/hotkeys.md).
 #[pyclass(module = "shoal", frozen)]
 struct Client {
     inner: Mutex<Option<Pool>>,
@@ -174,7 +177,8 @@ fn bytes<'py>(py: Python<'py>, value: &[u8]) -> Bound<'py, PyAny> {
 impl Client {
     #[new]
     #[pyo3(signature = (server=None, connect_timeout=Some(5.0), timeout=Some(5.0), local=true, *,
-                        servers=None, hashing=None, gutter=None, gutter_ttl=10, dead_timeout=1.0, udp=false))]
+                        servers=None, hashing=None, gutter=None, gutter_ttl=10, dead_timeout=1.0, udp=false,
+                        hot_replicas=None, hot_refresh=5.0))]
     #[allow(clippy::too_many_arguments)] // keyword arguments, as pymemcache's
     fn new(
         py: Python<'_>,
@@ -188,6 +192,8 @@ impl Client {
         gutter_ttl: u32,
         dead_timeout: f64,
         udp: bool,
+        hot_replicas: Option<usize>,
+        hot_refresh: f64,
     ) -> PyResult<Client> {
         let client =
             Options { connect_timeout: seconds(connect_timeout)?, io_timeout: seconds(timeout)?, local };
@@ -218,6 +224,14 @@ impl Client {
                     gutter,
                     gutter_ttl,
                     udp_gets: udp,
+                    hot: match hot_replicas {
+                        None => None,
+                        Some(replicas) => Some(shoal_client::pool::HotOptions {
+                            replicas,
+                            refresh: seconds(Some(hot_refresh))?.unwrap_or_default(),
+                            ..Default::default()
+                        }),
+                    },
                     ..PoolOptions::default()
                 };
                 (addresses(servers)?, options)
@@ -241,6 +255,23 @@ impl Client {
     fn server_for(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
         let key = key_bytes(key)?;
         self.call(py, |c| c.server_for(&key).map(str::to_string))
+    }
+
+    /// The servers that hold `key` when it is hot: its owner first, then its replicas (the
+    /// owner alone without `hot_replicas`).
+    fn replicas_for(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        let key = key_bytes(key)?;
+        self.call(py, |c| c.replicas_for(&key))
+    }
+
+    /// Asks every server for its hot keys now (a server that fails or answers garbage keeps
+    /// its last good list); the hot keys, hottest first, as `(key, requests per second)`.
+    fn refresh_hot_keys<'py>(&self, py: Python<'py>) -> PyResult<Vec<(Bound<'py, PyAny>, f64)>> {
+        let keys = self.call(py, |c| {
+            c.refresh_hot_keys();
+            Ok(c.hot_keys())
+        })?;
+        Ok(keys.iter().map(|(k, rate)| (bytes(py, k), *rate)).collect())
     }
 
     /// A `proteus` pool: turns on only the first `n` servers, starting a transition in which

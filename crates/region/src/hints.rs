@@ -25,11 +25,25 @@
 //! only as far as it is used) is 655,360 distinct items a second per client, where version 1's
 //! 4096 entries lost marks past 40,960 (the counters were always right).
 //!
+//! *Sampled reads* (version 3, issue 27): the server's hit-ratio curve samples keys by a hash
+//! (SHARDS) and publishes its threshold in the region's header; a local read whose key is in
+//! the sample — hit or miss — also goes into a second ring, as (key hash, [`SampledRead`]), which
+//! the server feeds to the tenant's curve as it would a network get. Unlike marks these cannot
+//! be filtered (every reference counts) and are lost, oldest first, past [`SAMPLE_ENTRIES`]
+//! between two drains; the server counts what was lost and leaves it out of the curve's total.
+//!
+//! ```text
+//!  client: a read whose key hash is below the header's threshold   server: SampleReader::drain
+//!    samples[head % 16384] = (hash, kind | bytes | expiry)  ──►  the tenant's curve, as a get
+//!    samples_head += 1 (release)
+//! ```
+//!
 //! Everything the server reads is untrusted: a counter that goes backwards yields no delta, at
 //! most one ring's worth of entries is read per drain, a location is applied only if the slot
-//! still holds the very word the client saw, and the memfd must carry `F_SEAL_SHRINK`, so a
-//! client cannot make the server fault by truncating the file under its mapping. The server
-//! reads both versions of the area (an older client library's 4096-entry ring too).
+//! still holds the very word the client saw, a sampled read of a kind or size this library
+//! never writes is refused ([`SampledRead::decode`]), and the memfd must carry
+//! `F_SEAL_SHRINK`, so a client cannot make the server fault by truncating the file under its
+//! mapping. The server reads every version of the area (an older client library's rings too).
 
 use crate::layout::SLOT_ACCESSED;
 use crate::mapping::Mapping;
@@ -39,16 +53,15 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SHOALHNT");
-/// The version this library writes; readers take [`OLD_VERSION`] areas too.
-const VERSION: u64 = 2;
-/// The first version: the same header and entries, a ring of 4096.
-const OLD_VERSION: u64 = 1;
-/// Entries in the ring: hits of more distinct items than this between two drains (100 ms)
-/// lose the oldest marks.
+/// Entries in the marks ring: hits of more distinct items than this between two drains
+/// (100 ms) lose the oldest marks.
 pub const RING_ENTRIES: usize = 65536;
-const OLD_RING_ENTRIES: usize = 4096;
+/// Entries in the sampled-reads ring: more sampled local reads than this between two drains
+/// lose the oldest (the server counts them, `local_lost`).
+pub const SAMPLE_ENTRIES: usize = 16384;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_COUNTERS: usize = 16;
@@ -56,17 +69,53 @@ const COUNTERS: usize = 5;
 const OFF_HEAD: usize = OFF_COUNTERS + COUNTERS * 8;
 const OFF_RING: usize = 64;
 const ENTRY_BYTES: usize = 16;
-/// The whole area: a 64-byte header and the ring.
-pub const HINTS_BYTES: usize = area_bytes(RING_ENTRIES);
 const _: () = assert!(OFF_HEAD + 8 <= OFF_RING);
 /// Entries in the writer's filter of recent marks: this many hot items a second are queued
 /// once each (more still are, just more than once).
 const FILTER_ENTRIES: usize = 4096;
 
-/// The size of an area whose ring holds `entries`.
-const fn area_bytes(entries: usize) -> usize {
-    OFF_RING + entries * ENTRY_BYTES
+/// One version of the area: `[header 64 B][marks ring]`, and from version 3
+/// `[sampled-reads head, 64 B][sampled-reads ring]` after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Format {
+    version: u64,
+    ring_entries: usize,
+    sample_entries: usize,
 }
+
+impl Format {
+    /// The size of an area of this version.
+    const fn bytes(self) -> usize {
+        let marks = OFF_RING + self.ring_entries * ENTRY_BYTES;
+        if self.sample_entries == 0 {
+            marks
+        } else {
+            marks + 64 + self.sample_entries * ENTRY_BYTES
+        }
+    }
+
+    /// Where the sampled-reads head is (version 3 on).
+    const fn off_sample_head(self) -> usize {
+        OFF_RING + self.ring_entries * ENTRY_BYTES
+    }
+
+    /// Where sampled read number `n` goes.
+    const fn off_sample(self, n: u64) -> usize {
+        self.off_sample_head() + 64 + (n as usize % self.sample_entries) * ENTRY_BYTES
+    }
+}
+
+/// The version this library writes.
+const CURRENT: Format = Format { version: 3, ring_entries: RING_ENTRIES, sample_entries: SAMPLE_ENTRIES };
+/// Every version a server reads: the first (a ring of 4096 marks), the second (65536), the
+/// current (with sampled reads).
+const FORMATS: [Format; 3] = [
+    Format { version: 1, ring_entries: 4096, sample_entries: 0 },
+    Format { version: 2, ring_entries: RING_ENTRIES, sample_entries: 0 },
+    CURRENT,
+];
+/// The whole area this library writes.
+pub const HINTS_BYTES: usize = CURRENT.bytes();
 
 /// Where a lookup found an item: enough for the server to mark that very slot as read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,12 +156,75 @@ impl HintCounts {
     }
 }
 
+/// A local read of a key in the server's curve sample, as the tenant's curve takes it (what a
+/// network get tells it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampledRead {
+    /// A hit on an item laid out in `bytes` of the region (`layout::item_bytes`), expiring at
+    /// `expiry` (0: never).
+    Hit { bytes: u32, expiry: u32 },
+    /// No item under the key.
+    Miss,
+    /// An item the region judged expired or flushed.
+    Dead,
+}
+
+/// The kinds of sampled read, in the top byte of a record's second word.
+const KIND_HIT: u64 = 1;
+const KIND_MISS: u64 = 2;
+const KIND_DEAD: u64 = 3;
+/// A hit's size field: 24 bits, room for the largest item a region holds.
+const SIZE_BITS: u32 = 24;
+const _: () = assert!(crate::layout::MAX_ITEM_LIMIT < 1 << SIZE_BITS);
+
+impl SampledRead {
+    /// What a lookup of a key of `key_len` bytes found.
+    #[inline]
+    pub fn of(lookup: &Lookup, key_len: usize) -> SampledRead {
+        match lookup {
+            Lookup::Hit(info) => SampledRead::Hit {
+                bytes: crate::layout::item_bytes(key_len, info.value_len, false) as u32,
+                expiry: info.expiry,
+            },
+            Lookup::Expired | Lookup::Flushed => SampledRead::Dead,
+            Lookup::Missing => SampledRead::Miss,
+        }
+    }
+
+    /// The record's second word: kind (8 bits), size (24), expiry (32).
+    #[inline]
+    fn encode(self) -> u64 {
+        match self {
+            SampledRead::Hit { bytes, expiry } => {
+                KIND_HIT << 56 | u64::from(bytes & ((1 << SIZE_BITS) - 1)) << 32 | u64::from(expiry)
+            }
+            SampledRead::Miss => KIND_MISS << 56,
+            SampledRead::Dead => KIND_DEAD << 56,
+        }
+    }
+
+    /// The read a record's second word says; `None` for a word this library never writes (an
+    /// unknown kind, a miss with a size).
+    pub fn decode(word: u64) -> Option<SampledRead> {
+        let (bytes, expiry) = ((word >> 32) as u32 & ((1 << SIZE_BITS) - 1), word as u32);
+        match word >> 56 {
+            KIND_HIT => Some(SampledRead::Hit { bytes, expiry }),
+            KIND_MISS | KIND_DEAD if word << 8 != 0 => None,
+            KIND_MISS => Some(SampledRead::Miss),
+            KIND_DEAD => Some(SampledRead::Dead),
+            _ => None,
+        }
+    }
+}
+
 /// The client's side: a sealed memfd mapped read-write.
 pub struct HintsWriter {
     map: Mapping,
     path: PathBuf,
     counts: HintCounts,
     head: u64,
+    /// Sampled reads written so far.
+    samples_head: u64,
     /// Items queued in the region-clock second `filter_second`, by `(place, word)` without
     /// the accessed bit (which the server's mark sets); `(0, 0)` is empty (a live slot's word
     /// is never 0).
@@ -124,13 +236,14 @@ impl HintsWriter {
     /// Creates a hints area. Its [`path`](HintsWriter::path) (`/proc/<pid>/fd/<n>`) is what
     /// the server opens; it lives as long as this value.
     pub fn create() -> io::Result<HintsWriter> {
-        let map = new_area(HINTS_BYTES, VERSION)?;
+        let map = new_area(CURRENT)?;
         let path = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), map.file().as_raw_fd()));
         Ok(HintsWriter {
             map,
             path,
             counts: HintCounts::default(),
             head: 0,
+            samples_head: 0,
             recent: vec![(0, 0); FILTER_ENTRIES].into_boxed_slice(),
             filter_second: 0,
         })
@@ -180,6 +293,18 @@ impl HintsWriter {
         }
     }
 
+    /// Queues a read of the key whose curve hash (`shoal_curves::KeyHash`) is `hash` for the
+    /// server's curve: call after [`HintsWriter::record`] counted it, only for keys in the
+    /// sample (the hash's spatial part below the region's published threshold).
+    #[inline]
+    pub fn record_sampled(&mut self, hash: u64, read: SampledRead) {
+        let entry = CURRENT.off_sample(self.samples_head);
+        self.map.u64_at(entry).store(hash, Ordering::Relaxed);
+        self.map.u64_at(entry + 8).store(read.encode(), Ordering::Relaxed);
+        self.samples_head += 1;
+        self.map.u64_at(CURRENT.off_sample_head()).store(self.samples_head, Ordering::Release);
+    }
+
     /// Whether the item at `place` holding `word` was queued in second `now` already; notes
     /// that it is now. The filter empties when the second changes.
     #[inline]
@@ -203,9 +328,9 @@ impl HintsWriter {
     }
 }
 
-/// A fresh memfd of `bytes`, sealed against resizing and mapped read-write, with the header of
-/// a hints area of `version` (magic last, with release: a reader that sees it sees the rest).
-fn new_area(bytes: usize, version: u64) -> io::Result<Mapping> {
+/// A fresh memfd sealed against resizing and mapped read-write, with the header of a hints
+/// area of `format` (magic last, with release: a reader that sees it sees the rest).
+fn new_area(format: Format) -> io::Result<Mapping> {
     // SAFETY: memfd_create with a valid NUL-terminated name; the result is checked.
     let fd =
         unsafe { libc::memfd_create(c"shoal-hints".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
@@ -214,6 +339,7 @@ fn new_area(bytes: usize, version: u64) -> io::Result<Mapping> {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     let file = unsafe { File::from_raw_fd(fd) };
+    let bytes = format.bytes();
     file.set_len(bytes as u64)?;
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
     // SAFETY: fcntl on a descriptor we own, with an integer argument.
@@ -221,18 +347,33 @@ fn new_area(bytes: usize, version: u64) -> io::Result<Mapping> {
         return Err(io::Error::last_os_error());
     }
     let map = Mapping::map(file, bytes, true)?;
-    map.u64_at(OFF_VERSION).store(version, Ordering::Relaxed);
+    map.u64_at(OFF_VERSION).store(format.version, Ordering::Relaxed);
     map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
     Ok(map)
 }
 
 /// The server's side: a client's hints area mapped read-only, and how far it was read.
 pub struct HintsReader {
-    map: Mapping,
-    /// The ring's length in this area's version.
-    ring_entries: usize,
+    map: Arc<Mapping>,
+    format: Format,
     counts: HintCounts,
     cursor: u64,
+    /// Whether [`HintsReader::samples`] handed the sampled reads out already.
+    samples_taken: bool,
+    /// Local reads reported as not sampled so far (see [`Drained::unsampled`]).
+    unsampled: u64,
+}
+
+/// What one drain of an area found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// What the client counted since the last drain.
+    pub counts: HintCounts,
+    /// Of those, the reads the client did not queue as sampled: references of keys outside
+    /// the curve's sample, for its correction. Always 0 for an area without sampled reads (an
+    /// older client samples nothing, so its reads are not in the curve at all); sampled reads
+    /// a full ring lost are in neither.
+    pub unsampled: u64,
 }
 
 impl HintsReader {
@@ -254,41 +395,45 @@ impl HintsReader {
         HintsReader::check(file).map_err(|why| format!("the descriptor handed over {why}"))
     }
 
-    /// Maps `file` if it is a hints area (of either version); otherwise says what it is not.
+    /// Maps `file` if it is a hints area (of any version); otherwise says what it is not.
     fn check(file: File) -> Result<HintsReader, String> {
         let meta = file.metadata().map_err(|e| format!("cannot be examined: {e}"))?;
-        let (new, old) = (HINTS_BYTES as u64, area_bytes(OLD_RING_ENTRIES) as u64);
         if !meta.file_type().is_file() {
             return Err("is not a hints area: not a regular file".into());
         }
-        let (version, ring_entries) = match meta.len() {
-            len if len == new => (VERSION, RING_ENTRIES),
-            len if len == old => (OLD_VERSION, OLD_RING_ENTRIES),
-            _ => {
-                return Err(format!(
-                    "is not a hints area of {new} bytes (version {VERSION}) or {old} (version {OLD_VERSION})"
-                ))
-            }
+        let versions = || FORMATS.map(|f| f.version.to_string()).join(", ");
+        let Some(format) = FORMATS.into_iter().find(|f| f.bytes() as u64 == meta.len()) else {
+            let sizes = FORMATS.map(|f| format!("{} (version {})", f.bytes(), f.version)).join(", ");
+            return Err(format!("is not a hints area: {} bytes, not one of {sizes}", meta.len()));
         };
         // SAFETY: fcntl on a descriptor we own; F_GET_SEALS takes no argument.
         let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
         if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
             return Err("is not sealed against shrinking (F_SEAL_SHRINK)".into());
         }
-        let bytes = area_bytes(ring_entries);
+        let bytes = format.bytes();
         let map = Mapping::map(file, bytes, false).map_err(|e| format!("cannot be mapped: {e}"))?;
         if map.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
             return Err("is not a hints area: no magic number".into());
         }
         let found = map.u64_at(OFF_VERSION).load(Ordering::Relaxed);
-        if found != version {
+        if found != format.version {
             return Err(format!(
-                "is a hints area of version {found} in {bytes} bytes, which should be version {version}: \
-                 this server reads versions {OLD_VERSION} and {VERSION} (upgrade the server, or use a client library of its release)"
+                "is a hints area of version {found} in {bytes} bytes, which should be version {}: \
+                 this server reads versions {} (upgrade the server, or use a client library of its release)",
+                format.version,
+                versions()
             ));
         }
         // Read from the start: what the client counted before registering counts too.
-        Ok(HintsReader { map, ring_entries, counts: HintCounts::default(), cursor: 0 })
+        Ok(HintsReader {
+            map: Arc::new(map),
+            format,
+            counts: HintCounts::default(),
+            cursor: 0,
+            samples_taken: false,
+            unsampled: 0,
+        })
     }
 
     fn read_counts(&self) -> HintCounts {
@@ -297,9 +442,30 @@ impl HintsReader {
         }))
     }
 
+    /// Sampled reads the client has queued so far (0 in an area without them).
+    fn samples_written(&self) -> u64 {
+        if self.format.sample_entries == 0 {
+            return 0;
+        }
+        self.map.u64_at(self.format.off_sample_head()).load(Ordering::Acquire)
+    }
+
+    /// The area's sampled reads, to be drained by the tenant's curve: handed out once, and
+    /// only by an area that has them (version 3).
+    pub fn samples(&mut self) -> Option<SampleReader> {
+        if self.format.sample_entries == 0 || self.samples_taken {
+            return None;
+        }
+        self.samples_taken = true;
+        Some(SampleReader { map: Arc::clone(&self.map), format: self.format, cursor: 0, copied: Vec::new() })
+    }
+
     /// What the client counted since the last drain, and each location it queued since (at
     /// most one ring's worth, the newest), handed to `mark`.
-    pub fn drain(&mut self, mut mark: impl FnMut(Location)) -> HintCounts {
+    pub fn drain(&mut self, mut mark: impl FnMut(Location)) -> Drained {
+        // The client counts a read before it queues it as sampled: with the queue's head read
+        // first, the counts include every read it holds.
+        let samples = self.samples_written();
         let now = self.read_counts();
         let before = std::mem::replace(&mut self.counts, now);
         let delta = HintCounts::from_array(std::array::from_fn(|i| {
@@ -310,14 +476,76 @@ impl HintsReader {
         if head < self.cursor {
             self.cursor = head;
         }
-        for n in self.cursor.max(head.saturating_sub(self.ring_entries as u64))..head {
-            let entry = OFF_RING + (n as usize % self.ring_entries) * ENTRY_BYTES;
+        for n in self.cursor.max(head.saturating_sub(self.format.ring_entries as u64))..head {
+            let entry = OFF_RING + (n as usize % self.format.ring_entries) * ENTRY_BYTES;
             let place = self.map.u64_at(entry).load(Ordering::Relaxed);
             let word = self.map.u64_at(entry + 8).load(Ordering::Relaxed);
             mark(Location { bucket: (place >> 3) as usize, slot: (place & 7) as usize, word });
         }
         self.cursor = head;
-        delta
+        let unsampled = if self.format.sample_entries == 0 {
+            0
+        } else {
+            // Never less than before: a read counted a moment before it was queued is not
+            // taken back (one per client thread, at most, is in that moment).
+            let total = now.gets.saturating_sub(samples);
+            let delta = total.saturating_sub(self.unsampled);
+            self.unsampled = self.unsampled.max(total);
+            delta
+        };
+        Drained { counts: delta, unsampled }
+    }
+}
+
+/// The sampled reads of one client's hints area, for the curve of the tenant whose region the
+/// client reads.
+pub struct SampleReader {
+    map: Arc<Mapping>,
+    format: Format,
+    cursor: u64,
+    /// Records copied out of the ring, before the check that the client did not overwrite them
+    /// meanwhile (kept from one drain to the next).
+    copied: Vec<(u64, u64)>,
+}
+
+/// What one drain of sampled reads found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplesDrained {
+    /// Records handed on.
+    pub read: u64,
+    /// Records the client overwrote before the server read them (a full ring).
+    pub lost: u64,
+}
+
+impl SampleReader {
+    /// Each sampled read queued since the last drain, oldest first, as (curve hash, the read,
+    /// or `None` for a record this library never writes); at most one ring's worth, the newest.
+    pub fn drain(&mut self, mut each: impl FnMut(u64, Option<SampledRead>)) -> SamplesDrained {
+        let entries = self.format.sample_entries as u64;
+        let head_at = self.format.off_sample_head();
+        let head = self.map.u64_at(head_at).load(Ordering::Acquire);
+        if head < self.cursor {
+            self.cursor = head; // a confused client: start again from where it says it is
+        }
+        let first = self.cursor.max(head.saturating_sub(entries));
+        let mut lost = first - self.cursor;
+        self.copied.clear();
+        for n in first..head {
+            let entry = self.format.off_sample(n);
+            let hash = self.map.u64_at(entry).load(Ordering::Relaxed);
+            let word = self.map.u64_at(entry + 8).load(Ordering::Relaxed);
+            self.copied.push((hash, word));
+        }
+        // Records the client may have written over while they were copied are lost too.
+        let after = self.map.u64_at(head_at).load(Ordering::Acquire).max(head);
+        let overwritten =
+            (after.saturating_sub(entries).saturating_sub(first) as usize).min(self.copied.len());
+        lost += overwritten as u64;
+        for &(hash, word) in &self.copied[overwritten..] {
+            each(hash, SampledRead::decode(word));
+        }
+        self.cursor = head;
+        SamplesDrained { read: (self.copied.len() - overwritten) as u64, lost }
     }
 }
 
@@ -327,11 +555,15 @@ mod tests {
     use crate::region::ItemInfo;
 
     fn hit() -> Lookup {
+        hit_lookup(1)
+    }
+
+    fn hit_lookup(value_len: usize) -> Lookup {
         Lookup::Hit(ItemInfo {
             flags: 0,
             cas: 1,
             expiry: 0,
-            value_len: 1,
+            value_len,
             fetched: false,
             marks: Default::default(),
             last_access: 0,
@@ -347,10 +579,10 @@ mod tests {
         w.record(&hit(), Some(at), 1);
         w.record(&Lookup::Expired, None, 1);
         let mut marked = Vec::new();
-        let delta = r.drain(|l| marked.push(l));
+        let delta = r.drain(|l| marked.push(l)).counts;
         assert_eq!(delta, HintCounts { gets: 3, hits: 1, misses: 2, expired: 1, flushed: 0 });
         assert_eq!(marked, [at]);
-        assert_eq!(r.drain(|_| panic!("nothing new")), HintCounts::default());
+        assert_eq!(r.drain(|_| panic!("nothing new")), Drained::default());
     }
 
     #[test]
@@ -361,7 +593,7 @@ mod tests {
             w.record(&hit(), Some(Location { bucket: i, slot: 0, word: i as u64 }), 1);
         }
         let mut seen = Vec::new();
-        assert_eq!(r.drain(|l| seen.push(l.bucket)).hits, 3 * RING_ENTRIES as u64);
+        assert_eq!(r.drain(|l| seen.push(l.bucket)).counts.hits, 3 * RING_ENTRIES as u64);
         assert_eq!(seen, (2 * RING_ENTRIES..3 * RING_ENTRIES).collect::<Vec<_>>());
     }
 
@@ -389,7 +621,7 @@ mod tests {
         let handed = std::fs::File::from(w.fd().try_clone_to_owned().unwrap());
         let mut r = HintsReader::from_file(handed).unwrap();
         w.record(&hit(), None, 1);
-        assert_eq!(r.drain(|_| {}).hits, 1);
+        assert_eq!(r.drain(|_| {}).counts.hits, 1);
         let null = std::fs::File::open("/dev/null").unwrap();
         assert!(HintsReader::from_file(null)
             .err()
@@ -422,7 +654,7 @@ mod tests {
         // The server's mark sets the accessed bit: the client then sees the same item so.
         w.record(&hit(), Some(Location { word: hot.word | SLOT_ACCESSED, ..hot }), 5);
         let mut marks = 0;
-        assert_eq!(r.drain(|_| marks += 1).hits, 1_000_001, "every hit is counted");
+        assert_eq!(r.drain(|_| marks += 1).counts.hits, 1_000_001, "every hit is counted");
         assert_eq!(marks, 1, "one mark for a million hits in one second");
 
         // A new second, or a new item in the same slot, is queued again.
@@ -438,7 +670,7 @@ mod tests {
     fn distinct_items_past_the_old_ring_all_reach_the_reader() {
         let mut w = HintsWriter::create().unwrap();
         let mut r = HintsReader::open(w.path()).unwrap();
-        let items = 10 * OLD_RING_ENTRIES;
+        let items = 10 * FORMATS[0].ring_entries;
         for i in 0..items {
             w.record(&hit(), Some(Location { bucket: i, slot: i % 8, word: 1 << 63 | i as u64 }), 1);
         }
@@ -447,39 +679,105 @@ mod tests {
         assert_eq!(seen, (0..items).collect::<Vec<_>>());
     }
 
-    /// A sealed memfd of `bytes` holding a hints header of `version`, as a client writes it.
-    fn area_of(bytes: usize, version: u64) -> (File, Mapping) {
-        let map = new_area(bytes, version).unwrap();
+    /// A sealed memfd holding a hints header of `format`, as a client writes it, with
+    /// `version` in it.
+    fn area_of(format: Format, version: u64) -> (File, Mapping) {
+        let map = new_area(Format { version, ..format }).unwrap();
         (map.file().try_clone().unwrap(), map)
     }
 
     #[test]
     fn an_older_clients_area_is_read_with_its_own_ring() {
-        let (file, old) = area_of(area_bytes(OLD_RING_ENTRIES), OLD_VERSION);
+        let v1 = FORMATS[0];
+        let (file, old) = area_of(v1, 1);
         let mut r = HintsReader::from_file(file).unwrap();
         // As a version-1 writer queues: 5000 hits, the ring wrapped at 4096.
         for n in 0..5000usize {
-            let entry = OFF_RING + (n % OLD_RING_ENTRIES) * ENTRY_BYTES;
+            let entry = OFF_RING + (n % v1.ring_entries) * ENTRY_BYTES;
             old.u64_at(entry).store((n as u64) << 3, Ordering::Relaxed);
             old.u64_at(entry + 8).store(n as u64, Ordering::Relaxed);
         }
         old.u64_at(OFF_COUNTERS + 8).store(5000, Ordering::Relaxed);
         old.u64_at(OFF_HEAD).store(5000, Ordering::Release);
         let mut seen = Vec::new();
-        assert_eq!(r.drain(|l| seen.push(l.bucket)).hits, 5000);
-        assert_eq!(seen, (5000 - OLD_RING_ENTRIES..5000).collect::<Vec<_>>(), "the newest 4096, in order");
+        assert_eq!(r.drain(|l| seen.push(l.bucket)).counts.hits, 5000);
+        assert_eq!(seen, (5000 - v1.ring_entries..5000).collect::<Vec<_>>(), "the newest 4096, in order");
     }
 
     #[test]
     fn an_area_whose_version_does_not_match_its_size_is_refused_clearly() {
-        for (bytes, version) in
-            [(HINTS_BYTES, OLD_VERSION), (HINTS_BYTES, 3), (area_bytes(OLD_RING_ENTRIES), VERSION)]
-        {
-            let why = HintsReader::from_file(area_of(bytes, version).0).err().unwrap();
+        for (format, version) in [(CURRENT, 2), (CURRENT, 4), (FORMATS[0], 3), (FORMATS[1], 1)] {
+            let bytes = format.bytes();
+            let why = HintsReader::from_file(area_of(format, version).0).err().unwrap();
             assert!(why.contains(&format!("version {version} in {bytes} bytes")), "{why}");
-            assert!(why.contains("reads versions 1 and 2"), "{why}");
+            assert!(why.contains("reads versions 1, 2, 3"), "{why}");
         }
-        let (file, _) = area_of(HINTS_BYTES + 8, VERSION);
-        assert!(HintsReader::from_file(file).err().unwrap().contains("not a hints area of"));
+        let (file, _) = area_of(Format { ring_entries: RING_ENTRIES + 1, ..CURRENT }, 3);
+        assert!(HintsReader::from_file(file).err().unwrap().contains("not a hints area: "));
+    }
+
+    #[test]
+    fn sampled_reads_reach_the_curve_side_in_order_and_the_rest_count_as_unsampled() {
+        let mut w = HintsWriter::create().unwrap();
+        let mut r = HintsReader::open(w.path()).unwrap();
+        let mut samples = r.samples().unwrap();
+        assert!(r.samples().is_none(), "handed out once");
+        let reads = [SampledRead::Hit { bytes: 120, expiry: 77 }, SampledRead::Miss, SampledRead::Dead];
+        for (i, read) in reads.into_iter().enumerate() {
+            w.record(&Lookup::Missing, None, 1);
+            w.record_sampled(i as u64 + 10, read);
+        }
+        for _ in 0..5 {
+            w.record(&Lookup::Missing, None, 1); // not in the sample
+        }
+        let drained = r.drain(|_| {});
+        assert_eq!((drained.counts.gets, drained.unsampled), (8, 5));
+        let mut seen = Vec::new();
+        assert_eq!(samples.drain(|h, read| seen.push((h, read))), SamplesDrained { read: 3, lost: 0 });
+        assert_eq!(seen, [(10, Some(reads[0])), (11, Some(reads[1])), (12, Some(reads[2]))]);
+        assert_eq!(samples.drain(|_, _| panic!("nothing new")), SamplesDrained::default());
+        assert_eq!(r.drain(|_| {}), Drained::default());
+    }
+
+    #[test]
+    fn a_flood_of_sampled_reads_keeps_the_newest_ring_and_counts_the_rest_lost() {
+        let mut w = HintsWriter::create().unwrap();
+        let mut samples = HintsReader::open(w.path()).unwrap().samples().unwrap();
+        let n = 2 * SAMPLE_ENTRIES as u64 + 5;
+        for h in 0..n {
+            w.record_sampled(h, SampledRead::Miss);
+        }
+        let mut seen = Vec::new();
+        let drained = samples.drain(|h, _| seen.push(h));
+        assert_eq!(drained, SamplesDrained { read: SAMPLE_ENTRIES as u64, lost: n - SAMPLE_ENTRIES as u64 });
+        assert_eq!(seen, (n - SAMPLE_ENTRIES as u64..n).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn records_no_client_writes_are_refused_by_decoding() {
+        let hit = SampledRead::Hit { bytes: (1 << SIZE_BITS) - 8, expiry: u32::MAX };
+        for read in [hit, SampledRead::Miss, SampledRead::Dead] {
+            assert_eq!(SampledRead::decode(read.encode()), Some(read));
+        }
+        for word in [0, 4 << 56, u64::MAX, KIND_MISS << 56 | 1, KIND_DEAD << 56 | 1 << 40] {
+            assert_eq!(SampledRead::decode(word), None, "{word:#x}");
+        }
+        // A hit's size as the region lays the item out.
+        let info = match hit_lookup(5) {
+            Lookup::Hit(info) => info,
+            _ => unreachable!(),
+        };
+        assert_eq!(SampledRead::of(&Lookup::Hit(info), 3), SampledRead::Hit { bytes: 24, expiry: 0 });
+        assert_eq!(SampledRead::of(&Lookup::Flushed, 3), SampledRead::Dead);
+    }
+
+    #[test]
+    fn an_older_clients_area_has_no_sampled_reads_and_no_unsampled_ones() {
+        let (file, old) = area_of(FORMATS[1], 2);
+        let mut r = HintsReader::from_file(file).unwrap();
+        assert!(r.samples().is_none());
+        old.u64_at(OFF_COUNTERS).store(40, Ordering::Relaxed);
+        let drained = r.drain(|_| {});
+        assert_eq!((drained.counts.gets, drained.unsampled), (40, 0), "its reads stay out of the curve");
     }
 }

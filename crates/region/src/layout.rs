@@ -94,6 +94,12 @@ pub(crate) struct RawHeader {
     /// `hold_until`. Both 0 in a region no hold was ever set on (and in older files).
     pub hold_gen: AtomicU64,
     pub hold_until: AtomicU32,
+    /// The sampling threshold of the region's hit-ratio curve (issue 27): a local reader
+    /// reports a read to the server's curve when the top 24 bits of its key's curve hash
+    /// (`shoal_curves::KeyHash`, XXH3-64 unseeded) fall below it. 0 — no curve, an older
+    /// server, an older file — reports nothing; the server sets it (every 100 ms) and clears
+    /// it when it attaches.
+    pub curve_threshold: AtomicU32,
 }
 
 /// Byte offset of the cookie, for locality discovery (`shm` answers with it).

@@ -59,6 +59,6 @@ pub use region::{ItemInfo, KeyHash, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
     counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Eviction,
-    EvictionObserver, IndexedItem, KeyObserver, LimitError, Mark, NewItem, PreviousStop, Stats, Store,
+    EvictionObserver, IndexedItem, KeyObserver, LimitError, Mark, NewItem, PreviousStop, Stats, Store, Swept,
     UnknownEviction, Value, Writer, MIN_LIMIT_SEGMENTS,
 };

@@ -232,15 +232,40 @@ impl Mapping {
             return;
         }
         self.check(off, len, 1);
-        let end = dst.len() + len;
-        // Whole words only, the last one cut back after: no copy of a variable length.
-        dst.reserve(len + 8);
-        let mut at = off;
-        for _ in 0..len / 8 {
-            dst.extend_from_slice(&self.bytes8(at).to_le_bytes());
-            at += 8;
+        if len == 0 {
+            return;
         }
-        dst.extend_from_slice(&self.bytes_short(at, len % 8).to_le_bytes());
+        let end = dst.len() + len;
+        // Whole words only, the last one cut back after: no copy of a variable length. Each
+        // aligned word that holds value bytes is loaded once; an unaligned value's words are
+        // each made of the two that hold its bytes (every load being one of the next's).
+        dst.reserve(len + 8);
+        let skip = off & 7;
+        let mut pos = off - skip;
+        // The end of the last aligned word holding value bytes: within the mapping, whose
+        // length is a multiple of 8 (checked in `map`).
+        let last = (off + len).next_multiple_of(8);
+        // SAFETY: `pos` is 8-aligned and `pos + 8 <= last <= len`.
+        let mut low = unsafe { self.word(pos) }.load(Ordering::Relaxed);
+        if skip == 0 {
+            loop {
+                dst.extend_from_slice(&low.to_le_bytes());
+                pos += 8;
+                if pos == last {
+                    break;
+                }
+                // SAFETY: as above, `pos < last` and both are multiples of 8.
+                low = unsafe { self.word(pos) }.load(Ordering::Relaxed);
+            }
+        } else {
+            while pos + 8 < last {
+                // SAFETY: `pos + 8` is 8-aligned and below `last`, so `pos + 16 <= last <= len`.
+                let high = unsafe { self.word(pos + 8) }.load(Ordering::Relaxed);
+                dst.extend_from_slice(&((low >> (8 * skip)) | (high << (64 - 8 * skip))).to_le_bytes());
+                (low, pos) = (high, pos + 8);
+            }
+            dst.extend_from_slice(&(low >> (8 * skip)).to_le_bytes());
+        }
         dst.truncate(end);
     }
 
@@ -383,6 +408,22 @@ mod tests {
         map.write(0, &data);
         for off in [0, 1, 7, 8, 13, 64, 1000] {
             for len in [0, 1, 9, 255, 256, 257, 1024, 3000] {
+                let mut appended = b"head".to_vec();
+                map.read_append(off, len, &mut appended);
+                assert_eq!(&appended[..4], b"head", "{off}+{len}: what was there stays");
+                assert_eq!(&appended[4..], &data[off..off + len], "{off}+{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn appended_copies_at_every_alignment_and_length_up_to_the_end() {
+        const LEN: usize = 96;
+        let map = Mapping::map(memfd(LEN), LEN, true).unwrap();
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 37 + 11) as u8).collect();
+        map.write(0, &data);
+        for off in 0..=LEN {
+            for len in 0..=LEN - off {
                 let mut appended = b"head".to_vec();
                 map.read_append(off, len, &mut appended);
                 assert_eq!(&appended[..4], b"head", "{off}+{len}: what was there stays");

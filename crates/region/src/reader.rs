@@ -88,4 +88,10 @@ impl Reader {
     pub fn clock(&self) -> u32 {
         self.region.header().clock.load(Ordering::Acquire)
     }
+
+    /// The server curve's sampling threshold as last published (0: report no reads).
+    #[inline]
+    pub fn curve_threshold(&self) -> u32 {
+        self.region.header().curve_threshold.load(Ordering::Relaxed)
+    }
 }

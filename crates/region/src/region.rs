@@ -281,8 +281,12 @@ impl Region {
         if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
             return None;
         }
+        // Items start 8-aligned (slot offsets count 8-byte units; the layout check keeps
+        // segments 8-aligned): the header is two aligned loads, not a copy of any alignment.
+        let at = self.item_offset(slot);
         let mut raw = [0u8; ITEM_HEADER_BYTES];
-        self.map.read(self.item_offset(slot), &mut raw);
+        raw[..8].copy_from_slice(&self.map.u64_at(at).load(Ordering::Relaxed).to_le_bytes());
+        raw[8..].copy_from_slice(&self.map.u32_at(at + 8).load(Ordering::Relaxed).to_le_bytes());
         let h = ItemHeader::decode(&raw);
         (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
     }

@@ -13,6 +13,9 @@
 //!                 │
 //!                 ▼
 //!          index into the pool's server list
+//!                 │ a hot key (hot::HotSet, learned from the servers' `stats hotkeys`)
+//!                 ▼
+//!   Placement::replicas ──► the owner and its R-1 successors: reads pick one, writes all
 //! ```
 //!
 //! Every scheme named after a tool places keys exactly as that tool does (test vectors in
@@ -25,6 +28,7 @@ pub mod digest;
 mod error;
 pub mod furc;
 pub mod hashing;
+pub mod hot;
 pub mod jump;
 mod ketama;
 pub mod prefix;
@@ -36,6 +40,7 @@ pub mod spooky;
 pub use digest::Digest;
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};
+pub use hot::{HotSet, ReplicaSet};
 pub use prefix::{hash_part, Routed};
 pub use proteus::{ProteusArc, ProteusRing};
 pub use server::{validate_key, Server};

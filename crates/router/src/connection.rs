@@ -5,7 +5,7 @@
 //! ```text
 //!  client tasks ──send()──► out (encoded) + waiting (one slot per request, oldest first)
 //!                                │  wakes the connection task when `out` gets its first bytes
-//!  connection task: write out ──► destination ──► read into input ──► frame() ──► slot answered,
+//!  connection task: write out ──► destination ──► read into input ──► framer ──► slot answered,
 //!                   one timer at the oldest unanswered slot's deadline ──► slot timed out
 //! ```
 //!
@@ -28,7 +28,7 @@
 use crate::health::{probe, Health};
 use crate::request::{ErrorKind, Shape};
 use crate::stream::{connect, Stream};
-use shoal_proto::frame;
+use shoal_proto::{Framer, Limits};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -197,7 +197,7 @@ impl Connection {
                 return self.fail(ErrorKind::Connect, format!("cannot connect to {}: {e}", self.address))
             }
         };
-        let mut input = Input { buf: vec![0; READ_CHUNK], start: 0, end: 0 };
+        let mut input = Input { buf: vec![0; READ_CHUNK], start: 0, end: 0, framer: Framer::default() };
         let mut timer = Timer { sleep: Box::pin(tokio::time::sleep(Duration::ZERO)), armed: false };
         let (kind, why) =
             std::future::poll_fn(|cx| self.poll(cx, &mut stream, &mut input, &mut timer, max_value)).await;
@@ -262,7 +262,9 @@ impl Connection {
                 return Err("answered a request it was not sent".into());
             };
             let bytes = &input.buf[input.start..input.end];
-            let Some(frame) = frame(bytes, slot.shape, max_value).map_err(|e| e.to_string())? else {
+            let limits = Limits::values(max_value);
+            let Some(frame) = input.framer.frame(bytes, slot.shape, &limits).map_err(|e| e.to_string())?
+            else {
                 return Ok(()); // the rest of this answer is still on its way
             };
             let slot = state.waiting.pop_front().expect("a front slot");
@@ -327,6 +329,8 @@ struct Input {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// How far the answer at `start` is framed, across reads.
+    framer: Framer,
 }
 
 impl Input {

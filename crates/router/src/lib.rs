@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!  config file ──(inotify, stat+hash every second)──► Config::parse ──► Router.config (Arc swap;
-//!                                                                  a bad file keeps the old one)
+//!  and the provisioning state files its pools name                 a bad file keeps the old one)
 //!  client ──► worker thread (tokio, one per -t) ──► proxy: shoal-proto parser, one Request per key
 //!                 │ dispatch: Config::route_for(/region/cluster/) ──► Route::execute (route.rs)
 //!                 ▼                                   (multiget.rs: keys batched per server)
@@ -61,16 +61,22 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `shoal router`: route memcached requests to pools of servers, as mcrouter does.
 #[derive(Args, Debug, Clone)]
+#[command(
+    override_usage = "shoal router -f <FILE> [OPTIONS]\n       shoal router --validate <FILE>",
+    after_help = "Example configurations (twemproxy's placement, Gutter, a regional pool): examples/router/"
+)]
 pub struct RouterArgs {
-    /// The configuration file (mcrouter's JSON: pools and routes); reloaded when it changes.
-    #[arg(short = 'f', long = "config-file", value_name = "FILE", required_unless_present = "validate")]
+    /// The configuration file (mcrouter's JSON: pools and routes); reloaded when it changes,
+    /// and when a provisioning state file a pool follows changes.
+    #[arg(short = 'f', long = "config-file", value_name = "FILE", help_heading = "Required")]
     pub config: Option<PathBuf>,
-    /// Check a configuration file and exit: 0 if it loads, else the error and where it is.
-    #[arg(long, value_name = "FILE")]
+    /// Instead of -f: check a configuration file and exit, 0 if it loads, else the error and
+    /// where it is.
+    #[arg(long, value_name = "FILE", help_heading = "Required")]
     pub validate: Option<PathBuf>,
     /// TCP port to listen on (0: none).
     #[arg(short = 'p', long, default_value_t = 5000)]
@@ -104,10 +110,12 @@ pub struct RouterArgs {
     pub metrics_listen: Option<String>,
 }
 
-/// Reads and checks a configuration file.
+/// Reads and checks a configuration file (and the provisioning state files its pools follow,
+/// found relative to its directory).
 pub fn load(path: &Path) -> Result<Config, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let base = path.parent().unwrap_or(Path::new("."));
+    Config::parse_in(&text, base).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Runs `shoal router` until it is killed (or, with `--validate`, checks a file).
@@ -115,19 +123,26 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
     if let Some(path) = &args.validate {
         let config = load(path)?;
         println!(
-            "{}: ok ({} destinations, {} prefixed routes)",
+            "{}: ok ({}, {}; {})",
             path.display(),
-            config.destinations.len(),
-            config.prefixed.len()
+            config::plural(config.destinations.len(), "destination"),
+            config::plural(config.prefixed.len(), "prefixed route"),
+            config.describe_pools()
         );
         return Ok(());
     }
-    let path = args.config.clone().expect("clap requires --config-file without --validate");
+    let Some(path) = args.config.clone() else {
+        return Err("shoal router needs its configuration: -f FILE (mcrouter's JSON of pools and routes; \
+                    examples/router/ has some), or --validate FILE to check one"
+            .into());
+    };
     // The version the watcher compares against is the one read here, before anything can
     // rewrite the file: taken in the watcher thread, a rewrite made while it starts would
     // look like the file it started with, and never load.
-    let started_with = (fingerprint(&path), std::fs::metadata(&path).and_then(|m| m.modified()).ok());
+    let file_version = version(&path);
     let config = load(&path)?;
+    let started_with =
+        Version { followed: config.followed.iter().map(|(_, v)| *v).collect(), ..file_version };
     config.fetch_digests();
     if args.threads == 0 {
         return Err("-t: at least one worker thread".into());
@@ -176,6 +191,20 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
     if let Some(address) = &args.metrics_listen {
         metrics::spawn(address, router.clone())?;
     }
+    let listening: Vec<String> = [
+        tcp.as_ref().map(|_| format!("{}:{}", args.listen, args.port)),
+        args.unix_socket.as_ref().map(|p| p.display().to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    eprintln!(
+        "shoal router: {} listening on {}; config {}: {}",
+        rfc3339(SystemTime::now()),
+        listening.join(" and "),
+        std::path::absolute(&path).unwrap_or_else(|_| path.clone()).display(),
+        router.config.read().unwrap_or_else(|p| p.into_inner()).describe_pools()
+    );
     {
         let router = router.clone();
         let settle = Duration::from_millis(args.reload_settle_ms);
@@ -238,17 +267,45 @@ fn serve_worker(
     });
 }
 
-/// What identifies a version of the configuration file: its bytes' hash (and whether it
-/// could be read at all).
-fn fingerprint(path: &Path) -> Option<u64> {
-    std::fs::read(path).ok().map(|bytes| xxhash_rust::xxh3::xxh3_64(&bytes))
+/// `t` in RFC 3339, UTC, to the second (`2026-11-28T00:04:24Z`): log lines' times.
+fn rfc3339(t: SystemTime) -> String {
+    let seconds = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, second) = ((seconds / 86_400) as i64, seconds % 86_400);
+    // The proleptic Gregorian date of a day count (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let m = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * m + 2) / 5 + 1;
+    let month = if m < 10 { m + 3 } else { m - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", second / 3_600, second / 60 % 60, second % 60)
 }
 
-/// Reloads the configuration when the file changes: woken by inotify on its directory (so a
-/// ConfigMap-style symlink swap is seen) and, as a fallback, by a stat-and-hash every second.
-/// A change is loaded once the file has stayed the same for `settle`; a file that does not
-/// load is reported and the last good configuration keeps serving.
-fn watch(path: &Path, settle: Duration, router: &Router, started_with: (Option<u64>, Option<SystemTime>)) {
+/// What identifies a version of the configuration: the file's bytes' hash (and whether it
+/// could be read at all) and modification time, and the hash of each provisioning state
+/// file its pools follow.
+#[derive(Clone, Debug, PartialEq)]
+struct Version {
+    file: Option<u64>,
+    modified: Option<SystemTime>,
+    followed: Vec<Option<u64>>,
+}
+
+/// The configuration file's version (and no state files').
+fn version(path: &Path) -> Version {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    Version { file: config::fingerprint(path), modified, followed: Vec::new() }
+}
+
+/// Reloads the configuration when the file, or a state file it follows, changes: woken by
+/// inotify on their directories (so a ConfigMap-style symlink swap is seen) and, as a
+/// fallback, by a stat-and-hash every second. A change is loaded once the file has stayed the
+/// same for `settle`; a file that does not load is reported and the last good configuration
+/// keeps serving.
+fn watch(path: &Path, settle: Duration, router: &Router, started_with: Version) {
     use notify::Watcher;
     let (wake, woken) = std::sync::mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -259,40 +316,83 @@ fn watch(path: &Path, settle: Duration, router: &Router, started_with: (Option<u
         }
     })
     .ok();
-    if let (Some(w), Some(dir)) = (watcher.as_mut(), path.parent()) {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-        let _ = w.watch(dir, notify::RecursiveMode::NonRecursive);
-    }
-    let (mut loaded, mut modified) = started_with;
+    let mut watched = std::collections::HashSet::new();
+    let mut watch_beside = |file: &Path| {
+        let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if let Some(w) = watcher.as_mut().filter(|_| watched.insert(dir.to_path_buf())) {
+            let _ = w.watch(dir, notify::RecursiveMode::NonRecursive);
+        }
+    };
+    watch_beside(path);
+    let followed = |router: &Router| -> Vec<PathBuf> {
+        let config = router.config.read().unwrap_or_else(|p| p.into_inner());
+        config.followed.iter().map(|(file, _)| file.clone()).collect()
+    };
+    followed(router).iter().for_each(|file| watch_beside(file));
+    // The version last loaded, or that last failed to load (it is not tried again).
+    let mut last = started_with;
     loop {
         let _ = woken.recv_timeout(Duration::from_secs(1));
-        // Load once the file has stayed the same for `settle`; a file still changing is
+        // Load once the files have stayed the same for `settle`; a file still changing is
         // looked at again at once (its events were drained meanwhile, so nothing else would).
         loop {
-            let now = fingerprint(path);
-            let stamp = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-            if now == loaded && stamp == modified {
+            let files = followed(router);
+            let current = || Version {
+                followed: files.iter().map(|f| config::fingerprint(f)).collect(),
+                ..version(path)
+            };
+            let now = current();
+            if now == last {
                 break;
             }
             std::thread::sleep(settle);
             while woken.try_recv().is_ok() {}
-            if fingerprint(path) != now {
+            if current() != now {
                 continue;
             }
-            (loaded, modified) = (now, stamp);
             match load(path) {
                 Ok(config) => {
                     config.fetch_digests();
+                    config.followed.iter().for_each(|(file, _)| watch_beside(file));
+                    last = Version { followed: config.followed.iter().map(|(_, v)| *v).collect(), ..now };
+                    let pools = config.describe_pools();
                     *router.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
                     router.reloads.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("shoal router: loaded {} ({:?})", path.display(), SystemTime::now());
+                    eprintln!(
+                        "shoal router: {} loaded {}: {pools}",
+                        rfc3339(SystemTime::now()),
+                        path.display()
+                    );
                 }
                 Err(e) => {
+                    last = now;
                     router.reload_failures.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("shoal router: {e}; still serving the last good configuration");
+                    eprintln!(
+                        "shoal router: {} {e}; still serving the last good configuration",
+                        rfc3339(SystemTime::now())
+                    );
                 }
             }
             break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_gnu_date_writes_them() {
+        // Leap days, the turn of centuries (2000 leap, 2100 not), the epoch, and now.
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+        for seconds in [0, 951_782_400, 951_868_799, 1_709_164_800, 4_107_542_399, 4_107_628_800, now] {
+            let date = std::process::Command::new("date")
+                .args(["-u", "-d", &format!("@{seconds}"), "+%Y-%m-%dT%H:%M:%SZ"])
+                .output()
+                .expect("GNU date");
+            let expected = String::from_utf8(date.stdout).unwrap();
+            assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(seconds)), expected.trim(), "{seconds}");
         }
     }
 }

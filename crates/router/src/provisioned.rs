@@ -2,8 +2,9 @@
 //! own the keys, and the smooth transition (the paper's Algorithm 2) after `active` changed.
 //!
 //! ```text
-//!  pool { "servers": [s1 … sN] (the provisioning order), "active": n,
-//!         "transition": { "from": n0, "until": <unix seconds> } }     written by `shoal provision`
+//!  pool { "servers": [s1 … sN] (the provisioning order), "provisioning": "state.json" }
+//!  state.json { "active": n, "transition": { "from": n0, "until": <unix seconds> } }
+//!                          written by `shoal provision` (or the pool's own "active"/"transition")
 //!
 //!  get  ──► new owner (n active) ── hit ─────────────────────────────► answer
 //!                 └─ miss, key moved ── old owner's digest lacks it ──► miss (database)
@@ -11,9 +12,10 @@
 //!  write ─► new owner, then `delete` on the old owner (its copy must not come back)
 //! ```
 //!
-//! The transition state lives in the configuration file, not in the router: a router that
-//! restarts or reloads mid-transition carries on exactly where the file says, and a router
-//! never guesses where a transition started. Old owners' digests are fetched once per loaded
+//! The transition state lives in the provisioner's state file (which the router follows as it
+//! follows its configuration), not in the router: a router that restarts or reloads
+//! mid-transition carries on exactly where the file says, and a router never guesses where a
+//! transition started. Old owners' digests are fetched once per loaded
 //! configuration, as the transition is first seen (a key set on an old owner after that is
 //! set on its new owner anyway); without a digest the old owner is simply asked.
 //!

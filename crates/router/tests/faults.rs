@@ -28,9 +28,10 @@ fn local(server: &Server) -> Client {
     c
 }
 
-/// One `STAT <name> <value>` of a server's or router's `stats`.
+/// One `STAT <name> <value>` of a server's `stats shoal`.
 fn stat(address: &str, name: &str) -> String {
-    let stats = String::from_utf8(common::raw(address, b"stats\r\n", b"END\r\n")).unwrap();
+    // The rejoin hold's fields are Shoal's own, in `stats shoal`.
+    let stats = String::from_utf8(common::raw(address, b"stats shoal\r\n", b"END\r\n")).unwrap();
     let prefix = format!("STAT {name} ");
     stats.lines().find_map(|l| l.strip_prefix(&prefix).map(str::to_string)).unwrap_or_default()
 }

@@ -12,14 +12,10 @@ pub const DEFAULT_PORT: u16 = 11211;
 /// crawler, hash table growth, extstore): accepted so existing command lines keep working, and
 /// ignored (listed in docs/PROTOCOL.md).
 const IGNORED_SUBOPTIONS: &[&str] = &[
-    "maxconns_fast",
-    "no_maxconns_fast",
     "hashpower",
     "tail_repair_time",
     "lru_crawler_sleep",
     "lru_crawler_tocrawl",
-    "lru_maintainer",
-    "no_lru_maintainer",
     "lru_segmented",
     "hot_lru_pct",
     "warm_lru_pct",
@@ -30,11 +26,7 @@ const IGNORED_SUBOPTIONS: &[&str] = &[
     "worker_logbuf_size",
     "track_sizes",
     "no_inline_ascii_resp",
-    "modern",
-    "no_modern",
     "no_chunked_items",
-    "slab_reassign",
-    "no_slab_reassign",
     "slab_automove",
     "slab_automove_ratio",
     "slab_automove_window",
@@ -53,9 +45,10 @@ const IGNORED_SUBOPTIONS: &[&str] = &[
 // A flag given twice takes its last value, as memcached's getopt loop does.
 #[command(disable_help_flag = true, disable_version_flag = true, args_override_self = true)]
 pub struct ServerArgs {
-    /// TCP port to listen on (default: 11211; 0 = off; -1 = any free port)
-    #[arg(short = 'p', long = "port", default_value_t = i32::from(DEFAULT_PORT), allow_negative_numbers = true)]
-    pub port: i32,
+    /// TCP port to listen on (default: 11211, or -U's port when that is given; 0 = off;
+    /// -1 = any free port)
+    #[arg(short = 'p', long = "port", allow_negative_numbers = true)]
+    pub port: Option<i32>,
     /// UDP port to listen on (default: 0, off; -1 = any free port)
     #[arg(short = 'U', long = "udp-port", default_value_t = 0, allow_negative_numbers = true)]
     pub udp_port: i32,
@@ -168,6 +161,10 @@ pub struct ServerArgs {
     /// docs/PROTOCOL.md describes it): each gets a region, a size, a curve and stats
     #[arg(long = "tenants", value_name = "FILE")]
     pub tenants: Option<PathBuf>,
+    /// count gets, hits, sets and deletes per key prefix (`stats detail dump`), the prefix
+    /// ending at this character (memcached's -D; the default delimiter is `:`)
+    #[arg(short = 'D', value_name = "CHAR")]
+    pub prefix_delimiter: Option<String>,
     /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
@@ -188,6 +185,11 @@ pub struct ServerArgs {
     /// test mode: enables `debugtime <seconds>`, which moves the server clock forward
     #[arg(long = "test-mode")]
     pub test_mode: bool,
+    /// read flags from FILE first, one per line as in Debian's /etc/memcached.conf (`#`
+    /// comments; `-d` and `logfile` lines skipped); the command line's come after them and
+    /// win (docs/packaging.md)
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// print this help and exit
     #[arg(short = 'h', long = "help")]
     pub help: bool,
@@ -257,9 +259,21 @@ pub struct Settings {
     pub daemonize: bool,
     /// Close connections idle this many seconds (`-o idle_timeout=N`), counted as `idle_kicks`.
     pub idle_timeout: Option<u32>,
-    /// Whether `lru_crawler metadump` and `crawl` start enabled (`-o no_lru_crawler` turns
-    /// them off until `lru_crawler enable`).
+    /// Whether `lru_crawler metadump` and `crawl` start enabled (`-o no_lru_crawler` or
+    /// `no_modern` turn them off until `lru_crawler enable`).
     pub lru_crawler: bool,
+    /// memcached's LRU maintainer and slab page mover switches (`-o [no_]lru_maintainer`,
+    /// `[no_]slab_reassign`, `no_modern`): Shoal has neither machine, but `stats` prints their
+    /// counters only when memcached would.
+    pub lru_maintainer: bool,
+    pub slab_reassign: bool,
+    /// memcached's `-o [no_]maxconns_fast`: Shoal always refuses a connection past `-c` at
+    /// once, but prints `rejected_connections` only when memcached would.
+    pub maxconns_fast: bool,
+    /// Hot keys listed by `stats hotkeys` (`-o hotkeys=K`, 0: detection off) and one read in
+    /// how many, on average, is counted (`-o hotkeys_sample=N`).
+    pub hotkeys: usize,
+    pub hotkeys_sample: u32,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -280,6 +294,8 @@ pub struct Settings {
     pub region_mode: u32,
     /// Seconds a warm restart hides the items kept from before it (`--rejoin-hold`).
     pub rejoin_hold: u32,
+    /// `-D`: the key prefix delimiter of `stats detail`, which it turns on.
+    pub prefix_delimiter: Option<u8>,
 }
 
 impl Settings {
@@ -320,7 +336,9 @@ impl ServerArgs {
     /// Checks the flags and turns them into settings; the error says what to fix.
     pub fn settings(&self) -> Result<Settings, String> {
         let mut idle_timeout = None;
-        let mut lru_crawler = true;
+        let (mut lru_crawler, mut lru_maintainer, mut slab_reassign) = (true, true, true);
+        let mut maxconns_fast = true;
+        let (mut hotkeys, mut hotkeys_sample) = (crate::hotkeys::DEFAULT_TOP, crate::hotkeys::DEFAULT_SAMPLE);
         let mut tls = TlsOptions { enabled: self.enable_ssl, ..TlsOptions::default() };
         for opts in &self.extended {
             for opt in opts.split(',').filter(|o| !o.is_empty()) {
@@ -338,6 +356,28 @@ impl ServerArgs {
                     }
                     "lru_crawler" => lru_crawler = true,
                     "no_lru_crawler" => lru_crawler = false,
+                    "lru_maintainer" => lru_maintainer = true,
+                    "no_lru_maintainer" => lru_maintainer = false,
+                    "slab_reassign" => slab_reassign = true,
+                    "no_slab_reassign" => slab_reassign = false,
+                    // memcached 1.6's defaults are the modern ones already.
+                    "modern" => {}
+                    "maxconns_fast" => maxconns_fast = true,
+                    "no_maxconns_fast" => maxconns_fast = false,
+                    "no_modern" => {
+                        (lru_crawler, lru_maintainer, slab_reassign, maxconns_fast) =
+                            (false, false, false, false)
+                    }
+                    "hotkeys" => {
+                        hotkeys = value.parse().ok().filter(|&k| k <= shoal_proto::MAX_HOTKEYS).ok_or_else(
+                            || format!("-o hotkeys={value}: keys to list, 0 (off) to 1024, e.g. hotkeys=64"),
+                        )?;
+                    }
+                    "hotkeys_sample" => {
+                        hotkeys_sample = value.parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                            format!("-o hotkeys_sample={value}: count one read in N, N ≥ 1, e.g. hotkeys_sample=64")
+                        })?;
+                    }
                     _ if IGNORED_SUBOPTIONS.contains(&name) => {}
                     _ => return Err(format!("Illegal suboption \"{opt}\"")),
                 }
@@ -365,7 +405,13 @@ impl ServerArgs {
                 .collect::<Result<_, _>>()?,
         };
         let network = self.unix_socket.is_none();
-        let tcp_port = port(self.port, "TCP")?;
+        // memcached 1.6: a UDP port given without a TCP one is the TCP port too.
+        let tcp_port = match (self.port, self.udp_port) {
+            (Some(p), _) => p,
+            (None, 0) => i32::from(DEFAULT_PORT),
+            (None, udp) => udp,
+        };
+        let tcp_port = port(tcp_port, "TCP")?;
         let listen = |plain_only: bool| -> Vec<(String, u16)> {
             hosts
                 .iter()
@@ -450,6 +496,11 @@ impl ServerArgs {
             daemonize: self.daemonize,
             idle_timeout,
             lru_crawler,
+            lru_maintainer,
+            slab_reassign,
+            maxconns_fast,
+            hotkeys,
+            hotkeys_sample,
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,
@@ -463,6 +514,11 @@ impl ServerArgs {
                 || format!("--region-mode {}: the mode must be octal, e.g. 640", self.region_mode),
             )?,
             rejoin_hold: self.rejoin_hold,
+            prefix_delimiter: match self.prefix_delimiter.as_deref().map(str::as_bytes) {
+                None => None,
+                Some([first, ..]) => Some(*first),
+                Some([]) => return Err("No delimiter specified".into()),
+            },
         })
     }
 
@@ -588,6 +644,26 @@ mod tests {
         assert!(settings(&["-I", "lots"]).is_err());
         assert!(settings(&["-p", "70000"]).unwrap_err().contains("out of range"));
         assert!(settings(&["-a", "9z", "-s", "/tmp/s"]).unwrap_err().contains("octal"));
+    }
+
+    #[test]
+    fn tcp_follows_udp_when_no_tcp_port_is_given_as_in_memcached_1_6() {
+        let tcp = |argv: &[&str]| settings(argv).unwrap().tcp.iter().map(|t| t.1).collect::<Vec<_>>();
+        assert_eq!(tcp(&["-U", "11222"]), [11222]);
+        assert_eq!(tcp(&["-U", "-1"]), [0], "ephemeral, as UDP");
+        assert_eq!(tcp(&["-U", "0"]), [DEFAULT_PORT]);
+        assert_eq!(tcp(&["-p", "11232", "-U", "11233"]), [11232]);
+        assert!(tcp(&["-p", "0"]).is_empty(), "no TCP listener at all");
+    }
+
+    #[test]
+    fn no_modern_turns_memcached_machines_off_and_d_names_a_delimiter() {
+        let s = settings(&["-o", "no_modern,lru_crawler"]).unwrap();
+        assert!(s.lru_crawler && !s.lru_maintainer && !s.slab_reassign && !s.maxconns_fast);
+        let s = settings(&["-o", "modern"]).unwrap();
+        assert!(s.lru_crawler && s.lru_maintainer && s.slab_reassign && s.maxconns_fast);
+        assert_eq!(settings(&["-D", "|"]).unwrap().prefix_delimiter, Some(b'|'));
+        assert_eq!(settings(&[]).unwrap().prefix_delimiter, None);
     }
 
     #[test]

@@ -391,7 +391,10 @@ impl Conn {
             self.end = 0;
         }
         if executed {
-            self.info.last_cmd.store(u64::from(cx.shared.clock.now()), Ordering::Relaxed);
+            // The clock the regions are ticked with (every 100 ms): finer than memcached's
+            // (`current_time`, every second), and one load where reading the system clock took
+            // a tenth of a get's instructions.
+            self.info.last_cmd.store(u64::from(cx.region_clock()), Ordering::Relaxed);
         }
         stopped
     }

@@ -5,8 +5,18 @@
 //! mutation as memcached's semantics say (issue 27): a store gives a tracked key its item's
 //! size and expiry but is no reference (or a look-aside fill after every miss would count as a
 //! hit); a delete, a flush, an expiry, or a read the region answers "expired" or "flushed"
-//! forgets the key, so its next read is a miss at every size. Reads clients serve from shared
-//! memory carry no key back, so they are not in it.
+//! forgets the key, so its next read is a miss at every size.
+//!
+//! *Local reads* (issue 27): a client reading the tenant's region through shared memory
+//! screens each read by the same hash against the threshold the server publishes in the
+//! region's header, and queues the sampled ones (hash, hit with size and expiry, miss, dead)
+//! in its hints area ([`shoal_region::hints::SampleReader`]); the tracker drains every local
+//! client's queue into the curve as the network gets — every 100 ms, and before any change a
+//! mutation makes to a sampled key, so a local read before a `set`, `delete` or `flush_all`
+//! counts before it (a look-aside fill gives the key its size after its miss, as over the
+//! network). A record no client writes (an unknown kind, a size no item has) or of a key
+//! outside the sample is counted and dropped ([`LocalReadCounts`]); the unsampled local
+//! reads reach the correction through the hints counters (`crate::hints`).
 //!
 //! A key is hashed once and screened with its spatial hash against an atomic copy of the
 //! threshold before any lock: only sampled keys (a fixed number, however many keys there are) take the
@@ -20,9 +30,11 @@
 
 use crate::counters::Counters;
 use shoal_curves::{HitRatioCurve, KeyHash, Shards, ShardsConfig};
+use shoal_region::hints::{SampleReader, SampledRead};
+use shoal_region::layout::item_bytes;
 use shoal_region::Stats;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Points of the curve: 256 steps up to the region's size.
 const STEPS: usize = 256;
@@ -40,12 +52,71 @@ pub enum Read {
     Dead,
 }
 
+impl Read {
+    /// Tells `shards` of this read of `key`.
+    fn feed(self, shards: &mut Shards, key: KeyHash) {
+        match self {
+            Read::Hit { size, expiry } => shards.access_hashed(key, size, Some(expiry)),
+            Read::Miss => shards.access_hashed(key, 0, None),
+            Read::Dead => {
+                shards.remove(key);
+                shards.access_hashed(key, 0, None);
+            }
+        }
+    }
+}
+
+impl From<SampledRead> for Read {
+    fn from(read: SampledRead) -> Read {
+        match read {
+            SampledRead::Hit { bytes, expiry } => Read::Hit { size: u64::from(bytes), expiry },
+            SampledRead::Miss => Read::Miss,
+            SampledRead::Dead => Read::Dead,
+        }
+    }
+}
+
 /// The server's curve tracker.
 #[derive(Debug)]
 pub struct CurveTracker {
     threshold: AtomicU64,
-    /// The tracker, and how many screened-out references it has been told of.
-    shards: Mutex<(Shards, u64)>,
+    tracking: Mutex<Tracking>,
+    local: LocalReadCounts,
+}
+
+/// What the tracker's lock guards.
+struct Tracking {
+    shards: Shards,
+    /// How many screened-out references `shards` has been told of.
+    told: u64,
+    /// The sampled reads of each local client of the tenant's region, by connection.
+    local: Vec<(u64, SampleReader)>,
+    /// The largest item the tenant's region holds: a sampled hit claiming more is refused.
+    max_item_bytes: usize,
+}
+
+impl std::fmt::Debug for Tracking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracking").field("shards", &self.shards).field("local", &self.local.len()).finish()
+    }
+}
+
+/// Local clients' sampled reads, as the tracker took them (the `curve` answer's `local_*`).
+/// Every read a client made counts among the curve's references (the SHARDS correction is
+/// over all of them: leaving some out would make the misses the sample saw weigh more), except
+/// those of records no client writes.
+#[derive(Debug, Default)]
+pub struct LocalReadCounts {
+    /// Fed to the curve.
+    pub sampled: AtomicU64,
+    /// Of keys outside the sample (read under a threshold that has dropped since, or by a
+    /// client that hashes otherwise): references, as the network get of an unsampled key.
+    pub outside: AtomicU64,
+    /// Of a kind or size no client writes: dropped.
+    pub refused: AtomicU64,
+    /// Overwritten by their client before the server read them (its ring was full):
+    /// references whose reuse distances are not known.
+    pub lost: AtomicU64,
 }
 
 impl CurveTracker {
@@ -57,7 +128,21 @@ impl CurveTracker {
             ..Default::default()
         };
         let shards = Shards::new(config);
-        CurveTracker { threshold: AtomicU64::new(shards.threshold()), shards: Mutex::new((shards, 0)) }
+        CurveTracker {
+            threshold: AtomicU64::new(shards.threshold()),
+            tracking: Mutex::new(Tracking { shards, told: 0, local: Vec::new(), max_item_bytes: 0 }),
+            local: LocalReadCounts::default(),
+        }
+    }
+
+    /// The sampling threshold now, as local readers should screen by it.
+    pub fn threshold(&self) -> u32 {
+        self.threshold.load(Ordering::Relaxed) as u32
+    }
+
+    /// How local clients' sampled reads fared so far.
+    pub fn local_reads(&self) -> &LocalReadCounts {
+        &self.local
     }
 
     /// A read of `key` at server time `now`; a key screened out counts in `unsampled`, the
@@ -67,18 +152,10 @@ impl CurveTracker {
             Counters::bump(unsampled);
             return;
         };
-        let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        let shards = &mut guard.0;
-        shards.advance(now);
-        match read {
-            Read::Hit { size, expiry } => shards.access_hashed(key, size, Some(expiry)),
-            Read::Miss => shards.access_hashed(key, 0, None),
-            Read::Dead => {
-                shards.remove(key);
-                shards.access_hashed(key, 0, None);
-            }
-        }
-        self.threshold.store(shards.threshold(), Ordering::Relaxed);
+        let mut tracking = self.lock();
+        tracking.shards.advance(now);
+        read.feed(&mut tracking.shards, key);
+        self.threshold.store(tracking.shards.threshold(), Ordering::Relaxed);
     }
 
     /// `key` was stored with an item of `size` bytes expiring at `expiry` (0: never; `None`:
@@ -86,24 +163,96 @@ impl CurveTracker {
     /// `now` (not a reference: see [`Shards::stored`]).
     pub fn stored(&self, key: &[u8], size: u64, expiry: Option<u32>, now: u32) {
         if let Some(key) = self.sampled(key) {
-            let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-            guard.0.advance(now);
-            guard.0.stored(key, size, expiry);
+            let mut tracking = self.local_first();
+            tracking.shards.advance(now);
+            tracking.shards.stored(key, size, expiry);
         }
     }
 
     /// `key` was deleted: its next read is a miss at every size.
     pub fn remove(&self, key: &[u8]) {
         if let Some(key) = self.sampled(key) {
-            self.shards.lock().unwrap_or_else(|p| p.into_inner()).0.remove(key);
+            self.local_first().shards.remove(key);
         }
     }
 
     /// `flush_all` taking effect at server time `at` (now, or later when delayed).
     pub fn flush(&self, at: u32, now: u32) {
-        let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        guard.0.advance(now);
-        guard.0.flush(at);
+        let mut tracking = self.local_first();
+        tracking.shards.advance(now);
+        tracking.shards.flush(at);
+    }
+
+    /// Takes connection `conn`'s sampled local reads of the tenant's region (whose items are
+    /// at most `max_item_bytes`), replacing any it had.
+    pub fn attach_local(&self, conn: u64, samples: SampleReader, max_item_bytes: usize) {
+        let mut tracking = self.lock();
+        tracking.max_item_bytes = max_item_bytes;
+        tracking.local.retain(|(c, _)| *c != conn);
+        tracking.local.push((conn, samples));
+    }
+
+    /// Feeds connection `conn`'s last sampled reads in and lets its queue go.
+    pub fn detach_local(&self, conn: u64, now: u32) {
+        let mut tracking = self.local_first();
+        tracking.local.retain(|(c, _)| *c != conn);
+        tracking.shards.advance(now);
+    }
+
+    /// Feeds every local client's sampled reads queued so far, then moves the clock to `now`
+    /// (server time): the reads happened before it.
+    pub fn drain_local(&self, now: u32) {
+        let mut tracking = self.local_first();
+        tracking.shards.advance(now);
+    }
+
+    /// The tracker, locked.
+    fn lock(&self) -> MutexGuard<'_, Tracking> {
+        self.tracking.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tracker, locked, with the local reads queued so far fed in (they happened before
+    /// whatever the caller is about to tell it).
+    fn local_first(&self) -> MutexGuard<'_, Tracking> {
+        let mut tracking = self.lock();
+        let Tracking { shards, local, max_item_bytes, .. } = &mut *tracking;
+        if local.is_empty() {
+            return tracking;
+        }
+        let counts = &self.local;
+        // The smallest item: a one-byte key, no value.
+        let smallest = item_bytes(1, 0, false) as u32;
+        for (_, samples) in local.iter_mut() {
+            let drained = samples.drain(|hash, read| {
+                let key = KeyHash::from_raw(hash);
+                let counter = match read {
+                    // A read of a key outside the sample (under a threshold that has dropped
+                    // since the client read it): a reference, as the same get over the
+                    // network would be, but not in the sample.
+                    _ if key.spatial() >= shards.threshold() => {
+                        shards.unsampled(1);
+                        &counts.outside
+                    }
+                    Some(SampledRead::Hit { bytes, .. })
+                        if bytes < smallest || bytes as usize > *max_item_bytes || bytes % 8 != 0 =>
+                    {
+                        &counts.refused
+                    }
+                    Some(read) => {
+                        Read::from(read).feed(shards, key);
+                        &counts.sampled
+                    }
+                    None => &counts.refused,
+                };
+                Counters::add(counter, 1);
+            });
+            // A lost read still happened: it counts among the references, so the miss ratio
+            // is short only by the lost reads' own misses, not scaled up by a short total.
+            shards.unsampled(drained.lost);
+            Counters::add(&counts.lost, drained.lost);
+        }
+        self.threshold.store(shards.threshold(), Ordering::Relaxed);
+        tracking
     }
 
     /// The key's hash, if the key is in the sample (as of the threshold last published).
@@ -117,10 +266,10 @@ impl CurveTracker {
     /// sampling rate and the keys tracked; `unsampled` is the workers' screened-out references
     /// summed (it only grows).
     pub fn curve(&self, unsampled: u64, region: &Stats) -> (HitRatioCurve, f64, usize) {
-        let guard = self.told_of(unsampled);
-        let items = guard.0.curve();
-        let curve = in_region_bytes(&items, guard.0.mean_item_bytes(), region);
-        (curve, guard.0.rate(), guard.0.tracked())
+        let tracking = self.told_of(unsampled);
+        let items = tracking.shards.curve();
+        let curve = in_region_bytes(&items, tracking.shards.mean_item_bytes(), region);
+        (curve, tracking.shards.rate(), tracking.shards.tracked())
     }
 
     /// Ages what the curve measured by `factor` (`Shards::age`), the screened-out references
@@ -128,18 +277,19 @@ impl CurveTracker {
     /// rest; the keys whose items expired by server time `now` are forgotten (an idle tenant's
     /// expiries reach the curve too).
     pub fn age(&self, factor: f64, unsampled: u64, now: u32) {
-        let mut guard = self.told_of(unsampled);
-        guard.0.advance(now);
-        guard.0.age(factor);
+        let mut tracking = self.told_of(unsampled);
+        tracking.shards.advance(now);
+        tracking.shards.age(factor);
     }
 
-    /// The tracker, locked, with the screened-out references it was not yet told of added.
-    fn told_of(&self, unsampled: u64) -> std::sync::MutexGuard<'_, (Shards, u64)> {
-        let mut guard = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        let (shards, told) = &mut *guard;
+    /// The tracker, locked, with the local reads queued so far and the screened-out references
+    /// it was not yet told of added (a curve read now includes every local read made before).
+    fn told_of(&self, unsampled: u64) -> MutexGuard<'_, Tracking> {
+        let mut tracking = self.local_first();
+        let Tracking { shards, told, .. } = &mut *tracking;
         shards.unsampled(unsampled.saturating_sub(*told));
         *told = (*told).max(unsampled);
-        guard
+        tracking
     }
 }
 

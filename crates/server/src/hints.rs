@@ -9,6 +9,13 @@
 //! its tenant's (so `stats` shows them within a second), and every item it hit is marked read
 //! in the index of the tenant whose region the client reads, as a network get would mark it,
 //! so eviction keeps it. The area goes when its connection closes, after one last drain.
+//!
+//! The tenants' curves see local reads too (issue 27): each fold first publishes every
+//! tenant's sampling threshold in its region's header (0 when it has no curve), hands a new
+//! area's sampled reads to its tenant's curve (`CurveTracker::attach_local`, which drains them
+//! from then on) and adds the reads the client did not sample to the curve's count of
+//! screened-out references. The area's tenant is the one its connection reads, fixed by the
+//! server: a client cannot report reads into another tenant's curve.
 
 use crate::counters::Counters;
 use crate::tenants::{TenantCounters, Tenants};
@@ -84,10 +91,22 @@ impl Hints {
         Ok(())
     }
 
-    /// Drains every area into the counters and the indexes.
+    /// Publishes each tenant's sampling threshold, drains every area into the counters, the
+    /// indexes and the curves.
     pub fn fold(&self, tenants: &Tenants, into: LocalReads<'_>) {
-        for (tenant, area) in self.areas.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
+        for tenant in tenants.all() {
+            tenant.writer.publish_curve_threshold(tenant.curve.as_ref().map_or(0, |c| c.threshold()));
+        }
+        for (&conn, (tenant, area)) in self.areas.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+            let t = tenants.get(*tenant);
+            if let (Some(curve), Some(samples)) = (&t.curve, area.samples()) {
+                curve.attach_local(conn, samples, t.writer.layout().max_item_bytes);
+            }
             self.drain(*tenant, area, tenants, into);
+        }
+        let now = tenants.clock();
+        for curve in tenants.all().iter().filter_map(|t| t.curve.as_ref()) {
+            curve.drain_local(now);
         }
     }
 
@@ -99,6 +118,9 @@ impl Hints {
         drop(offers);
         if let Some((tenant, mut area)) = removed {
             self.drain(tenant, &mut area, tenants, into);
+            if let Some(curve) = &tenants.get(tenant).curve {
+                curve.detach_local(conn, tenants.clock());
+            }
         }
     }
 
@@ -115,9 +137,11 @@ impl Hints {
     /// Folds one area into the counters and its tenant's index.
     fn drain(&self, tenant: usize, area: &mut HintsReader, tenants: &Tenants, into: LocalReads<'_>) {
         let writer = &tenants.get(tenant).writer;
-        let counted = area.drain(|location| writer.mark_read(location));
+        let drained = area.drain(|location| writer.mark_read(location));
+        let counted = drained.counts;
         let counters = into.counters;
         let mine = &into.tenant_counters[tenant];
+        Counters::add(&mine.curve_unsampled, drained.unsampled);
         Counters::add(&mine.cmd_get, counted.gets);
         Counters::add(&mine.get_hits, counted.hits);
         Counters::add(&mine.get_misses, counted.misses);

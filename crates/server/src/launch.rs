@@ -17,6 +17,7 @@
 use crate::auth::Users;
 use crate::config::Settings;
 use crate::counters::Counters;
+use crate::detail::PrefixStats;
 use crate::digest::ServerDigest;
 use crate::handoff::HandoffSocket;
 use crate::hints::Hints;
@@ -126,6 +127,10 @@ pub fn run(settings: Settings) -> Result<(), String> {
         .map(|(keys, fp)| ServerDigest::attach(&tenants.default_tenant().writer, keys, fp))
         .transpose()?;
     let crawler_enabled = AtomicBool::new(settings.lru_crawler);
+    let hotkeys = crate::hotkeys::HotKeys::new(settings.hotkeys, settings.hotkeys_sample);
+    // memcached: naming a delimiter (-D) turns detail on.
+    let delimiter = settings.prefix_delimiter;
+    let prefixes = PrefixStats::new(delimiter.unwrap_or(b':'), delimiter.is_some());
     let rows = settings.threads + 2;
     let shared = Arc::new(Shared {
         tenant_counters: (0..rows)
@@ -150,6 +155,8 @@ pub fn run(settings: Settings) -> Result<(), String> {
         tls,
         logs: Default::default(),
         crawler_enabled,
+        hotkeys,
+        prefixes,
     });
     for tenant in shared.tenants.all() {
         let log = EvictionLog(shared.logs.clone());

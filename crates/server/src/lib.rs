@@ -19,8 +19,9 @@
 //! Module map, from the bottom up (a module uses only those on its own floor or below; no
 //! module circle, which `scripts/module-cycles.py` checks):
 //!
-//! - plain parts: [`config`] (flags → settings), [`counters`] (per-worker request counters),
-//!   [`curve`] (hit-ratio curves), [`tenants`] (partitions of memory, `--tenants`), [`auth`]
+//! - plain parts: [`config`] (flags → settings), [`config_file`] (`--config`: a
+//!   memcached.conf-style file's flags before the command line's), [`counters`] (per-worker request counters),
+//!   [`curve`] (hit-ratio curves), [`detail`] (`stats detail`'s per-prefix counts), [`hotkeys`] (the keys read most, `stats hotkeys`), [`tenants`] (partitions of memory, `--tenants`), [`auth`]
 //!   (users, what a connection proved), [`hints`] (clients' local reads folded in), [`digest`]
 //!   (`--digest-keys`), [`tls`] (`-Z`), [`trace`], [`watch`] (`watch`'s log streams, told of
 //!   events as plain data);
@@ -35,13 +36,16 @@
 
 pub mod auth;
 pub mod config;
+pub mod config_file;
 pub mod conn;
 pub mod counters;
 pub mod curve;
+pub mod detail;
 pub mod digest;
 pub mod exec;
 pub mod handoff;
 pub mod hints;
+pub mod hotkeys;
 pub mod launch;
 pub mod metrics;
 pub mod net;

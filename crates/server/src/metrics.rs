@@ -4,7 +4,7 @@
 //! Each scrape renders the general `stats` (the same function the `stats` command uses, so the
 //! two never disagree) and turns every numeric line into a metric named `shoal_<stat>`:
 //! counters for what only grows, gauges for the rest; plus the gets and hits that clients
-//! served from the region themselves, and the region's fill.
+//! served from the region themselves, the region's fill, and the hottest keys' request rates.
 
 use crate::state::Shared;
 use crate::stats;
@@ -71,6 +71,7 @@ pub fn render(shared: &Shared) -> String {
     let mut registry = Registry::with_prefix("shoal");
     let mut general = Vec::new();
     stats::general(shared, &mut general);
+    stats::shoal(shared, &mut general); // the store's shape (segments, index) besides
     for line in String::from_utf8_lossy(&general).lines() {
         let mut words = line.split(' ');
         let (Some("STAT"), Some(name), Some(value)) = (words.next(), words.next(), words.next()) else {
@@ -94,6 +95,7 @@ pub fn render(shared: &Shared) -> String {
     let fill = if store.region_bytes == 0 { 0.0 } else { store.bytes as f64 / store.region_bytes as f64 };
     register(&mut registry, "region_fill_ratio", "item bytes over the region's size", fill, true);
     register_tenants(&mut registry, shared);
+    register_hotkeys(&mut registry, shared);
     shoal_metrics::text(&registry)
 }
 
@@ -148,5 +150,26 @@ fn register_tenants(registry: &mut Registry, shared: &Shared) {
         "hit_curve_ratio",
         "hit ratio an LRU cache of this many bytes would have had on the tenant's requests",
         curve,
+    );
+}
+
+/// The hot keys `/metrics` shows: few enough to stay a handful of series, whatever the workload.
+pub const METRICS_HOTKEYS: usize = 10;
+
+/// The [`METRICS_HOTKEYS`] hottest keys' request rates, one series per rank (labels `rank`,
+/// from 1, and `key`, the key as text: the series stay bounded as keys come and go).
+fn register_hotkeys(registry: &mut Registry, shared: &Shared) {
+    let family = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
+    for (rank, hot) in shared.hotkeys.top(METRICS_HOTKEYS).iter().enumerate() {
+        let labels = vec![
+            ("rank".to_string(), (rank + 1).to_string()),
+            ("key".to_string(), String::from_utf8_lossy(&hot.key).into_owned()),
+        ];
+        family.get_or_create(&labels).set(hot.rate);
+    }
+    registry.register(
+        "hotkey_requests_per_second",
+        "reads per second of the server's hottest keys (`stats hotkeys`)",
+        family,
     );
 }

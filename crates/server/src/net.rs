@@ -129,9 +129,6 @@ impl Listeners {
             }
             None => None,
         };
-        if tcp.is_empty() && unix.is_empty() {
-            return Err("nothing to listen on: give a TCP port (-p) or a unix socket (-s)".into());
-        }
         let mut tcp_tenant = vec![None; tcp.len()];
         tcp_tls.resize(tcp.len() + tenant_tcp.len(), settings.tls.enabled);
         tcp_tenant.extend(tenant_tcp.iter().map(|&(_, tenant)| Some(tenant)));

@@ -148,6 +148,10 @@ pub struct Shared {
     pub logs: Arc<Logs>,
     /// Whether `lru_crawler metadump` and `crawl` may run (`lru_crawler enable`/`disable`).
     pub crawler_enabled: AtomicBool,
+    /// The keys read most (`stats hotkeys`, `-o hotkeys`).
+    pub hotkeys: crate::hotkeys::HotKeys,
+    /// `stats detail`'s per-prefix counts (`-D`, `stats detail on`).
+    pub prefixes: crate::detail::PrefixStats,
 }
 
 impl Shared {

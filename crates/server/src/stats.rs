@@ -8,23 +8,122 @@ use shoal_proto::Tokens;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
-/// `stats [group]`: appends the group's lines (`RESET` for `stats reset`); false for a group
-/// there is none of, with nothing appended.
-pub fn answer(shared: &Shared, mut group: Tokens<'_>, out: &mut Vec<u8>) -> bool {
-    match (group.next(), group.next()) {
-        (None, _) => general(shared, out),
-        (Some(b"settings"), None) => settings(shared, out),
-        (Some(b"items"), None) => items(shared, out),
-        (Some(b"slabs"), None) => slabs(shared, out),
-        (Some(b"conns"), None) => conns(shared, out),
-        (Some(b"tenants"), None) => tenants(shared, out),
-        (Some(b"reset"), None) => {
+/// `stats [group]`: appends the group's lines (`RESET` for `stats reset`, `OK` for `stats
+/// detail on|off`, a `CLIENT_ERROR` for bad arguments); false for a group there is none of,
+/// with nothing appended.
+pub fn answer(shared: &Shared, group: Tokens<'_>, out: &mut Vec<u8>) -> bool {
+    let words: Vec<&[u8]> = group.collect();
+    match words.as_slice() {
+        [] => general(shared, out),
+        [b"settings"] => settings(shared, out),
+        [b"items"] => items(shared, out),
+        [b"slabs"] => slabs(shared, out),
+        [b"conns"] => conns(shared, out),
+        [b"tenants"] => tenants(shared, out),
+        [b"shoal"] => shoal(shared, out),
+        [b"hotkeys"] => shared.hotkeys.answer(out),
+        [b"reset"] => {
             reset(shared);
             out.extend_from_slice(b"RESET\r\n");
         }
+        // memcached reads the word after `detail` and ignores the rest.
+        [b"detail", rest @ ..] => match detail(shared, rest.first().copied(), out) {
+            Detail::Dumped => {}
+            Detail::Switched => out.extend_from_slice(b"OK\r\n"),
+            Detail::Usage => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
+        },
+        [b"cachedump", args @ ..] => cachedump(shared, args, out),
         _ => return false,
     }
     true
+}
+
+/// What `stats detail <word>` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// `on` or `off`: counting switched.
+    Switched,
+    /// `dump`: the `PREFIX` lines and `END` appended.
+    Dumped,
+    /// Another word, or none.
+    Usage,
+}
+
+/// `stats detail on|off|dump` (the text and binary protocols answer it in their own words).
+pub fn detail(shared: &Shared, word: Option<&[u8]>, out: &mut Vec<u8>) -> Detail {
+    match word {
+        Some(b"on") => shared.prefixes.set_enabled(true),
+        Some(b"off") => shared.prefixes.set_enabled(false),
+        Some(b"dump") => {
+            shared.prefixes.dump(out);
+            return Detail::Dumped;
+        }
+        _ => return Detail::Usage,
+    }
+    Detail::Switched
+}
+
+/// memcached's slab class ids run below this; `stats cachedump` refuses others.
+pub const SLAB_CLASSES: u32 = 64;
+/// The most a `stats cachedump` answer holds, as memcached's (2 MB, `END` included).
+const CACHEDUMP_BYTES: usize = 2 << 20;
+
+/// The class and limit of `stats cachedump <class> <limit> …` (words after the second are
+/// ignored, as memcached ignores them), or memcached's refusal.
+pub fn cachedump_args(args: &[&[u8]]) -> Result<(u32, u32), &'static str> {
+    let [class, limit, ..] = args else { return Err("CLIENT_ERROR bad command line") };
+    let number = |word: &[u8]| std::str::from_utf8(word).ok()?.parse::<u32>().ok();
+    let (Some(class), Some(limit)) = (number(class), number(limit)) else {
+        return Err("CLIENT_ERROR bad command line format");
+    };
+    if class >= SLAB_CLASSES {
+        return Err("CLIENT_ERROR Illegal slab id");
+    }
+    Ok((class, limit))
+}
+
+/// `stats cachedump <class> <limit>`: `ITEM <key> [<value bytes> b; <expiry> s]` for up to
+/// `limit` items (0: as many as fit in 2 MB) of the class, then `END`. Every item is in class 1
+/// (as `stats items` reports); keys a client sent in base64 are left out, as memcached leaves
+/// binary keys out.
+fn cachedump(shared: &Shared, args: &[&[u8]], out: &mut Vec<u8>) {
+    let (class, limit) = match cachedump_args(args) {
+        Ok(args) => args,
+        Err(refusal) => {
+            out.extend_from_slice(refusal.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            return;
+        }
+    };
+    let start = out.len();
+    let mut shown = 0u32;
+    // Stops at the limit, or at the first line that would take the answer past 2 MB.
+    let mut done = false;
+    if class == 1 {
+        for writer in shared.tenants.all().iter().map(|t| &t.writer) {
+            let mut bucket = 0;
+            while bucket < writer.bucket_count() && !done {
+                writer.walk_buckets(bucket..bucket + 1024, |item| {
+                    if done || item.info.marks.binary_key {
+                        return;
+                    }
+                    let mut entry = b"ITEM ".to_vec();
+                    entry.extend_from_slice(item.key);
+                    let size = format!(" [{} b; {} s]\r\n", item.info.value_len, item.info.expiry);
+                    entry.extend_from_slice(size.as_bytes());
+                    if out.len() - start + entry.len() + b"END\r\n".len() > CACHEDUMP_BYTES {
+                        done = true;
+                        return;
+                    }
+                    out.extend_from_slice(&entry);
+                    shown += 1;
+                    done = shown == limit;
+                });
+                bucket += 1024;
+            }
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
 }
 
 /// Sum of a counter over all workers.
@@ -72,7 +171,9 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "max_connections", shared.settings.max_connections);
     line(out, "curr_connections", shared.curr_connections.load(Ordering::Relaxed));
     line(out, "total_connections", shared.total_connections.load(Ordering::Relaxed));
-    line(out, "rejected_connections", shared.rejected_connections.load(Ordering::Relaxed));
+    if shared.settings.maxconns_fast {
+        line(out, "rejected_connections", shared.rejected_connections.load(Ordering::Relaxed));
+    }
     line(out, "connection_structures", shared.curr_connections.load(Ordering::Relaxed));
     // memcached's response objects and read-buffer pool have no counterpart: each connection
     // owns its buffers (docs/PROTOCOL.md lists every constant).
@@ -99,26 +200,32 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "hash_power_level", buckets.ilog2());
     line(out, "hash_bytes", store.index_bytes);
     line(out, "hash_is_expanding", 0);
-    // No slabs, no LRU crawler or maintainer, no logger threads: their counters stay 0.
-    zeros(
-        out,
-        &[
-            "slab_reassign_rescues",
-            "slab_reassign_chunk_rescues",
-            "slab_reassign_evictions_nomem",
-            "slab_reassign_inline_reclaim",
-            "slab_reassign_busy_items",
-            "slab_reassign_busy_deletes",
-            "slab_reassign_running",
-            "slabs_moved",
-            "lru_crawler_running",
-            "lru_crawler_starts",
-            "lru_maintainer_juggles",
-            "malloc_fails",
-            "log_worker_dropped",
-            "log_worker_written",
-        ],
-    );
+    // No slab page mover, LRU crawler thread, maintainer or logger threads: their counters
+    // stay 0, each group printed when memcached 1.6.18 prints it (its page mover and
+    // maintainer are on by default, and `-o no_modern` turns them off, as the crawler).
+    let s = &shared.settings;
+    if s.slab_reassign {
+        zeros(
+            out,
+            &[
+                "slab_reassign_rescues",
+                "slab_reassign_chunk_rescues",
+                "slab_reassign_evictions_nomem",
+                "slab_reassign_inline_reclaim",
+                "slab_reassign_busy_items",
+                "slab_reassign_busy_deletes",
+                "slab_reassign_running",
+                "slabs_moved",
+            ],
+        );
+    }
+    if shared.crawler_enabled.load(Ordering::Relaxed) {
+        zeros(out, &["lru_crawler_running", "lru_crawler_starts"]);
+    }
+    if s.lru_maintainer {
+        zeros(out, &["lru_maintainer_juggles"]);
+    }
+    zeros(out, &["malloc_fails", "log_worker_dropped", "log_worker_written"]);
     // Lines go straight to the watchers' queues: no worker buffer drops or writes them.
     let (watchers, sent, skipped) = shared.logs.counts();
     line(out, "log_watcher_skipped", skipped);
@@ -135,23 +242,28 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "slab_global_page_pool", store.segments_free);
     line(out, "expired_unfetched", store.expired_unfetched);
     line(out, "evicted_unfetched", store.evicted_unfetched);
-    zeros(out, &["evicted_active"]);
+    if s.lru_maintainer {
+        zeros(out, &["evicted_active"]);
+    }
     line(out, "evictions", store.evictions);
     line(out, "reclaimed", store.reclaimed);
-    zeros(
-        out,
-        &[
-            "crawler_reclaimed",
-            "crawler_items_checked",
-            "lrutail_reflocked",
-            "moves_to_cold",
-            "moves_to_warm",
-            "moves_within_lru",
-            "direct_reclaims",
-            "lru_bumps_dropped",
-        ],
-    );
-    // Shoal's own: the store's shape (docs/PROTOCOL.md).
+    let crawled = &shared.tenants.crawled;
+    line(out, "crawler_reclaimed", crawled.reclaimed.load(Ordering::Relaxed));
+    line(out, "crawler_items_checked", crawled.checked.load(Ordering::Relaxed));
+    zeros(out, &["lrutail_reflocked"]);
+    if s.lru_maintainer {
+        zeros(
+            out,
+            &["moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims", "lru_bumps_dropped"],
+        );
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// `stats shoal` (a Shoal extension): the store's shape, which memcached's `stats` has no
+/// fields for, then the warm-restart hold and the digest when they are on (docs/PROTOCOL.md).
+pub fn shoal(shared: &Shared, out: &mut Vec<u8>) {
+    let store = shared.tenants.store_stats();
     line(out, "index_evictions", store.index_evictions);
     line(out, "segments", store.segments);
     line(out, "segments_free", store.segments_free);
@@ -209,8 +321,8 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "umask", format_args!("{:o}", s.unix_socket.as_ref().map_or(0o700, |(_, m)| *m)));
     line(out, "shutdown_command", on(s.enable_shutdown));
     line(out, "num_threads", s.threads);
-    line(out, "stat_key_prefix", ":");
-    line(out, "detail_enabled", "no");
+    line(out, "stat_key_prefix", shared.prefixes.delimiter());
+    line(out, "detail_enabled", on(shared.prefixes.enabled()));
     line(out, "reqs_per_event", s.reqs_per_event);
     line(out, "cas_enabled", on(s.use_cas));
     line(out, "tcp_backlog", s.backlog);
@@ -266,8 +378,8 @@ pub fn items(shared: &Shared, out: &mut Vec<u8>) {
             ("expired_unfetched", store.expired_unfetched),
             ("evicted_unfetched", store.evicted_unfetched),
             ("evicted_active", 0),
-            ("crawler_reclaimed", 0),
-            ("crawler_items_checked", 0),
+            ("crawler_reclaimed", shared.tenants.crawled.reclaimed.load(Ordering::Relaxed)),
+            ("crawler_items_checked", shared.tenants.crawled.checked.load(Ordering::Relaxed)),
             ("lrutail_reflocked", 0),
             ("moves_to_cold", 0),
             ("moves_to_warm", 0),
@@ -288,10 +400,13 @@ pub fn items(shared: &Shared, out: &mut Vec<u8>) {
 /// `stats slabs`: one class, 1, whose pages are the segments in use and whose chunks are the
 /// items, of the size they take on average (the configured `--avg-item-bytes` while there are
 /// none); free segments are `slab_global_page_pool`. Its command counters are the server's.
+/// The class is listed once anything was stored, as memcached keeps a class's first page when
+/// its items are gone (a class with 0 pages while every segment is free again).
 pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
     let store = shared.tenants.store_stats();
     let pages = store.segments.saturating_sub(store.segments_free + store.segments_parked);
-    if pages > 0 {
+    let listed = pages > 0 || store.total_items > 0;
+    if listed {
         let chunk = match store.items {
             0 => shared.settings.avg_item_bytes as u64,
             items => store.bytes.div_ceil(items),
@@ -325,7 +440,7 @@ pub fn slabs(shared: &Shared, out: &mut Vec<u8>) {
             line(out, format_args!("1:{name}"), total(shared, name));
         }
     }
-    line(out, "active_slabs", usize::from(pages > 0));
+    line(out, "active_slabs", usize::from(listed));
     line(out, "total_malloced", pages * store.segment_bytes);
     out.extend_from_slice(b"END\r\n");
 }
@@ -390,9 +505,10 @@ pub fn tenants(shared: &Shared, out: &mut Vec<u8>) {
     out.extend_from_slice(b"END\r\n");
 }
 
-/// `stats reset`: zeroes the request counters (the store's own totals stay, as memcached's
-/// `curr_items` and `total_items` do).
+/// `stats reset`: zeroes the request counters and forgets `stats detail`'s prefixes (the
+/// store's own totals stay, as memcached's `curr_items` and `total_items` do).
 pub fn reset(shared: &Shared) {
+    shared.prefixes.clear();
     for c in shared.counters.iter() {
         for (_, counter) in c.each() {
             counter.store(0, Ordering::Relaxed);
@@ -407,4 +523,19 @@ pub fn reset(shared: &Shared) {
     }
     shared.total_connections.store(0, Ordering::Relaxed);
     shared.rejected_connections.store(0, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cachedump_arguments_are_checked_as_memcached_checks_them() {
+        assert_eq!(cachedump_args(&[b"1", b"100"]), Ok((1, 100)));
+        assert_eq!(cachedump_args(&[b"63", b"0", b"extra"]), Ok((63, 0)));
+        assert_eq!(cachedump_args(&[b"1"]), Err("CLIENT_ERROR bad command line"));
+        assert_eq!(cachedump_args(&[b"x", b"1"]), Err("CLIENT_ERROR bad command line format"));
+        assert_eq!(cachedump_args(&[b"1", b"-1"]), Err("CLIENT_ERROR bad command line format"));
+        assert_eq!(cachedump_args(&[b"64", b"1"]), Err("CLIENT_ERROR Illegal slab id"));
+    }
 }

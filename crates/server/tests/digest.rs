@@ -19,8 +19,14 @@ fn digest_of(server: &Server) -> Digest {
 }
 
 fn stat(server: &Server, name: &str) -> u64 {
-    let stats = String::from_utf8_lossy(&server.raw(b"stats\r\n", b"END\r\n")).into_owned();
-    stats.lines().find_map(|l| l.strip_prefix(&format!("STAT {name} "))?.parse().ok()).unwrap()
+    // The digest's fields are Shoal's own, in `stats shoal`.
+    [&b"stats\r\n"[..], b"stats shoal\r\n"]
+        .iter()
+        .find_map(|request| {
+            let stats = String::from_utf8_lossy(&server.raw(request, b"END\r\n")).into_owned();
+            stats.lines().find_map(|l| l.strip_prefix(&format!("STAT {name} "))?.parse().ok())
+        })
+        .unwrap()
 }
 
 #[test]

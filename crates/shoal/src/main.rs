@@ -35,7 +35,8 @@ struct Cli {
 enum Command {
     /// Run a memcached-compatible server whose items live in a shared-memory region
     /// (takes memcached's flags: `shoal server -h`).
-    Server(shoal_server::ServerArgs),
+    // Boxed: memcached's flags make it by far the largest variant.
+    Server(Box<shoal_server::ServerArgs>),
     /// Create, inspect, read and write shared-memory regions, and measure them.
     Region(shoal_region::cli::RegionArgs),
     /// Load a memcached-protocol server and measure it (see docs/BENCHMARKS.md).
@@ -59,7 +60,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Server(args) => server(args),
+        Command::Server(args) => server(*args),
         Command::Region(args) => shoal_region::cli::run(args),
         Command::Bench(args) => shoal_bench::cli::run(args),
         Command::Router(args) => shoal_router::run(args),
@@ -80,16 +81,29 @@ fn main() -> ExitCode {
 
 /// `shoal server`: memcached's `-h` and `-V` are its own flags, as in memcached.
 fn server(args: shoal_server::ServerArgs) -> Result<(), String> {
-    use clap::CommandFactory;
     if args.help {
-        let mut cli = Cli::command();
-        let sub = cli.find_subcommand_mut("server").expect("the server subcommand");
-        sub.print_help().map_err(|e| e.to_string())?;
-        return Ok(());
+        return print_subcommand_help("server");
     }
     if args.version {
         println!("shoal {} (memcached {})", env!("CARGO_PKG_VERSION"), shoal_server::VERSION);
         return Ok(());
     }
-    shoal_server::run(args.settings()?)
+    let settings = match &args.config {
+        // The subcommand is always the first argument (`shoal` itself takes no option with a
+        // value), so the server's own arguments are those after it.
+        Some(file) => shoal_server::config_file::settings(file, std::env::args_os().skip(2))?,
+        None => args.settings()?,
+    };
+    shoal_server::run(settings)
+}
+
+/// Prints the help of a subcommand that takes `-h` as a flag of its own (`shoal server`). The
+/// command tree is built first, as clap's own `--help` builds it, so that the usage line names
+/// the whole path (`Usage: shoal server`), not the subcommand alone.
+fn print_subcommand_help(name: &str) -> Result<(), String> {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    let sub = command.find_subcommand_mut(name).ok_or_else(|| format!("no subcommand {name}"))?;
+    sub.print_help().map_err(|e| e.to_string())
 }

@@ -166,7 +166,10 @@ impl Pool {
         });
         let (mut not_stored, unreachable_keys) =
             self.per_key(requests, stored_answer, |s| *s == Stored::Stored);
-        keys.iter().for_each(|k| self.forget_moved(k));
+        keys.iter().for_each(|k| {
+            self.forget_moved(k);
+            self.forget_hot_copies(k);
+        });
         if !unreachable_keys.is_empty() {
             match &mut self.gutter {
                 Some(gutter) => {
@@ -195,7 +198,10 @@ impl Pool {
             bytes
         });
         let (mut failed, unreachable_keys) = self.per_key(requests, deleted_answer, |_| true);
-        keys.iter().for_each(|k| self.forget_moved(k));
+        keys.iter().for_each(|k| {
+            self.forget_moved(k);
+            self.forget_hot_copies(k);
+        });
         if !unreachable_keys.is_empty() {
             match &mut self.gutter {
                 Some(gutter) => {

@@ -9,6 +9,8 @@
 //!   get_many / set_many / delete_many ──► split by owner ──► local reads first, then one
 //!                      request per owner and chunk, all in flight at once within the
 //!                      sliding window, answers read as they come back (batch.rs)
+//!   hot keys (hot.rs) ──► learned from the servers' `stats hotkeys`; a get reads one of the
+//!                      key's R replicas, a write deletes the copies after the owner's write
 //! ```
 //!
 //! Facebook's client logic (Scaling Memcache §3): owners decided in the client, batches sent
@@ -16,12 +18,14 @@
 //! Gutter pool that takes a failed server's load instead of its neighbours.
 
 mod batch;
+mod hot;
 mod markers;
 mod member;
 mod transition;
 mod udp;
 mod window;
 
+pub use hot::{HotOptions, HOT_ANSWER_LIMIT};
 pub use transition::Active;
 pub use window::WindowOptions;
 
@@ -61,6 +65,8 @@ pub struct PoolOptions {
     /// Send gets that are not local over UDP (to each server's TCP port number, on UDP):
     /// a lost or reordered answer is a miss, counted in [`PoolCounters::udp_misses`].
     pub udp_gets: bool,
+    /// Spread hot keys over replicas (learned from the servers' `stats hotkeys`); `None`: off.
+    pub hot: Option<HotOptions>,
 }
 
 impl Default for PoolOptions {
@@ -75,6 +81,7 @@ impl Default for PoolOptions {
             miss_when_down: true,
             migrate_ttl: 300,
             udp_gets: false,
+            hot: None,
         }
     }
 }
@@ -101,6 +108,10 @@ pub struct PoolCounters {
     pub migrated: u64,
     /// Misses of moved keys that did not ask the old owner, whose digest said it lacks them.
     pub digest_skips: u64,
+    /// Reads of hot keys answered by a copy (a replica other than the owner).
+    pub hot_copy_hits: u64,
+    /// Copies of hot keys made on a replica after a read that missed there.
+    pub hot_copies_made: u64,
 }
 
 /// A client for a pool of servers: each key goes to the server the pool's hashing names,
@@ -122,6 +133,8 @@ pub struct Pool {
     counters: PoolCounters,
     /// Where a multiget gathers the servers' answers, kept for the next one.
     answers: Hits,
+    /// Hot keys and their replicas, when on.
+    hot: Option<hot::Hot>,
 }
 
 /// Whether an error means the server could not be reached (as opposed to an answer).
@@ -145,6 +158,7 @@ impl Pool {
         };
         let addresses: Vec<String> = placement.servers().iter().map(|s| s.address.clone()).collect();
         let udp = options.udp_gets.then(|| udp::UdpGets::new(&addresses));
+        let hot = options.hot.clone().map(|h| hot::Hot::new(h, addresses.len()));
         let members = addresses.into_iter().map(Member::new).collect();
         Ok(Pool {
             placement,
@@ -161,6 +175,7 @@ impl Pool {
             migrate_ttl: options.migrate_ttl,
             counters: PoolCounters::default(),
             answers: Hits::default(),
+            hot,
         })
     }
 
@@ -249,6 +264,7 @@ impl Pool {
         if result.is_ok() {
             self.forget_moved(key);
         }
+        self.forget_hot_copies(key);
         result
     }
 
@@ -276,6 +292,14 @@ impl Pool {
 
     /// The item under `key`, if there is one.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Item>> {
+        match self.hot_get(key) {
+            Some(answer) => answer,
+            None => self.owner_get(key),
+        }
+    }
+
+    /// A get from the key's owner (over UDP when on; from its old owner during a transition).
+    fn owner_get(&mut self, key: &[u8]) -> Result<Option<Item>> {
         if self.udp.is_some() {
             return Ok(self.get_many_indexed(&[key])?.pop().map(|(_, item)| item));
         }
@@ -361,7 +385,9 @@ impl Pool {
 
     /// `delete <key> hold <seconds>` on the key's server; see [`Client::delete_hold`].
     pub fn delete_hold(&mut self, key: &[u8], seconds: u32) -> Result<bool> {
-        self.on_owner(key, |c| c.delete_hold(key, seconds))
+        let deleted = self.on_owner(key, |c| c.delete_hold(key, seconds));
+        self.forget_hot_copies(key);
+        deleted
     }
 
     /// The look-aside read with leases, on the key's server ([`Client::get_or_fill`]). With

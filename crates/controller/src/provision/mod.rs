@@ -1,7 +1,8 @@
 //! `shoal provision`: turns a power-proportional pool's servers on and off with the load
 //! (Proteus). See the crate's doc for the data flow; [`plan`] decides, the state file
-//! (`shoal_client::provisioning`, which clients follow too) remembers,
-//! [`announce`] tells the routers, [`servers`] starts and stops processes, [`signal`] measures.
+//! (`shoal_client::provisioning`, which routers and clients follow) remembers and tells,
+//! [`announce`] finds the files routers follow, [`servers`] starts and stops processes,
+//! [`signal`] measures.
 
 pub mod announce;
 mod metrics;
@@ -15,7 +16,7 @@ use serde_json::json;
 use servers::Servers;
 use shoal_client::provisioning::{State, Transition};
 use signal::LoadSignal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -24,25 +25,30 @@ use std::time::{Duration, SystemTime};
 #[command(
     about = "Turn a Proteus pool's servers on and off with the load, in its fixed order, announcing each transition to the routers",
     after_help = "The pool's servers, in the provisioning order, come from --servers or from the pool in the\n\
-        first --router-config (whose route must place it with \"hash\": \"proteus\"). Examples:\n  \
+        first --router-config (placed with \"hash\": \"proteus\" for smooth transitions; a router\n\
+        cuts a pool placed otherwise to its servers on). Examples:\n  \
         shoal provision --router-config router.json --pool A --target-rps 50000 --drain 30\n  \
         shoal provision --servers 127.0.0.1:11211,127.0.0.1:11212 --spawn --server-args='-m 64 --digest-keys 100000' \\\n    \
-        --schedule diurnal.txt --target-rps 2000 --router-config router.json --state /var/lib/shoal/provision.json"
+        --schedule diurnal.txt --target-rps 2000 --state /var/lib/shoal/provision-A.json\n\
+        A router follows the pool when its configuration names the state file, relative to its own\n\
+        directory: \"pools\": { \"A\": { \"servers\": [...], \"provisioning\": \"provision-A.json\" } }.\n\
+        The router's configuration is read, never written."
 )]
 pub struct ProvisionArgs {
     /// The pool's servers in the provisioning order (host:port, comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,…")]
     pub servers: Vec<String>,
-    /// A router configuration whose pool gets "active" and "transition" (repeat for every
-    /// router); the router reloads it by itself.
+    /// A router configuration (repeat for every router), read and never written: its pool's
+    /// servers are the provisioning order, and its pool's "provisioning" names the state file
+    /// that router follows, which this provisioner writes.
     #[arg(long = "router-config", value_name = "FILE")]
     pub router_configs: Vec<PathBuf>,
     /// The pool's name in the router configurations.
     #[arg(long, default_value = "A")]
     pub pool: String,
-    /// How routers are told: transition (Proteus, old owners asked while it lasts), active
-    /// (Proteus without that), servers (the pool's list cut to the servers on, for any
-    /// hashing; needs --servers).
+    /// What the state files tell: transition (Proteus, old owners asked while it lasts), or
+    /// active (the servers on alone: Proteus without smooth transitions; a pool placed
+    /// otherwise is cut to its servers on either way).
     #[arg(long, value_enum, default_value = "transition")]
     pub announce: announce::Announce,
     /// Requests per second one server should carry.
@@ -76,7 +82,8 @@ pub struct ProvisionArgs {
     /// Arguments for every spawned server, after `-l <host> -p <port>`.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub server_args: Option<String>,
-    /// Where the state (servers on, transition under way) is kept across restarts.
+    /// Where the state (servers on, transition under way) is kept across restarts; clients
+    /// follow it (default: the state file the first --router-config's pool names).
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
     /// Serve Prometheus metrics at /metrics and the state at /status on this address.
@@ -111,6 +118,9 @@ struct Provisioner {
     planner: Planner,
     servers: Option<Servers>,
     status: Arc<Mutex<Status>>,
+    /// Where the state is written: `--state` (first, read back on a restart), then every
+    /// other file a router follows.
+    state_files: Vec<PathBuf>,
 }
 
 /// Runs `shoal provision` until it is killed (or `--duration` passes).
@@ -122,31 +132,13 @@ pub fn run(args: ProvisionArgs) -> Result<(), String> {
     let count = servers.len();
     let max_active = args.max_active.unwrap_or(count);
     if max_active > count {
-        return Err(format!("--max-active {max_active}: the pool has {count} servers"));
+        return Err(format!("--max-active {max_active}: the pool has {}", n_servers(count)));
     }
     let planner = Planner::new(args.target_rps, args.hysteresis, args.min_active, max_active)?;
     let seconds = |s: f64, least: f64| s.is_finite() && s >= least;
     if !seconds(args.drain, 0.0) || !seconds(args.interval, 1e-3) {
         return Err("--drain and --interval: seconds (--interval above 0)".into());
     }
-    let state = match args.state.as_deref().map(State::load).transpose()?.flatten() {
-        Some(state) if state.servers != servers => {
-            return Err(format!(
-                "--state {}: it is for the servers {:?}, not {:?}; remove it to start afresh",
-                args.state.as_ref().expect("loaded from it").display(),
-                state.servers,
-                servers
-            ))
-        }
-        Some(state) => state,
-        None => {
-            let active = args.initial_active.unwrap_or(max_active);
-            if active == 0 || active > count {
-                return Err(format!("--initial-active {active}: from 1 to the pool's {count} servers"));
-            }
-            State { servers: servers.clone(), active, transition: None }
-        }
-    };
     let spawned = match args.spawn {
         true => {
             let extra = args.server_args.as_deref().unwrap_or("").split_whitespace().map(str::to_string);
@@ -155,6 +147,25 @@ pub fn run(args: ProvisionArgs) -> Result<(), String> {
             Some(Servers::new(program, extra.collect(), &servers)?)
         }
         false => None,
+    };
+    let state_files = state_files(&args)?;
+    let state = match State::load(&state_files[0])? {
+        Some(state) if state.servers != servers => {
+            return Err(format!(
+                "--state {}: it is for the servers {:?}, not {:?}; remove it to start afresh",
+                state_files[0].display(),
+                state.servers,
+                servers
+            ))
+        }
+        Some(state) => state,
+        None => {
+            let active = args.initial_active.unwrap_or(max_active);
+            if active == 0 || active > count {
+                return Err(format!("--initial-active {active}: from 1 to the pool's {}", n_servers(count)));
+            }
+            State { servers: servers.clone(), active, transition: None }
+        }
     };
     let status = Arc::new(Mutex::new(Status {
         state: state.clone(),
@@ -166,25 +177,34 @@ pub fn run(args: ProvisionArgs) -> Result<(), String> {
     if let Some(address) = &args.metrics_listen {
         metrics::spawn(address, status.clone())?;
     }
-    let mut provisioner = Provisioner { args, planner, servers: spawned, status };
+    let mut provisioner = Provisioner { args, planner, servers: spawned, status, state_files };
     provisioner.serve(state)
+}
+
+/// The state files: `--state`, then each one a router follows (each once); at least one.
+fn state_files(args: &ProvisionArgs) -> Result<Vec<PathBuf>, String> {
+    let mut files: Vec<PathBuf> = args.state.iter().cloned().collect();
+    let same = |a: &Path, b: &Path| std::path::absolute(a).ok() == std::path::absolute(b).ok();
+    for path in &args.router_configs {
+        let file = announce::followed_state(path, &args.pool)?;
+        if !files.iter().any(|f| same(f, &file)) {
+            files.push(file);
+        }
+    }
+    if files.is_empty() {
+        return Err("nowhere to keep the state: give --state FILE (clients follow it), or a \
+                    --router-config whose pool names the state file it follows"
+            .into());
+    }
+    Ok(files)
 }
 
 /// The pool's servers: `--servers`, or the pool in the first router configuration (and every
 /// configuration must list the same, in the same order).
 fn pool_servers(args: &ProvisionArgs) -> Result<Vec<String>, String> {
     let mut servers = args.servers.clone();
-    if args.announce == announce::Announce::Servers && servers.is_empty() {
-        return Err(
-            "--announce servers rewrites the routers' server lists: give the whole pool with --servers"
-                .into(),
-        );
-    }
     for path in &args.router_configs {
         let listed = announce::pool_servers(path, &args.pool)?;
-        if args.announce == announce::Announce::Servers {
-            continue; // the list is this provisioner's to write
-        }
         if servers.is_empty() {
             servers = listed;
         } else if listed != servers {
@@ -240,12 +260,8 @@ impl Provisioner {
                         servers.stop_later(i);
                     }
                 }
-                self.log(
-                    "transition-end",
-                    &state,
-                    None,
-                    &format!("from {} to {} servers done", t.from, state.active),
-                );
+                let (from, to) = (n_servers(t.from), n_servers(state.active));
+                self.log("transition-end", &state, None, &format!("from {from} to {to} done"));
             }
             let load = signal.sample(&state.servers[..state.active]);
             self.status.lock().unwrap_or_else(|p| p.into_inner()).load = load;
@@ -278,13 +294,12 @@ impl Provisioner {
         }
     }
 
-    /// Saves the state, then writes it into every router configuration.
+    /// Writes the state to every state file, `--state` first (each whole, then renamed into
+    /// place: routers and clients reload it).
     fn announce(&self, state: &State) -> Result<(), String> {
-        if let Some(path) = &self.args.state {
-            state.save(path)?;
-        }
-        for path in &self.args.router_configs {
-            announce::announce(path, &self.args.pool, state, self.args.announce)?;
+        let announced = announce::announced(state, self.args.announce);
+        for path in &self.state_files {
+            announced.save(path)?;
         }
         self.status.lock().unwrap_or_else(|p| p.into_inner()).state = state.clone();
         Ok(())
@@ -299,7 +314,12 @@ impl Provisioner {
             println!("{line}");
         } else {
             let from = from.map(|f| format!(" (from {f})")).unwrap_or_default();
-            eprintln!("shoal provision: {event}: {} servers on{from}: {reason}", state.active);
+            eprintln!("shoal provision: {event}: {} on{from}: {reason}", n_servers(state.active));
         }
     }
+}
+
+/// `1 server`, `3 servers`.
+pub(crate) fn n_servers(n: usize) -> String {
+    format!("{n} server{}", if n == 1 { "" } else { "s" })
 }

@@ -78,7 +78,7 @@ impl Planner {
             );
             return Decision { active: active - 1, reason };
         }
-        Decision { active, reason: format!("load {load:.0}/s fits {active} servers") }
+        Decision { active, reason: format!("load {load:.0}/s fits {}", super::n_servers(active)) }
     }
 }
 

@@ -8,7 +8,74 @@ fn read(bytes: &[u8], shape: Shape) -> std::io::Result<Vec<u8>> {
     for cut in 0..len {
         assert!(!matches!(frame(&bytes[..cut], shape, 1000), Ok(Some(_))), "found in {cut} bytes");
     }
+    assert_eq!(resumed(bytes, shape, &Limits::values(1000), 1).unwrap(), Some(Frame { len, answer }));
     Ok(bytes[..answer].to_vec())
+}
+
+/// What one [`Framer`] finds when it is handed `bytes` `step` more bytes at a time (as reads
+/// bring them), checked against [`frame_within`] of each prefix.
+fn resumed(bytes: &[u8], shape: Shape, limits: &Limits, step: usize) -> std::io::Result<Option<Frame>> {
+    let mut framer = Framer::default();
+    let mut cut = 0;
+    loop {
+        cut = (cut + step).min(bytes.len());
+        let once = frame_within(&bytes[..cut], shape, limits);
+        let found = framer.frame(&bytes[..cut], shape, limits);
+        match (&found, &once) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{cut} bytes of {:?}", String::from_utf8_lossy(bytes)),
+            (Err(_), Err(_)) => {}
+            _ => panic!("resumed {found:?}, whole {once:?} at {cut} of {:?}", String::from_utf8_lossy(bytes)),
+        }
+        if !matches!(found, Ok(None)) || cut == bytes.len() {
+            if !matches!(found, Ok(None)) {
+                assert_eq!(framer, Framer::default(), "a framer starts over after an answer or error");
+            }
+            return found;
+        }
+    }
+}
+
+#[test]
+fn a_framer_resumes_where_the_last_read_stopped() {
+    let answers: [(&[u8], Shape); 9] = [
+        (b"VALUE a 0 2\r\nhi\r\nVALUE bb 1 0 7\r\n\r\nLVALUE c 5 0 3\r\nxyz\r\nEND\r\nnext", Shape::Values),
+        (b"SERVER_ERROR out of memory\r\n", Shape::Values),
+        (b"VALUE a 0 2\r\nhiEND\r\n", Shape::Values),
+        (b"VALUE a 0 2\r\nhi\r\nNOPE\r\n", Shape::Values),
+        (b"STAT a 1\r\nSTAT b 2\r\nEND\r\n", Shape::Stats),
+        (b"STAT a 1\r\nSTAT b 2\r\nSTAT c 3\r\nEND\r\n", Shape::Stats),
+        (b"VA 10 t\r\n0123456789\r\n", Shape::Meta),
+        (b"HD\r\n", Shape::Meta),
+        (b"a line\nwithout its return\r\n", Shape::Line),
+    ];
+    let limits = Limits { line: 24, value: 16, stat_lines: 2 };
+    for (bytes, shape) in answers {
+        let whole = frame_within(bytes, shape, &limits);
+        for step in 1..=bytes.len() {
+            let found = resumed(bytes, shape, &limits, step);
+            assert_eq!(found.is_err(), whole.is_err(), "{step}: {found:?}");
+        }
+    }
+    // A line past the limit fails however it arrives.
+    assert!(resumed(&[b'x'; 100], Shape::Line, &limits, 7).is_err());
+
+    // What was framed stays framed: after a read that brought two whole blocks, the framer
+    // starts at the third, and a read that brings nothing new searches nothing again.
+    let bytes = b"VALUE a 0 1\r\nx\r\nVALUE b 0 1\r\ny\r\nVALUE c 0 1\r\nz";
+    let mut framer = Framer::default();
+    assert_eq!(framer.frame(bytes, Shape::Values, &limits).unwrap(), None);
+    assert_eq!(framer.at, 32);
+    assert_eq!(framer.scanned, 44, "the third block's newline");
+    assert_eq!(framer.frame(bytes, Shape::Values, &limits).unwrap(), None);
+    assert_eq!((framer.at, framer.scanned), (32, 44));
+    let whole = [&bytes[..], b"\r\nEND\r\n"].concat();
+    assert_eq!(framer.frame(&whole, Shape::Values, &limits).unwrap(), Some(Frame { len: 53, answer: 48 }));
+    assert_eq!(framer, Framer::default());
+
+    // A reader that gives up on an answer starts the next one afresh.
+    assert_eq!(framer.frame(b"STAT a 1\r\nST", Shape::Stats, &limits).unwrap(), None);
+    framer.reset();
+    assert_eq!(framer.frame(b"OK\r\n", Shape::Line, &limits).unwrap(), Some(Frame { len: 4, answer: 4 }));
 }
 
 #[test]

@@ -112,9 +112,10 @@ fn meta_requests_parse_back_with_their_flags_and_base64_keys() {
 #[test]
 fn numbers_are_decimal_whatever_their_size() {
     let mut out = Vec::new();
-    for n in [0, 7, 10, u64::MAX] {
+    for n in [0, 7, 10, 100, 99_999_999, 100_000_000, 1 << 40, u64::MAX] {
         out.clear();
+        out.push(b'x');
         push_u64(&mut out, n);
-        assert_eq!(out, n.to_string().as_bytes());
+        assert_eq!(out, format!("x{n}").as_bytes());
     }
 }

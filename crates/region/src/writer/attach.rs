@@ -147,6 +147,7 @@ impl Writer {
         h.clean.store(0, Ordering::Release);
         h.writer_pid.store(std::process::id(), Ordering::Relaxed);
         h.generation.fetch_add(1, Ordering::AcqRel);
+        h.curve_threshold.store(0, Ordering::Relaxed); // the previous server's, if any
         let classes = TimeClasses::for_segments(region.layout.segment_count);
         let slots = region.layout.bucket_count * BUCKET_SLOTS;
         let recency = Recency::new(&region);

@@ -400,7 +400,7 @@ use policy::Recency;
 pub use policy::{Eviction, UnknownEviction};
 use values::{counter_change, never_if_zero};
 pub use values::{counter_text, parse_counter, touch_expiry, visible};
-pub use walk::IndexedItem;
+pub use walk::{IndexedItem, Swept};
 
 /// Deterministic pseudo-random numbers for the writer's tests (xorshift64): the same trace on
 /// every run, so a failure reproduces.

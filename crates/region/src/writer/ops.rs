@@ -47,6 +47,15 @@ impl Writer {
         h.hold_gen.store(h.next_segment_gen.load(Ordering::Acquire), Ordering::Release);
     }
 
+    /// Publishes the curve's sampling threshold for local readers (0: sample nothing); the
+    /// header's line is written only when it changes (readers load it on every read).
+    pub fn publish_curve_threshold(&self, threshold: u32) {
+        let field = &self.region.header().curve_threshold;
+        if field.load(Ordering::Relaxed) != threshold {
+            field.store(threshold, Ordering::Relaxed);
+        }
+    }
+
     /// Seconds of server time the rejoin hold has left (0: none).
     pub fn hold_remaining(&self) -> u32 {
         let h = self.region.header();

@@ -1,6 +1,8 @@
-//! A read-only walk of the index: every live item, bucket by bucket, for key dumps
-//! (memcached's `lru_crawler metadump`). It takes no lock and changes nothing: each bucket is
-//! copied and validated against its version like a lookup, so a walk runs beside writers.
+//! Walks of the index, bucket by bucket: a read-only one over every live item, for key dumps
+//! (memcached's `lru_crawler metadump`), which takes no lock and changes nothing (each bucket
+//! is copied and validated against its version like a lookup, so a walk runs beside writers);
+//! and a sweep that unlinks dead items (memcached's `lru_crawler crawl`), one bucket lock at a
+//! time.
 
 use super::*;
 use crate::seqlock::{read_begin, read_validate};
@@ -12,6 +14,13 @@ pub struct IndexedItem<'a> {
     pub key: &'a [u8],
     /// What a lookup would tell (with `last_access`), without reading the value.
     pub info: ItemInfo,
+}
+
+/// What a [`Writer::sweep_dead`] found: the items it looked at, and the dead ones it unlinked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub checked: u64,
+    pub reclaimed: u64,
 }
 
 impl Writer {
@@ -57,6 +66,34 @@ impl Writer {
         observer: Box<dyn EvictionObserver>,
     ) -> Result<(), Box<dyn EvictionObserver>> {
         self.evictions.set(observer)
+    }
+
+    /// Unlinks the dead items (expired, or flushed) of buckets `buckets`, so they leave the
+    /// item counts at once rather than when their segment is reclaimed: what memcached's LRU
+    /// crawler does. Items under a rejoin hold are not dead. Counts each unlinked item as
+    /// reclaimed, as a reclaimed segment's are.
+    pub fn sweep_dead(&self, buckets: Range<usize>) -> Swept {
+        let mut swept = Swept::default();
+        let h = self.region.header();
+        for b in buckets.start..buckets.end.min(self.bucket_count()) {
+            let version = &self.region.bucket(b).version;
+            let locked = write_lock(version);
+            for i in 0..BUCKET_SLOTS {
+                let word = self.region.bucket(b).slots[i].load(Ordering::Acquire);
+                let Some(slot) = Slot::decode(word) else { continue };
+                let Some(header) = self.region.item_header(slot) else { continue };
+                swept.checked += 1;
+                let segment_gen = self.region.meta(slot.segment).generation.load(Ordering::Relaxed);
+                let flushed = segment_gen < h.flush_gen.load(Ordering::Acquire);
+                if flushed || is_expired(header.expiry, h.clock.load(Ordering::Acquire)) {
+                    self.count_drop(word, false);
+                    self.drop_slot(b, i);
+                    swept.reclaimed += 1;
+                }
+            }
+            write_unlock(version, locked);
+        }
+        swept
     }
 
     /// Tells the eviction observer, if any, about the live item in slot `i` of bucket `b`,
@@ -125,6 +162,28 @@ mod tests {
         assert_eq!(walk_all(&w).len(), 499);
         w.flush(0);
         assert!(walk_all(&w).is_empty());
+    }
+
+    #[test]
+    fn a_sweep_unlinks_dead_items_and_counts_them() {
+        let w = Writer::create_anonymous(&Config::default(), true).unwrap();
+        w.tick(1000);
+        for i in 0..30u32 {
+            w.set(format!("immortal{i}").as_bytes(), b"ok", 0, 0).unwrap();
+            w.set(format!("long{i}").as_bytes(), b"ok", 0, 3600).unwrap();
+            w.set(format!("short{i}").as_bytes(), b"ok", 0, 1).unwrap();
+        }
+        let before = w.stats();
+        assert_eq!(before.items, 90);
+        let all = 0..w.bucket_count();
+        assert_eq!(w.sweep_dead(all.clone()), Swept { checked: 90, reclaimed: 0 }, "nothing dead yet");
+        w.region.header().clock.store(1002, Ordering::Release); // the short ones expire
+        assert_eq!(w.sweep_dead(all.clone()), Swept { checked: 90, reclaimed: 30 });
+        let after = w.stats();
+        assert_eq!((after.items, after.reclaimed, after.expired_unfetched), (60, 30, 30));
+        assert_eq!(walk_all(&w).len(), 60, "the live ones stay");
+        w.flush(100); // a delayed flush: not yet
+        assert_eq!(w.sweep_dead(all).reclaimed, 0);
     }
 
     #[test]

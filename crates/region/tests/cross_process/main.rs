@@ -244,6 +244,19 @@ fn stress_with_a_full_index_reader_processes_see_only_whole_values() {
     assert!(stats.index_evictions > 0, "the index never filled: {stats:?}");
 }
 
+/// A reader gives up on a bucket whose writer has held it for 100 ms (`READ_PATIENCE`): the
+/// writer is presumed dead and the client goes to the network, which is safe. A live writer
+/// holds a bucket for well under a microsecond, but on an oversubscribed machine (CI runs this
+/// beside other builds at a load average of 10 on 2 cores) the scheduler can keep a preempted
+/// writer off the CPU for longer than that. So giving up must be rare, not impossible: at most
+/// one lookup in a thousand (under load the count seen was a handful among millions).
+fn assert_busy_is_rare(busy: u64, lookups: u64, who: &str) {
+    assert!(
+        busy * 1000 <= lookups,
+        "{who} gave up on buckets held by a live writer {busy} times in {lookups} lookups"
+    );
+}
+
 /// Two writer threads churn the churn keys for `secs` while two reader processes check every
 /// value they find; returns the writer's final counters. `min_hit_percent` of each reader's
 /// lookups must hit.
@@ -306,11 +319,11 @@ fn stress(config: &Config, secs: u64, min_hit_percent: u64) -> shoal_region::Sta
     for c in &writers {
         assert_eq!(c.gets.bad, 0, "the writer read a bad value");
         assert_eq!(c.errors, 0, "writer operations failed");
-        assert_eq!(c.gets.busy, 0, "writer lookups gave up on a live writer's bucket");
+        assert_busy_is_rare(c.gets.busy, c.gets.lookups(), "writer lookups");
     }
     for c in &results {
         assert_eq!(c.bad, 0, "a reader process saw a torn, foreign or inconsistent value");
-        assert_eq!(c.busy, 0, "a reader gave up on a bucket held by a live writer");
+        assert_busy_is_rare(c.busy, c.lookups(), "a reader process");
         assert!(c.hits >= 10_000, "too few hits to mean anything: {}", c.line());
         assert!(
             c.hits * 100 >= c.lookups() * min_hit_percent,

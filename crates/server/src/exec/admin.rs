@@ -104,25 +104,35 @@ pub fn execute(cx: &mut Context<'_>, request: Request<'_>, out: &mut Vec<u8>) ->
         Request::Curve(Some(name)) if shared.tenants.by_name(name).is_none() => {
             server_error(out, &format!("no tenant named {}", String::from_utf8_lossy(name)))
         }
-        Request::Curve(name) => match shared.tenants.curve(
-            name.and_then(|n| shared.tenants.index_of(n)).unwrap_or(shared.tenants.default_index()),
-            &shared.tenant_counters,
-        ) {
-            // STAT lines: the sampling rate, keys tracked, the step, then `hit_ratio <bytes>
-            // <ratio>` from 0 bytes up to the tenant's largest size; END.
-            Some((points, rate, tracked)) => {
-                let mut text = format!(
-                    "STAT rate {rate}\r\nSTAT tracked {tracked}\r\nSTAT step_bytes {}\r\n",
+        Request::Curve(name) => {
+            let i = name.and_then(|n| shared.tenants.index_of(n)).unwrap_or(shared.tenants.default_index());
+            // Local clients' reads so far, not as of the last fold (up to 100 ms ago).
+            shared.hints.fold(&shared.tenants, shared.local_reads());
+            match shared.tenants.curve(i, &shared.tenant_counters).zip(shared.tenants.get(i).curve.as_ref()) {
+                // STAT lines: the sampling rate, keys tracked, the local clients' sampled reads,
+                // the step, then `hit_ratio <bytes> <ratio>` from 0 bytes up to the tenant's
+                // largest size; END.
+                Some(((points, rate, tracked), tracker)) => {
+                    let local = tracker.local_reads();
+                    let mut text = format!(
+                    "STAT rate {rate}\r\nSTAT tracked {tracked}\r\nSTAT local_sampled {}\r\nSTAT local_outside {}\r\nSTAT local_refused {}\r\nSTAT local_lost {}\r\nSTAT step_bytes {}\r\n",
+                    local.sampled.load(Ordering::Relaxed),
+                    local.outside.load(Ordering::Relaxed),
+                    local.refused.load(Ordering::Relaxed),
+                    local.lost.load(Ordering::Relaxed),
                     points.step()
                 );
-                for (i, ratio) in points.points().iter().enumerate() {
-                    text.push_str(&format!("STAT hit_ratio {} {ratio:.6}\r\n", i as u64 * points.step()));
+                    for (i, ratio) in points.points().iter().enumerate() {
+                        text.push_str(&format!("STAT hit_ratio {} {ratio:.6}\r\n", i as u64 * points.step()));
+                    }
+                    out.extend_from_slice(text.as_bytes());
+                    out.extend_from_slice(b"END\r\n");
                 }
-                out.extend_from_slice(text.as_bytes());
-                out.extend_from_slice(b"END\r\n");
+                None => {
+                    reply(out, b"SERVER_ERROR hit-ratio curves are off: start the server with --hit-curve")
+                }
             }
-            None => reply(out, b"SERVER_ERROR hit-ratio curves are off: start the server with --hit-curve"),
-        },
+        }
         Request::ShmHints(path) => {
             let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
             let registered = match (cx.conn, shared.tenants.local_tenant(cx.bound)) {

@@ -99,6 +99,7 @@ fn get(
     out: &mut Vec<u8>,
 ) {
     let c = cx.counters;
+    cx.shared.hotkeys.record(key);
     let placed = cx.place(key);
     let found = match touch {
         Some(exptime) => {
@@ -217,7 +218,17 @@ fn arith(cx: &mut Context<'_>, r: &BinaryRequest<'_>, a: &ArithRequest<'_>, out:
 
 /// `stat [group]`: the text protocol's `stats [group]` lines, each as a packet with the name
 /// as key and the value as value, then an empty packet; an unknown group is not found.
+/// memcached sends `detail dump` as one `detailed` stat holding the text dump.
 fn stat(cx: &mut Context<'_>, r: &BinaryRequest<'_>, group: &[u8], out: &mut Vec<u8>) {
+    if let Some(words) = group.strip_prefix(b"detail") {
+        let mut dump = Vec::new();
+        match stats::detail(cx.shared, Tokens::new(words).next(), &mut dump) {
+            stats::Detail::Usage => return fail(out, r, Status::KeyNotFound),
+            stats::Detail::Dumped => stat_packet(out, r, b"detailed", &dump),
+            stats::Detail::Switched => {}
+        }
+        return header(r, Status::Success, 0, 0).write(out);
+    }
     let mut text = Vec::new();
     if !stats::answer(cx.shared, Tokens::new(group), &mut text) {
         return fail(out, r, Status::KeyNotFound);
@@ -228,15 +239,20 @@ fn stat(cx: &mut Context<'_>, r: &BinaryRequest<'_>, group: &[u8], out: &mut Vec
             Some(i) => (&stat[..i], &stat[i + 1..]),
             None => (stat, &[][..]),
         };
-        let h = ResponseHeader {
-            key_len: name.len() as u16,
-            ..header(r, Status::Success, name.len() + value.len(), 0)
-        };
-        h.write(out);
-        out.extend_from_slice(name);
-        out.extend_from_slice(value);
+        stat_packet(out, r, name, value);
     }
     header(r, Status::Success, 0, 0).write(out);
+}
+
+/// One stat of a `stat` answer.
+fn stat_packet(out: &mut Vec<u8>, r: &BinaryRequest<'_>, name: &[u8], value: &[u8]) {
+    let h = ResponseHeader {
+        key_len: name.len() as u16,
+        ..header(r, Status::Success, name.len() + value.len(), 0)
+    };
+    h.write(out);
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
 }
 
 /// SASL PLAIN: `auth` with the whole message authenticates at once; `auth` without data

@@ -2,7 +2,8 @@
 //! indexes, and the crawler's controls, answered as memcached 1.6.18 answers them.
 //!
 //! Shoal has no crawler thread: dead items go with their segments, which the clock thread
-//! reclaims every 100 ms. `crawl` reclaims at once; `tocrawl` and `sleep` tune nothing.
+//! reclaims every 100 ms. `crawl` unlinks every dead item at once (so the item counts drop
+//! even while the item's segment still holds live ones); `tocrawl` and `sleep` tune nothing.
 //! A dump is written a slice of buckets at a time, between the connection's other work, so
 //! it never holds more than the output limit of lines in memory however many keys there are.
 
@@ -43,9 +44,11 @@ pub fn execute(cx: &mut Context<'_>, command: LruCrawler, out: &mut Vec<u8>) -> 
             return Flow::Continue;
         }
         LruCrawler::Metadump(classes) => classes,
-        LruCrawler::Crawl(_) => {
-            let now = cx.shared.clock.now();
-            walked_tenants(cx).for_each(|t| cx.shared.tenants.get(t).writer.tick(now));
+        // Every item is in class 1: a crawl of other classes finds nothing.
+        LruCrawler::Crawl(classes) => {
+            if classes.contains(1) {
+                crawl(cx);
+            }
             reply(out, b"OK");
             return Flow::Continue;
         }
@@ -75,6 +78,21 @@ pub fn execute(cx: &mut Context<'_>, command: LruCrawler, out: &mut Vec<u8>) -> 
     }
     let tenants = walked_tenants(cx);
     Flow::Dump(Dump { tenant: tenants.start, last_tenant: tenants.end - 1, bucket: 0 })
+}
+
+/// `lru_crawler crawl`: unlinks the dead items of the connection's tenants, counting them as
+/// memcached's crawler does, then reclaims the segments that left empty. Done before the
+/// answer (memcached's crawler runs behind it; a client polls `lru_crawler_running`).
+fn crawl(cx: &Context<'_>) {
+    let tenants = &cx.shared.tenants;
+    let now = cx.shared.clock.now();
+    for t in walked_tenants(cx) {
+        let writer = &tenants.get(t).writer;
+        let swept = writer.sweep_dead(0..writer.bucket_count());
+        tenants.crawled.checked.fetch_add(swept.checked, Ordering::Relaxed);
+        tenants.crawled.reclaimed.fetch_add(swept.reclaimed, Ordering::Relaxed);
+        writer.tick(now);
+    }
 }
 
 /// The tenants a connection sees: its own if it is bound to one, else all.

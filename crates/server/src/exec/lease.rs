@@ -43,6 +43,7 @@ fn fresh(info: &ItemInfo) -> bool {
 pub fn get(cx: &mut Context<'_>, key: &[u8], stale: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
     Counters::bump(&c.cmd_get);
+    cx.shared.hotkeys.record(key);
     // A fresh value costs what a `get` costs.
     let placed = cx.place(key);
     let lease = match cx.lookup(key, &placed, true) {

@@ -211,6 +211,7 @@ fn get(cx: &mut Context<'_>, m: &Meta<'_>, key: &[u8], out: &mut Vec<u8>) {
     let (c, shared) = (cx.counters, cx.shared);
     let now = cx.region_clock();
     let bump = !f.has(b'u');
+    shared.hotkeys.record(key);
     let line = HitLine { m, key, now, settings: &shared.settings, started: shared.clock.started() };
     let changes = f.ttl.is_some() || f.vivify.is_some() || f.recache.is_some();
     let placed = cx.place(key);

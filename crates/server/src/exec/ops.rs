@@ -12,6 +12,7 @@
 use super::Context;
 use crate::counters::Counters;
 use crate::curve::Read;
+use crate::detail::Event;
 use crate::watch::{StoreEvent, StoreStatus};
 use shoal_proto::{Op, StoreMode};
 use shoal_region::{
@@ -66,6 +67,7 @@ impl<'a> Context<'a> {
             None => (Change::Keep, None),
         });
         let found = result.ok().and_then(|(info, _)| info);
+        self.shared.prefixes.record(key, Event::Get { hit: found.is_some() });
         self.shared.logs.fetched(self.connection(), key, &Ok(found.map_or(Lookup::Missing, Lookup::Hit)));
         if let (Some(curve), Some(_)) = (&self.shared.tenants.get(placed.tenant).curve, found) {
             curve.stored(key, 0, Some(expiry), writer.clock());
@@ -75,7 +77,8 @@ impl<'a> Context<'a> {
 }
 
 /// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count) and,
-/// for a read that counts as an access (`bump`), the tenant's get and its hit or miss.
+/// for a read that counts as an access (`bump`), the tenant's get and its hit or miss and the
+/// key prefix's (`stats detail`).
 pub(crate) fn read_counted(
     cx: &Context<'_>,
     key: &[u8],
@@ -96,9 +99,11 @@ pub(crate) fn read_counted(
         curve.access(key, read, tenant.writer.clock(), &cx.tenant_counters[i].curve_unsampled);
     }
     if bump {
+        let hit = matches!(found, Ok(Lookup::Hit(_)));
         let mine = &cx.tenant_counters[i];
         Counters::bump(&mine.cmd_get);
-        Counters::bump(if matches!(found, Ok(Lookup::Hit(_))) { &mine.get_hits } else { &mine.get_misses });
+        Counters::bump(if hit { &mine.get_hits } else { &mine.get_misses });
+        cx.shared.prefixes.record(key, Event::Get { hit });
     }
     let c = cx.counters;
     match found {
@@ -159,7 +164,8 @@ pub(crate) struct StoreOp {
 
 /// Counts a store of `data_len` bytes under `key` expiring at `expiry` (absolute, 0: never;
 /// `None`: the item's expiry stays, as append's does) — the worker's and the tenant's
-/// `cmd_set`, the tenant's curve, `watch fetchers`' lookup — before it is tried; the tenant's
+/// `cmd_set`, the key prefix's sets, the tenant's curve, `watch fetchers`' lookup — before it
+/// is tried (memcached counts a prefix's set before it allocates); the tenant's
 /// region, to store into.
 pub(crate) fn count_store<'a>(
     cx: &Context<'a>,
@@ -168,6 +174,7 @@ pub(crate) fn count_store<'a>(
     expiry: Option<u32>,
 ) -> &'a Writer {
     let (tenant, t) = cx.tenant(key);
+    cx.shared.prefixes.record(key, Event::Set);
     cx.shared.logs.store_lookup(cx.connection(), key, &t.writer);
     if let Some(curve) = &t.curve {
         curve.stored(key, item_bytes(key, data_len), expiry, t.writer.clock());
@@ -292,6 +299,7 @@ pub(crate) struct DeleteOp {
 /// Carries out a delete, counting it.
 pub(crate) fn delete_op(cx: &Context<'_>, key: &[u8], op: DeleteOp) -> Result<DeleteResult, OpError> {
     let c = cx.counters;
+    cx.shared.prefixes.record(key, Event::Delete);
     let (_, tenant) = cx.tenant(key);
     let writer = &tenant.writer;
     let now = writer.clock();

@@ -76,44 +76,61 @@ fn prefetch_item(cx: &Context<'_>, ahead: &[Option<Placed>; AHEAD], n: usize) {
 
 /// `get`/`gets`/`gat`/`gats`: a `VALUE` block per key found, then `END`.
 pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
-    let c = cx.counters;
+    if get.count > 1 {
+        multiget(cx, &get, out);
+    } else if let Some(key) = get.keys.clone().next() {
+        // A single key has nothing to overlap its memory misses with: no prefetching ahead.
+        let placed = cx.place(key);
+        get_one(cx, &get, key, &placed, out);
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// The `VALUE` blocks of a get of several keys.
+fn multiget(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
     // Loading the index buckets of keys several ahead, and the items of keys a few ahead, lets
-    // their memory misses overlap instead of queueing (a single key has nothing to overlap).
-    // Each key is placed once, when its index is loaded; its item's load and its lookup use
-    // that placement.
+    // their memory misses overlap instead of queueing. Each key is placed once, when its index
+    // is loaded; its item's load and its lookup use that placement.
     let mut ahead: [Option<Placed>; AHEAD] = [None; AHEAD];
     let mut upcoming = get.keys.clone().enumerate().skip(1);
     upcoming.by_ref().take(INDEX_AHEAD).for_each(|key| place_ahead(cx, &mut ahead, key));
     (1..=ITEMS_AHEAD).for_each(|n| prefetch_item(cx, &ahead, n));
-    for (n, key) in get.keys.enumerate() {
+    for (n, key) in get.keys.clone().enumerate() {
         // The first key was not placed ahead: it is placed now.
         let placed = ahead[n % AHEAD].take().unwrap_or_else(|| cx.place(key));
         if let Some(next) = upcoming.next() {
             place_ahead(cx, &mut ahead, next);
         }
         prefetch_item(cx, &ahead, n + ITEMS_AHEAD + 1);
-        let start = out.len();
-        let mut block = ValueBlock { out, start, key, cas: get.cas.then_some(&cx.shared.settings) };
-        let hit = match get.touch {
-            Some(exptime) => {
-                Counters::bump(&c.cmd_touch);
-                let info = cx.lookup_and_touch(key, &placed, exptime);
-                if let Some(info) = &info {
-                    block.append_to(info).extend_from_slice(&cx.value);
-                }
-                Counters::bump(if info.is_some() { &c.touch_hits } else { &c.touch_misses });
-                info.is_some()
-            }
-            None => {
-                Counters::bump(&c.cmd_get);
-                let hit = read_counted(cx, key, &placed, true, &mut block).is_some();
-                Counters::bump(if hit { &c.get_hits } else { &c.get_misses });
-                hit
-            }
-        };
-        block.finish(hit);
+        get_one(cx, get, key, &placed, out);
     }
-    out.extend_from_slice(b"END\r\n");
+}
+
+/// The `VALUE` block of one key of a get, if it is found.
+#[inline]
+fn get_one(cx: &mut Context<'_>, get: &Get<'_>, key: &[u8], placed: &Placed, out: &mut Vec<u8>) {
+    let c = cx.counters;
+    cx.shared.hotkeys.record(key);
+    let start = out.len();
+    let mut block = ValueBlock { out, start, key, cas: get.cas.then_some(&cx.shared.settings) };
+    let hit = match get.touch {
+        Some(exptime) => {
+            Counters::bump(&c.cmd_touch);
+            let info = cx.lookup_and_touch(key, placed, exptime);
+            if let Some(info) = &info {
+                block.append_to(info).extend_from_slice(&cx.value);
+            }
+            Counters::bump(if info.is_some() { &c.touch_hits } else { &c.touch_misses });
+            info.is_some()
+        }
+        None => {
+            Counters::bump(&c.cmd_get);
+            let hit = read_counted(cx, key, placed, true, &mut block).is_some();
+            Counters::bump(if hit { &c.get_hits } else { &c.get_misses });
+            hit
+        }
+    };
+    block.finish(hit);
 }
 
 /// The storage commands.
@@ -187,6 +204,7 @@ fn log_store(cx: &Context<'_>, s: &Store<'_>, result: &Result<Stored, OpError>) 
 /// ([`delete_leaving_lease`]).
 pub fn delete(cx: &mut Context<'_>, key: &[u8], hold: u32, noreply: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
+    cx.shared.prefixes.record(key, crate::detail::Event::Delete);
     let result = if hold > 0 || cx.shared.settings.stale_ttl > 0 {
         delete_leaving_lease(cx, key, hold)
     } else {

@@ -70,6 +70,16 @@ pub struct Tenants {
     temporary: bool,
     /// One resize at a time, so two cannot both pass the check against `-m`.
     resizing: Mutex<()>,
+    /// What `lru_crawler crawl` looked at and unlinked, over every tenant (`stats`'
+    /// `crawler_items_checked` and `crawler_reclaimed`).
+    pub crawled: Crawled,
+}
+
+/// Totals of `lru_crawler crawl`'s sweeps.
+#[derive(Default)]
+pub struct Crawled {
+    pub checked: AtomicU64,
+    pub reclaimed: AtomicU64,
 }
 
 /// Key prefixes and their tenants. Every key of every get is looked up here, and most keys
@@ -183,6 +193,7 @@ impl Tenants {
                     configured: false,
                     temporary,
                     resizing: Mutex::new(()),
+                    crawled: Crawled::default(),
                 });
             }
         };
@@ -222,7 +233,16 @@ impl Tenants {
             .enumerate()
             .flat_map(|(i, t)| t.spec.users.iter().map(move |u| (u.as_bytes().to_vec(), i)))
             .collect();
-        Ok(Tenants { list, default, prefixes, users, configured: true, temporary, resizing: Mutex::new(()) })
+        Ok(Tenants {
+            list,
+            default,
+            prefixes,
+            users,
+            configured: true,
+            temporary,
+            resizing: Mutex::new(()),
+            crawled: Crawled::default(),
+        })
     }
 
     /// Every tenant, in file order.

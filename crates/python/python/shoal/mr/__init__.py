@@ -71,7 +71,8 @@ def _worker_env():
 
 
 def run(input_path, map, combine, workers=1, threads=1, lease_ms=DEFAULT_LEASE_MS, split_bytes=None,
-        reduce_tasks=16, copy_input=False, region=None, keep_region=False, pairs=False):
+        reduce_tasks=16, copy_input=False, region=None, keep_region=False, pairs=False, client=None,
+        progress=None):
     """Runs one job over the text file `input_path` and returns its result: a dict in key
     order (a list of (key, value) pairs if `pairs`).
 
@@ -82,12 +83,39 @@ def run(input_path, map, combine, workers=1, threads=1, lease_ms=DEFAULT_LEASE_M
     before anything starts. A map that raises fails the job: MapReduceError with its
     traceback; so does a combine (when the result is read). Each map call is bounded by
     `lease_ms`: one running longer is stopped (MapTimeout raised in it) and fails the job.
+
+    `progress`: called (from this thread) with a dict of `phase` ("map", then "reduce"),
+    `done` and `tasks` of the phase, and `workers` (processes holding one of its tasks now)
+    each time they change, polled every 2 ms; one that raises is reported, not fatal.
+
+    `client`: a dask.distributed Client; `input_path` is then a list of shards, each run on
+    a Dask worker's host by this engine (shoal.mr.dask.run, where `workers`, `threads` and
+    the rest are per host).
     """
     load(map)
     load(combine)
     if workers < 0:
         raise MapReduceError(f"workers={workers} must be 0 or more")
+    if client is not None:
+        from . import dask
+
+        return dask.run(input_path, client=client, map=map, combine=combine, workers=workers, threads=threads,
+                        lease_ms=lease_ms, split_bytes=split_bytes, reduce_tasks=reduce_tasks, copy_input=copy_input,
+                        progress=progress)
     region = region or f"/dev/shm/shoal-mr-py-{os.getpid()}-{next(_runs)}"
+
+    def job(start_workers):
+        return _mr_run(region, os.fspath(input_path), map, combine, threads if workers > 0 else 0, lease_ms,
+                       split_bytes, reduce_tasks, copy_input, start_workers, progress)
+
+    records = _on_region(region, job, workers, threads, lease_ms, keep_region)
+    return records if pairs else dict(records)
+
+
+def _on_region(region, job, workers=1, threads=1, lease_ms=DEFAULT_LEASE_MS, keep_region=False):
+    """What `job(start_workers)` returns: `job` calls one of the engine's native runs on
+    `region`, which calls `start_workers()` once the region exists (starting `workers` - 1
+    worker processes); they are waited for, and the region removed unless `keep_region`."""
     children = []
 
     def start_workers():
@@ -99,8 +127,7 @@ def run(input_path, map, combine, workers=1, threads=1, lease_ms=DEFAULT_LEASE_M
                                              stdout=subprocess.DEVNULL))
 
     try:
-        records = _mr_run(region, os.fspath(input_path), map, combine, threads if workers > 0 else 0,
-                          lease_ms, split_bytes, reduce_tasks, copy_input, start_workers)
+        return job(start_workers)
     finally:
         for child in children:
             try:
@@ -113,7 +140,6 @@ def run(input_path, map, combine, workers=1, threads=1, lease_ms=DEFAULT_LEASE_M
                 os.remove(region)
             except FileNotFoundError:
                 pass
-    return records if pairs else dict(records)
 
 
 def work(region, threads=1, lease_ms=DEFAULT_LEASE_MS, max_tasks=None, hold_ms=0, finished_ok=False):

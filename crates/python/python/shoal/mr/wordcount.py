@@ -4,17 +4,20 @@ letters and digits, lower-cased (keys are str, counts int).
     shoal.mr.run(path, map="shoal.mr.wordcount:map", combine="shoal.mr.wordcount:combine")
 """
 
-import re
 from collections import Counter
 
 from . import add
 
-_WORD = re.compile(rb"[A-Za-z0-9]+")
+_ALNUM = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+# Every byte that is not an ASCII letter or digit becomes a space, letters lower case: the words
+# are then what bytes.split() finds: 43 ms per MiB of `shoal mr generate` text, where
+# re.findall over the lower-cased piece took 58.
+_WORDS_ONLY = bytes(b if b in _ALNUM else 0x20 for b in range(256)).lower()
 
 
 def map(piece):
     # One Counter per piece: a word seen many times crosses into the engine once.
-    counts = Counter(_WORD.findall(piece.lower()))
+    counts = Counter(piece.translate(_WORDS_ONLY).split())
     return {word.decode("ascii"): n for word, n in counts.items()}
 
 

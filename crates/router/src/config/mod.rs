@@ -23,8 +23,13 @@ use serde_json::{Map, Value};
 use shoal_route::{Hashing, Placement, Server};
 use std::collections::HashMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+use xxhash_rust::xxh3::xxh3_64;
+
+mod provisioning;
+use provisioning::{provisioning, Provisioning};
 
 /// A configuration that cannot be used, and where in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,11 +108,34 @@ pub struct Config {
     pub default: Child,
     /// Every power-proportional pool route (`active`/`transition`), for `stats` and digests.
     pub provisioned: Vec<Arc<Provisioned>>,
+    /// Every pool, in the order read: its name and servers, and how many are on when a
+    /// provisioning state says so (for the log).
+    pub pools: Vec<(String, Vec<String>, Option<usize>)>,
+    /// The provisioning state files the pools follow, with the fingerprint of the bytes read
+    /// (`None`: not written yet); the router reloads when one changes.
+    pub followed: Vec<(PathBuf, Option<u64>)>,
+}
+
+/// What identifies a version of a file: its bytes' hash (`None` if it cannot be read).
+pub fn fingerprint(path: &Path) -> Option<u64> {
+    std::fs::read(path).ok().map(|bytes| xxh3_64(&bytes))
+}
+
+/// `n` and the noun, singular for one (`1 server`, `3 servers`).
+pub fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 impl Config {
-    /// Reads a configuration file's text.
+    /// Reads a configuration file's text; a pool's `"provisioning"` file is found relative to
+    /// the working directory.
     pub fn parse(text: &str) -> Result<Config> {
+        Config::parse_in(text, Path::new("."))
+    }
+
+    /// Reads the text of a configuration file in directory `base` (where a pool's relative
+    /// `"provisioning"` path starts).
+    pub fn parse_in(text: &str, base: &Path) -> Result<Config> {
         // The JSON5 parser and the tree it builds recurse once per level: a file nested
         // deeper than any route tree overflowed the stack (a router reloading it died).
         if let Some(at) = too_deep(text) {
@@ -128,7 +156,7 @@ impl Config {
                 );
             }
         }
-        let mut builder = Builder::default();
+        let mut builder = Builder { base: base.to_path_buf(), ..Builder::default() };
         if let Some(pools) = top.get("pools") {
             builder.read_pools(pools)?;
         }
@@ -180,7 +208,18 @@ impl Config {
             prefixed,
             default,
             provisioned: builder.provisioned,
+            pools: builder.described,
+            followed: builder.followed,
         })
+    }
+
+    /// The pools for the log: `pool A: 3 servers (a:1, b:2, c:3), 2 on; pool B: …`.
+    pub fn describe_pools(&self) -> String {
+        let pools = self.pools.iter().map(|(name, servers, active)| {
+            let on = active.map(|n| format!(", {n} on")).unwrap_or_default();
+            format!("pool {name}: {} ({}){on}", plural(servers.len(), "server"), servers.join(", "))
+        });
+        pools.collect::<Vec<_>>().join("; ")
     }
 
     /// Fetches the old owners' digests of every power-proportional pool in a transition
@@ -237,22 +276,28 @@ struct PoolSpec {
     keep_routing_prefix: bool,
     /// `active` and `transition` (a power-proportional pool, `hash: proteus`).
     provisioning: Option<Provisioning>,
+    /// `hot_replicas` and its siblings (`hot.rs`).
+    hot: Option<crate::route::hot::HotOptions>,
 }
 
-/// What `shoal provision` writes into a pool: the servers on, and the transition under way.
-#[derive(Debug, Clone, Copy)]
-struct Provisioning {
-    active: Option<usize>,
-    /// `from` active servers, `until` this Unix time (seconds).
-    transition: Option<(usize, f64)>,
+impl PoolSpec {
+    /// The hot keys of one route over this pool (each route polls for its own).
+    fn hot(&self) -> Option<Arc<crate::route::hot::HotPool>> {
+        let addresses = self.servers.iter().map(|s| s.address.clone()).collect();
+        self.hot.clone().map(|o| Arc::new(crate::route::hot::HotPool::new(o, addresses)))
+    }
 }
 
 #[derive(Default)]
 struct Builder {
+    /// The configuration file's directory.
+    base: PathBuf,
     destinations: Vec<Destination>,
     pools: HashMap<String, PoolSpec>,
     named: HashMap<String, Child>,
     provisioned: Vec<Arc<Provisioned>>,
+    described: Vec<(String, Vec<String>, Option<usize>)>,
+    followed: Vec<(PathBuf, Option<u64>)>,
 }
 
 /// mcrouter's default timeouts.
@@ -262,14 +307,13 @@ impl Builder {
     fn read_pools(&mut self, pools: &Value) -> Result<()> {
         let Value::Object(pools) = pools else { return error("pools", "an object of pools by name") };
         for (name, pool) in pools {
-            let mut spec = self.pool(pool, &format!("pools.{name}"))?;
-            spec.name = name.clone();
+            let spec = self.pool(pool, &format!("pools.{name}"), name)?;
             self.pools.insert(name.clone(), spec);
         }
         Ok(())
     }
 
-    fn pool(&mut self, pool: &Value, path: &str) -> Result<PoolSpec> {
+    fn pool(&mut self, pool: &Value, path: &str, name: &str) -> Result<PoolSpec> {
         let Value::Object(fields) = pool else { return error(path, "a pool is an object with \"servers\"") };
         for key in fields.keys() {
             let known = [
@@ -281,8 +325,9 @@ impl Builder {
                 "protocol",
                 "active",
                 "transition",
+                "provisioning",
             ];
-            if !known.contains(&key.as_str()) {
+            if !known.contains(&key.as_str()) && !crate::route::hot::FIELDS.contains(&key.as_str()) {
                 return error(&format!("{path}.{key}"), format!("unsupported pool field {key:?}"));
             }
         }
@@ -308,13 +353,14 @@ impl Builder {
             Some(Value::Array(w)) if w.len() == list.len() => Some(w),
             Some(_) => return error(&format!("{path}.weights"), "one weight per server"),
         };
-        let provisioning = provisioning(fields, list.len(), path)?;
         let mut spec = PoolSpec {
-            name: path.to_string(),
+            name: name.to_string(),
             destinations: Vec::new(),
             servers: Vec::new(),
             keep_routing_prefix,
-            provisioning,
+            provisioning: None,
+            hot: crate::route::hot::options(fields)
+                .map_err(|(field, message)| ConfigError { path: format!("{path}.{field}"), message })?,
         };
         for (i, server) in list.iter().enumerate() {
             let here = format!("{path}.servers[{i}]");
@@ -333,6 +379,24 @@ impl Builder {
             spec.destinations.push(self.destination(&parsed.address, server_timeout, connect_timeout));
             spec.servers.push(parsed);
         }
+        let addresses: Vec<String> = spec.servers.iter().map(|s| s.address.clone()).collect();
+        spec.provisioning = match fields.get("provisioning") {
+            None => provisioning(fields, list.len(), path)?,
+            Some(_) if fields.contains_key("active") || fields.contains_key("transition") => {
+                return error(
+                    &format!("{path}.provisioning"),
+                    "a pool follows a state file or has \"active\"/\"transition\" of its own, not both",
+                )
+            }
+            Some(Value::String(file)) => self.follow(file, &addresses, &format!("{path}.provisioning"))?,
+            Some(_) => {
+                return error(
+                    &format!("{path}.provisioning"),
+                    "the path of the state file `shoal provision --state` writes",
+                )
+            }
+        };
+        self.described.push((name.to_string(), addresses, spec.provisioning.and_then(|p| p.active)));
         Ok(spec)
     }
 
@@ -353,18 +417,26 @@ impl Builder {
                 Some(spec) => Ok(spec.clone()),
                 None => error(path, format!("no pool named {name:?}")),
             },
-            Value::Object(_) => self.pool(pool, path),
+            Value::Object(_) => self.pool(pool, path, path),
             _ => error(path, "a pool's name or a pool object"),
         }
     }
 
     /// A pool's servers placed by `hashing`; a pool with `active`/`transition` must be placed
-    /// by Proteus, whose ring gives owners for any number of active servers.
+    /// by Proteus, whose ring gives owners for any number of active servers, unless a state
+    /// file says them: any other placement is then over the servers on alone.
     fn pool_route(&mut self, pool: &PoolSpec, hashing: Hashing, path: &str) -> Result<Route> {
-        let placement = Placement::new(hashing, pool.servers.clone())
-            .map_err(|e| ConfigError { path: path.to_string(), message: e.to_string() })?;
+        let placed = |servers: &[Server]| {
+            Placement::new(hashing, servers.to_vec())
+                .map_err(|e| ConfigError { path: path.to_string(), message: e.to_string() })
+        };
         let provisioned = match pool.provisioning {
             None => None,
+            Some(Provisioning { active: Some(on), from_file: true, .. }) if hashing != Hashing::Proteus => {
+                let children = Self::pool_children(pool).into_iter().take(on).collect();
+                let placement = placed(&pool.servers[..on])?.into();
+                return Ok(Route::Hash { children, placement, provisioned: None, hot: pool.hot() });
+            }
             Some(_) if hashing != Hashing::Proteus => {
                 return error(
                     path,
@@ -375,11 +447,10 @@ impl Builder {
                 )
             }
             Some(p) => {
-                let until = |secs: f64| SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs);
                 let provisioned = Arc::new(Provisioned {
                     pool: pool.name.clone(),
                     active: p.active.unwrap_or(pool.servers.len()),
-                    transition: p.transition.map(|(from, secs)| Transition::new(from, until(secs))),
+                    transition: p.transition.map(|(from, until)| Transition::new(from, until)),
                     addresses: pool.servers.iter().map(|s| s.address.clone()).collect(),
                     migrated: Default::default(),
                     digest_skips: Default::default(),
@@ -388,7 +459,8 @@ impl Builder {
                 Some(provisioned)
             }
         };
-        Ok(Route::Hash { children: Self::pool_children(pool), placement: placement.into(), provisioned })
+        let (children, hot) = (Self::pool_children(pool), pool.hot());
+        Ok(Route::Hash { children, placement: placed(&pool.servers)?.into(), provisioned, hot })
     }
 
     /// One destination per server of the pool, as children.
@@ -405,8 +477,8 @@ impl Builder {
             Value::Array(list) => error(
                 path,
                 format!(
-                    "a list of {} routes where one route is expected (wrap it in a route handle)",
-                    list.len()
+                    "a list of {} where one route is expected (wrap it in a route handle)",
+                    plural(list.len(), "route")
                 ),
             ),
             Value::Object(fields) => self.object(fields, path),
@@ -490,7 +562,7 @@ impl Builder {
                 let names = (0..children.len()).map(|i| Server::tcp(&format!("child{i}"), 1)).collect();
                 let placement = Placement::new(hashing, names)
                     .map_err(|e| ConfigError { path: at("children"), message: e.to_string() })?;
-                Route::Hash { children, placement: placement.into(), provisioned: None }
+                Route::Hash { children, placement: placement.into(), provisioned: None, hot: None }
             }
             "FailoverRoute" => Route::Failover {
                 children: self.children(fields.get("children"), &at("children"))?,
@@ -598,51 +670,6 @@ impl Builder {
     }
 }
 
-/// A pool's `active` (1 to its server count) and `transition` (`{"from": n, "until": unix
-/// seconds}`, from another count), as `shoal provision` writes them.
-fn provisioning(fields: &Map<String, Value>, servers: usize, path: &str) -> Result<Option<Provisioning>> {
-    let count = |value: &Value, at: String| -> Result<usize> {
-        match value.as_u64() {
-            Some(n) if n >= 1 && n as usize <= servers => Ok(n as usize),
-            _ => error(&at, format!("a number of active servers, 1 to the pool's {servers}")),
-        }
-    };
-    let active = match fields.get("active") {
-        None => None,
-        Some(v) => Some(count(v, format!("{path}.active"))?),
-    };
-    let transition = match fields.get("transition") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(t)) => {
-            if let Some(key) = t.keys().find(|k| !["from", "until"].contains(&k.as_str())) {
-                return error(
-                    &format!("{path}.transition.{key}"),
-                    "a transition has only \"from\" and \"until\"",
-                );
-            }
-            let from = count(t.get("from").unwrap_or(&Value::Null), format!("{path}.transition.from"))?;
-            let Some(until) = t.get("until").and_then(Value::as_f64).filter(|u| u.is_finite() && *u >= 0.0)
-            else {
-                return error(
-                    &format!("{path}.transition.until"),
-                    "when the transition ends, in Unix seconds",
-                );
-            };
-            if active.is_none() {
-                return error(
-                    &format!("{path}.transition"),
-                    "a transition needs the pool's \"active\" count",
-                );
-            }
-            Some((from, until))
-        }
-        Some(_) => {
-            return error(&format!("{path}.transition"), "an object {\"from\": n, \"until\": unix seconds}")
-        }
-    };
-    Ok((active.is_some() || transition.is_some()).then_some(Provisioning { active, transition }))
-}
-
 /// A hash function by mcrouter's name (`Ch3`, `WeightedCh3`, in `"hash": "…"` or
 /// `"hash": {"hash_func": "…"}`) or the routing core's.
 fn hash_function(value: Option<&Value>, path: &str) -> Result<Hashing> {
@@ -713,5 +740,63 @@ mod tests {
         // Unclosed strings and comments end the scan, as the parser will then refuse them.
         assert_eq!(too_deep("{\"a\": \"[[[["), None);
         assert_eq!(too_deep("{/* [[[["), None);
+    }
+
+    #[test]
+    fn a_pool_follows_its_state_file_relative_to_the_configuration() {
+        let dir = std::env::temp_dir().join(format!("shoal-router-follow-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        let config = |hash: &str, extra: &str| {
+            format!(
+                r#"{{ "pools": {{ "A": {{ "servers": ["127.0.0.1:1", "127.0.0.1:2"], "provisioning": "state/A.json"{extra} }} }},
+                     "route": {{ "type": "PoolRoute", "pool": "A", "hash": "{hash}" }} }}"#
+            )
+        };
+        // Not written yet: every server on, and the file is watched.
+        let loaded = Config::parse_in(&config("proteus", ""), &dir).unwrap();
+        assert_eq!(loaded.followed, [(dir.join("state/A.json"), None)]);
+        assert_eq!(loaded.pools, [("A".to_string(), vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()], None)]);
+        let state = r#"{"servers": ["127.0.0.1:1", "127.0.0.1:2"], "active": 1, "transition": {"from": 2, "until": 1}}"#;
+        std::fs::write(dir.join("state/A.json"), state).unwrap();
+        let loaded = Config::parse_in(&config("proteus", ""), &dir).unwrap();
+        assert_eq!(loaded.followed, [(dir.join("state/A.json"), Some(xxh3_64(state.as_bytes())))]);
+        assert_eq!(loaded.provisioned[0].active, 1);
+        assert_eq!(loaded.describe_pools(), "pool A: 2 servers (127.0.0.1:1, 127.0.0.1:2), 1 on");
+        // Any other placement is cut to the servers on.
+        let jump = Config::parse_in(&config("jump", ""), &dir).unwrap();
+        let Route::Hash { children, provisioned: None, .. } = &*jump.default else {
+            panic!("{:?}", jump.default)
+        };
+        assert_eq!(children.len(), 1);
+        let both = Config::parse_in(&config("proteus", r#", "active": 1"#), &dir).unwrap_err();
+        assert!(both.to_string().contains("pools.A.provisioning: a pool follows a state file"), "{both}");
+        std::fs::write(
+            dir.join("state/A.json"),
+            r#"{"servers": ["127.0.0.1:2", "127.0.0.1:1"], "active": 1}"#,
+        )
+        .unwrap();
+        let order = Config::parse_in(&config("proteus", ""), &dir).unwrap_err().to_string();
+        assert!(order.contains("not of this pool's"), "{order}");
+        std::fs::write(dir.join("state/A.json"), "{").unwrap();
+        let damaged = Config::parse_in(&config("proteus", ""), &dir).unwrap_err().to_string();
+        assert!(damaged.contains("pools.A.provisioning") && damaged.contains("not JSON"), "{damaged}");
+        // A device is refused rather than read for ever; a file past the bound is not read whole.
+        let device = config("proteus", "").replace("state/A.json", "/dev/zero");
+        let refused = Config::parse_in(&device, &dir).unwrap_err().to_string();
+        assert!(refused.contains("/dev/zero: not a regular file"), "{refused}");
+        std::fs::write(dir.join("state/A.json"), vec![b' '; provisioning::MAX_STATE_BYTES as usize + 1])
+            .unwrap();
+        let large = Config::parse_in(&config("proteus", ""), &dir).unwrap_err().to_string();
+        assert!(large.contains("larger than 1048576 bytes"), "{large}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_transition_ending_past_what_a_system_time_holds_is_refused_not_a_panic() {
+        let config = r#"{ "pools": { "A": { "servers": ["127.0.0.1:1"], "active": 1,
+                          "transition": { "from": 1, "until": 1e300 } } },
+                          "route": { "type": "PoolRoute", "pool": "A", "hash": "proteus" } }"#;
+        let error = Config::parse(config).unwrap_err().to_string();
+        assert!(error.contains("pools.A.transition.until"), "{error}");
     }
 }

@@ -4,12 +4,15 @@
 //! leaves send to destinations through [`Ctx`]. Deletes under `AllAsyncRoute` (and `/*/*/`
 //! broadcasts) are written to each destination's spool before the client hears back, and
 //! delivered from there in order (see `shoal-spool`): nothing is lost if a destination is down
-//! or the router is killed.
+//! or the router is killed. Hot keys' replicas are `hot`'s.
+
+pub(crate) mod hot;
 
 use crate::ctx::Ctx;
 use crate::provisioned::{Provisioned, MIGRATE_TTL};
 pub use crate::request::Op;
 use crate::request::{ErrorKind, Reply, Request};
+use hot::{HotPool, Plan};
 use shoal_route::{Placement, ProteusRing};
 use std::future::Future;
 use std::pin::Pin;
@@ -81,7 +84,14 @@ pub enum Route {
     Destination { dest: usize, keep_routing_prefix: bool },
     /// `PoolRoute` / `HashRoute`: the child the placement names for the key (of a
     /// power-proportional pool: among its active servers, see `provisioned.rs`).
-    Hash { children: Vec<Child>, placement: Arc<Placement>, provisioned: Option<Arc<Provisioned>> },
+    /// With `hot`, a hot key is read from one of its replicas and changes delete the copies
+    /// (`hot.rs`).
+    Hash {
+        children: Vec<Child>,
+        placement: Arc<Placement>,
+        provisioned: Option<Arc<Provisioned>>,
+        hot: Option<Arc<HotPool>>,
+    },
     /// `FailoverRoute` (and `FailoverWithExptimeRoute`): the first child, then the next while
     /// the reply is an error of a covered kind.
     Failover { children: Vec<Child>, errors: FailoverErrors },
@@ -135,7 +145,7 @@ impl Route {
                 Route::Destination { dest, keep_routing_prefix } => {
                     ctx.send(*dest, request, *keep_routing_prefix).await
                 }
-                Route::Hash { children, placement, provisioned } => {
+                Route::Hash { children, placement, provisioned, hot } => {
                     let open;
                     let ctx = if !ctx.fail_open && mostly_tko(children, ctx) {
                         // Too much of the pool is marked down to trust the marks: fail open.
@@ -144,9 +154,24 @@ impl Route {
                     } else {
                         ctx
                     };
-                    match (provisioned, placement.proteus()) {
-                        (Some(p), Some(ring)) => proteus(p, ring, children, request, ctx).await,
-                        _ => children[placement.owner(request.routed_key())].execute(request, ctx).await,
+                    let owner = async {
+                        match (provisioned, placement.proteus()) {
+                            (Some(p), Some(ring)) => proteus(p, ring, children, request, ctx).await,
+                            _ => children[placement.owner(request.routed_key())].execute(request, ctx).await,
+                        }
+                    };
+                    let Some(hot) = hot else { return owner.await };
+                    match hot.plan(placement, provisioned.as_ref().map(|p| p.active), request) {
+                        Plan::Owner => owner.await,
+                        Plan::ReadCopy { copy, owner } => {
+                            crate::route::hot::read_copy(hot, &children[copy], &children[owner], request, ctx)
+                                .await
+                        }
+                        Plan::WriteAll(replicas) => {
+                            let reply = owner.await;
+                            crate::route::hot::delete_copies(&replicas, children, request, ctx).await;
+                            reply
+                        }
                     }
                 }
                 Route::Failover { children, errors } => failover(children, *errors, request, ctx).await,
@@ -228,7 +253,9 @@ impl Route {
             }),
             // During a Proteus transition old owners may be asked: key by key, not batched.
             Route::Hash { provisioned: Some(p), .. } if p.in_transition() => None,
-            Route::Hash { children, placement, provisioned } => {
+            // A hot key's read or change goes through the route: replicas, not just the owner.
+            Route::Hash { hot: Some(hot), .. } if hot.spreads(request) => None,
+            Route::Hash { children, placement, provisioned, .. } => {
                 match &*children[hash_owner(placement, provisioned.as_deref(), request.routed_key())] {
                     Route::Destination { dest, keep_routing_prefix } => Some(Direct {
                         dest: *dest,
@@ -247,7 +274,7 @@ impl Route {
     pub fn destinations(&self, request: &Request, out: &mut Vec<usize>) {
         match self {
             Route::Destination { dest, .. } => out.push(*dest),
-            Route::Hash { children, placement, provisioned } => children
+            Route::Hash { children, placement, provisioned, .. } => children
                 [hash_owner(placement, provisioned.as_deref(), request.routed_key())]
             .destinations(request, out),
             Route::Failover { children, .. }
@@ -312,7 +339,7 @@ fn mostly_tko(children: &[Child], ctx: &Ctx) -> bool {
 }
 
 /// Runs `request` along `route` in the background; its answer is dropped.
-fn background(route: Child, request: Request, ctx: &Ctx) {
+pub(crate) fn background(route: Child, request: Request, ctx: &Ctx) {
     let ctx = ctx.clone();
     tokio::task::spawn_local(async move {
         route.execute(&request, &ctx).await;

@@ -1,0 +1,195 @@
+//! Hot keys spread over replicas in the pool client (issue #28; the rule is in
+//! docs/design/hotkeys.md): the pool learns the hot set from its servers' `stats hotkeys`,
+//! reads a hot key from one of its R replicas, and after any write of it deletes the copies.
+//!
+//! ```text
+//!   every `refresh` (checked on each call: no thread) ──► `stats hotkeys` of each member
+//!        ──► parse_hotkeys (bounded; a malformed or huge answer keeps that server's last
+//!            good list) ──► HotSet::learn (union, capped)
+//!   get of a hot key ──► replica by round-robin ── the owner: an ordinary read
+//!                          └─ a copy ── hit ──► answer (CAS unique 0: a `cas` needs the owner's)
+//!                                   └─ miss / unreachable ──► the owner's read; a hit is
+//!                                      `add`ed to the copy with `ttl` (a write meanwhile wins)
+//!   any write of a key hot now (or hot until `ttl` ago) ──► the owner, then `delete` on
+//!        every copy, before the call returns
+//! ```
+//!
+//! Copies live at most `ttl` seconds, which bounds how long a copy can outlive a write made by
+//! a client that did not count the key hot yet (the consistency rule's only exception).
+
+use super::Pool;
+use crate::client::{Client, Item};
+use crate::error::{Error, Result};
+use shoal_proto::{hotkeys_limits, parse_hotkeys, HotKey, Shape};
+use shoal_route::{HotSet, ReplicaSet};
+use std::time::{Duration, Instant};
+
+/// Hot-key replicas of a pool ([`super::PoolOptions::hot`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotOptions {
+    /// Replicas of each hot key, the owner included (0: every server on).
+    pub replicas: usize,
+    /// How often the hot set is asked of the servers.
+    pub refresh: Duration,
+    /// The most hot keys kept (the union of the servers' lists, hottest first).
+    pub cap: usize,
+    /// The expiry of a copy on a replica other than the owner, in seconds; also how long a key
+    /// that left the hot set still has its writes delete the copies.
+    pub ttl: u32,
+}
+
+impl Default for HotOptions {
+    fn default() -> HotOptions {
+        HotOptions { replicas: 3, refresh: Duration::from_secs(5), cap: 1024, ttl: 10 }
+    }
+}
+
+/// The most `STAT` lines read from one server's `stats hotkeys` answer.
+pub const HOT_ANSWER_LIMIT: usize = shoal_proto::MAX_HOTKEYS;
+
+/// What the pool knows of its hot keys.
+pub(super) struct Hot {
+    options: HotOptions,
+    set: HotSet,
+    /// Each member's last good answer (a member that fails or answers garbage keeps its own).
+    answers: Vec<Vec<(Vec<u8>, f64)>>,
+    next_refresh: Instant,
+    /// The reader's round-robin over replicas, started at a random turn so that clients do not
+    /// all ask the owner first.
+    turn: u64,
+}
+
+impl Hot {
+    pub(super) fn new(options: HotOptions, members: usize) -> Hot {
+        use std::hash::BuildHasher;
+        let turn = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        Hot {
+            options,
+            set: HotSet::new(),
+            answers: vec![Vec::new(); members],
+            next_refresh: Instant::now(),
+            turn,
+        }
+    }
+}
+
+impl Client {
+    /// The server's hot keys (`stats hotkeys`, a Shoal extension), hottest first, at most
+    /// `limit`. A server without the extension (memcached) answers none; an answer that is
+    /// malformed or longer than `limit` is [`Error::Protocol`].
+    pub fn hot_keys(&mut self, limit: usize) -> Result<Vec<HotKey>> {
+        let limits = hotkeys_limits(limit);
+        let answer = self.with_connection(|conn| {
+            conn.send(b"stats hotkeys\r\n")?;
+            let lines = conn.answer_within(Shape::Stats, &limits)?;
+            // The framed answer comes without its END; parse_hotkeys checks the whole answer.
+            let mut whole = lines.to_vec();
+            if whole.is_empty() || whole.starts_with(b"STAT ") {
+                whole.extend_from_slice(b"END\r\n");
+            }
+            Ok(whole)
+        })?;
+        match parse_hotkeys(&answer, limit) {
+            Ok(keys) => Ok(keys),
+            Err(shoal_proto::HotKeysError::Refused(_)) => Ok(Vec::new()),
+            Err(e) => Err(Error::Protocol(format!("stats hotkeys: {e}"))),
+        }
+    }
+}
+
+impl Pool {
+    /// Asks every server for its hot keys now and rebuilds the hot set; each server's outcome.
+    /// A server that fails or answers garbage keeps its last good list. Without hot replicas
+    /// (`PoolOptions::hot` unset), nothing.
+    pub fn refresh_hot_keys(&mut self) -> Vec<(String, Result<usize>)> {
+        let Some(hot) = &mut self.hot else { return Vec::new() };
+        let (client, retry) = (&self.client, self.retry_interval);
+        let mut outcomes = Vec::with_capacity(self.members.len());
+        for (member, last) in self.members.iter_mut().zip(&mut hot.answers) {
+            let answer = member.run(client, retry, |c| c.hot_keys(HOT_ANSWER_LIMIT));
+            let outcome = answer.map(|keys| {
+                *last = keys.into_iter().map(|h| (h.key, h.rate)).collect();
+                last.len()
+            });
+            outcomes.push((member.address.clone(), outcome));
+        }
+        let now = Instant::now();
+        let linger = Duration::from_secs(hot.options.ttl.into());
+        hot.set.learn(hot.answers.iter().map(Vec::as_slice), hot.options.cap, now, linger);
+        hot.next_refresh = now + hot.options.refresh;
+        outcomes
+    }
+
+    /// The hot keys the pool reads from replicas now, hottest first, with their summed rates.
+    pub fn hot_keys(&self) -> Vec<(Vec<u8>, f64)> {
+        self.hot.as_ref().map(|h| h.set.keys()).unwrap_or_default()
+    }
+
+    /// The servers that hold `key` when it is hot (owner first), with the pool's replica count
+    /// (1 without hot replicas); whether the key is hot or not.
+    pub fn replicas_for(&self, key: &[u8]) -> Result<Vec<String>> {
+        let set = self.replica_set(key)?;
+        Ok(set.iter().map(|i| self.members[i].address.clone()).collect())
+    }
+
+    fn replica_set(&self, key: &[u8]) -> Result<ReplicaSet> {
+        crate::client::check_key(key)?;
+        let replicas = self.hot.as_ref().map_or(1, |h| h.options.replicas);
+        Ok(self.placement.replicas(self.active.map(|a| a.now), key, replicas)?)
+    }
+
+    /// Refreshes the hot set when it is due.
+    fn refresh_when_due(&mut self) {
+        if self.hot.as_ref().is_some_and(|h| Instant::now() >= h.next_refresh) {
+            self.refresh_hot_keys();
+        }
+    }
+
+    /// A get of `key` if it is hot (`None`: not hot, read it as usual): from one replica.
+    pub(super) fn hot_get(&mut self, key: &[u8]) -> Option<Result<Option<Item>>> {
+        self.refresh_when_due();
+        let hot = self.hot.as_mut().filter(|h| h.set.is_hot(key))?;
+        hot.turn = hot.turn.wrapping_add(1);
+        let turn = hot.turn;
+        let ttl = i64::from(hot.options.ttl);
+        let set = match self.replica_set(key) {
+            Ok(set) => set,
+            Err(e) => return Some(Err(e)),
+        };
+        let copy = set.pick(turn);
+        if copy == set.owner {
+            return None;
+        }
+        let (client, retry) = (&self.client, self.retry_interval);
+        if let Ok(Some(item)) = self.members[copy].run(client, retry, |c| c.get(key)) {
+            self.counters.hot_copy_hits += 1;
+            // A copy's CAS unique is its server's, not the owner's: 0 makes a `cas` with it
+            // fail (EXISTS) rather than match an unrelated unique on the owner.
+            return Some(Ok(Some(Item { cas: 0, ..item })));
+        }
+        let found = self.owner_get(key);
+        if let Ok(Some(item)) = &found {
+            // Best effort: a copy that cannot be made leaves the next read to the owner again.
+            let (client, retry) = (&self.client, self.retry_interval);
+            let _ = self.members[copy].run(client, retry, |c| c.add(key, &item.value, item.flags, ttl));
+            self.counters.hot_copies_made += 1;
+        }
+        Some(found)
+    }
+
+    /// After a write of `key` (done or failed: a timed-out write may have been applied): while
+    /// it is hot, or was until `ttl` ago, its copies are deleted.
+    pub(super) fn forget_hot_copies(&mut self, key: &[u8]) {
+        self.refresh_when_due();
+        let Some(hot) = &self.hot else { return };
+        if !hot.set.writes_spread(key, Instant::now()) {
+            return;
+        }
+        let Ok(set) = self.replica_set(key) else { return };
+        let (client, retry) = (&self.client, self.retry_interval);
+        for copy in set.copies() {
+            // A copy that cannot be reached keeps its value at most `ttl` seconds.
+            let _ = self.members[copy].run(client, retry, |c| c.delete(key));
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Hot keys spread over replicas by the pool client, against real `shoal server`s that detect
+//! them (`stats hotkeys`): the pool learns the hot set, reads a hot key from each of its
+//! replicas in turn, and a write is seen through every replica; a server whose answer is
+//! malformed or huge leaves the pool with its last good hot set.
+
+mod common;
+
+use common::{eventually, scripted_server, Server};
+use shoal_client::pool::HotOptions;
+use shoal_client::{Hashing, Options, Pool, PoolOptions};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn options(hashing: Hashing, replicas: usize) -> PoolOptions {
+    PoolOptions {
+        hashing,
+        client: Options {
+            connect_timeout: Some(Duration::from_secs(2)),
+            io_timeout: Some(Duration::from_secs(2)),
+            local: false,
+        },
+        retry_interval: Duration::from_millis(1),
+        // Refreshed by the tests when they want, not on a clock.
+        hot: Some(HotOptions { replicas, refresh: Duration::from_secs(3600), cap: 16, ttl: 30 }),
+        ..PoolOptions::default()
+    }
+}
+
+/// Three servers counting every read (`hotkeys_sample=1`).
+fn servers(test: &str) -> Vec<Server> {
+    (0..3).map(|i| Server::shoal(&format!("{test}-{i}"), 0, &["-o", "hotkeys_sample=1"])).collect()
+}
+
+/// The value each server holds under `key` (`None`: no copy there), asked directly.
+fn held(servers: &[Server], key: &[u8]) -> Vec<Option<Vec<u8>>> {
+    servers
+        .iter()
+        .map(|s| {
+            let mut c =
+                shoal_client::Client::connect(&s.address(), Options { local: false, ..Options::default() })
+                    .unwrap();
+            c.get(key).unwrap().map(|item| item.value)
+        })
+        .collect()
+}
+
+/// Reads `key` through the pool until the servers list it hot and the pool learned it.
+fn make_hot(pool: &mut Pool, key: &[u8]) {
+    assert!(
+        eventually(30, || {
+            for _ in 0..200 {
+                pool.get(key).unwrap();
+            }
+            pool.refresh_hot_keys().iter().all(|(_, r)| r.is_ok())
+                && pool.hot_keys().iter().any(|(k, _)| k == key)
+        }),
+        "{:?} never became hot: {:?}",
+        String::from_utf8_lossy(key),
+        pool.hot_keys()
+    );
+}
+
+#[test]
+fn a_hot_key_is_read_from_every_replica_and_a_write_is_seen_through_each() {
+    let servers = servers("hot-replicas");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    for hashing in [Hashing::KetamaWeighted, Hashing::Proteus] {
+        let mut pool = Pool::new(&addresses, options(hashing, 3)).unwrap();
+        pool.flush_all(None).unwrap();
+        let key = format!("hot:{hashing}").into_bytes();
+        pool.set(&key, b"v1", 0, 0).unwrap();
+        make_hot(&mut pool, &key);
+        // Round-robin: three reads in a row ask three replicas; the copies fill from the owner.
+        for _ in 0..6 {
+            assert_eq!(pool.get(&key).unwrap().unwrap().value, b"v1");
+        }
+        assert!(pool.counters().hot_copy_hits >= 2, "{:?}", pool.counters());
+        assert_eq!(held(&servers, &key), vec![Some(b"v1".to_vec()); 3], "every replica holds a copy");
+
+        pool.set(&key, b"v2", 0, 0).unwrap();
+        // No replica holds the old value after the write returned; every read sees the new one.
+        assert!(held(&servers, &key).iter().all(|v| v.as_deref() != Some(b"v1")));
+        for _ in 0..6 {
+            assert_eq!(pool.get(&key).unwrap().unwrap().value, b"v2");
+        }
+        pool.delete(&key).unwrap();
+        assert_eq!(held(&servers, &key), vec![None; 3], "a delete reaches every replica");
+        for _ in 0..3 {
+            assert!(pool.get(&key).unwrap().is_none());
+        }
+    }
+}
+
+#[test]
+fn replicas_are_the_owner_and_its_successors_and_cold_keys_stay_on_their_owner() {
+    let servers = servers("hot-placement");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Jump, 2)).unwrap();
+    pool.flush_all(None).unwrap();
+    let (hot, cold) = (b"hot:placed".as_slice(), b"cold:placed".as_slice());
+    pool.set(hot, b"h", 0, 0).unwrap();
+    pool.set(cold, b"c", 0, 0).unwrap();
+    make_hot(&mut pool, hot);
+    for _ in 0..4 {
+        pool.get(hot).unwrap();
+        pool.get(cold).unwrap();
+    }
+    let replicas = pool.replicas_for(hot).unwrap();
+    assert_eq!(replicas.len(), 2);
+    assert_eq!(replicas[0], pool.server_for(hot).unwrap());
+    let owner = addresses.iter().position(|a| *a == replicas[0]).unwrap();
+    assert_eq!(replicas[1], addresses[(owner + 1) % 3], "the copy is on the owner's successor");
+    // Both sides sorted: the servers' ephemeral ports need not come in string order.
+    let mut holders: Vec<String> = held(&servers, hot)
+        .iter()
+        .zip(&addresses)
+        .filter_map(|(v, a)| v.as_ref().map(|_| a.clone()))
+        .collect();
+    holders.sort();
+    let mut expected = replicas.clone();
+    expected.sort();
+    assert_eq!(holders, expected);
+    let cold_holders = held(&servers, cold).iter().filter(|v| v.is_some()).count();
+    assert_eq!(cold_holders, 1, "a cold key is never copied");
+}
+
+#[test]
+fn a_malformed_or_huge_hot_key_answer_keeps_the_last_good_hot_set() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = asked.clone();
+    let (address, _) = scripted_server(move |_, line| {
+        if line != "stats hotkeys" {
+            return Some(b"ERROR\r\n".to_vec());
+        }
+        Some(match count.fetch_add(1, Ordering::SeqCst) {
+            0 => b"STAT planted 120.500\r\nSTAT other 3.000\r\nEND\r\n".to_vec(),
+            1 => b"STAT planted\r\nEND\r\n".to_vec(),
+            2 => b"STAT up 1.000\r\nSTAT planted 9.000\r\nEND\r\n".to_vec(),
+            3 => (0..5000).flat_map(|i| format!("STAT k{i} 1.000\r\n").into_bytes()).collect(),
+            _ => b"\x00\xffgarbage".repeat(1000),
+        })
+    });
+    let mut pool = Pool::new(&[address], options(Hashing::Jump, 2)).unwrap();
+    let outcomes = pool.refresh_hot_keys();
+    assert!(outcomes[0].1.as_ref().is_ok_and(|&n| n == 2), "{outcomes:?}");
+    let good = pool.hot_keys();
+    assert_eq!(good, vec![(b"planted".to_vec(), 120.5), (b"other".to_vec(), 3.0)]);
+    // Each bad answer: refused, the set unchanged. The member is marked down for 1 ms after
+    // each, so ask until the server has been asked again.
+    for answered in 2..=5 {
+        assert!(
+            eventually(30, || {
+                let outcome = pool.refresh_hot_keys();
+                asked.load(Ordering::SeqCst) >= answered && outcome[0].1.is_err()
+            }),
+            "answer {answered} was not refused"
+        );
+        assert_eq!(pool.hot_keys(), good, "answer {answered} changed the hot set");
+    }
+}
+
+#[test]
+fn memcached_without_the_extension_has_no_hot_keys() {
+    let memcached = Server::memcached("hot-memcached", 0);
+    let mut pool = Pool::new(&[memcached.address()], options(Hashing::Jump, 2)).unwrap();
+    let outcomes = pool.refresh_hot_keys();
+    assert!(outcomes[0].1.as_ref().is_ok_and(|&n| n == 0), "{outcomes:?}");
+    pool.set(b"k", b"v", 0, 0).unwrap();
+    assert_eq!(pool.get(b"k").unwrap().unwrap().value, b"v");
+}

@@ -1,0 +1,222 @@
+//! Hot keys spread over replicas (issue #28, docs/design/hotkeys.md): which servers hold a hot
+//! key's copies, which of them a read asks, and the hot set every client and router learns
+//! from the servers' `stats hotkeys`.
+//!
+//! ```text
+//!   servers' `stats hotkeys` ──► HotSet::learn (union, rates summed, capped; keys that
+//!                                 leave stay "hot for writes" a while)
+//!   key ──► Placement::owner (Proteus: among the active servers) = o, with n servers on
+//!       ──► replicas(o, n, R) = o, o+1, …, o+R-1 (mod n): the owner, then the next servers
+//!           in the pool's order (Proteus: its provisioning order), so every router and
+//!           client with the same pool, hashing, active count and R agrees
+//!   read  ──► ReplicaSet::pick(turn): one replica, round-robin over the reader's turns
+//!   write ──► every replica (the owner with the write itself, the copies as the caller's
+//!             consistency rule says)
+//! ```
+//!
+//! Placing the copies on the owner's successors in the pool's order works for every hashing
+//! (it needs nothing but the owner's index), and under Proteus the copies stay among the
+//! active servers and move with the active set. R of 0, or above n, means every server on.
+
+use crate::hashing::Placement;
+use crate::Result;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The servers that hold one hot key: `count` servers from `owner` on, in the pool's order,
+/// wrapping around the `servers` that are on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaSet {
+    /// The key's owner: the replica that holds the authoritative copy.
+    pub owner: usize,
+    /// How many replicas (1 ≤ count ≤ servers).
+    pub count: usize,
+    /// Servers on (the replicas wrap around them).
+    pub servers: usize,
+}
+
+impl ReplicaSet {
+    /// The replica set of a key owned by `owner` with `servers` on and `replicas` copies
+    /// wanted (0: every server).
+    pub fn new(owner: usize, servers: usize, replicas: usize) -> ReplicaSet {
+        let count = if replicas == 0 { servers } else { replicas.min(servers) }.max(1);
+        ReplicaSet { owner, count, servers: servers.max(1) }
+    }
+
+    /// The replicas, owner first.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.count).map(|i| (self.owner + i) % self.servers)
+    }
+
+    /// The replicas other than the owner.
+    pub fn copies(&self) -> impl Iterator<Item = usize> + '_ {
+        self.iter().skip(1)
+    }
+
+    /// The replica a reader's `turn`-th read of this key asks: round-robin, so each reader
+    /// spreads its reads evenly over the replicas whatever its key mix.
+    pub fn pick(&self, turn: u64) -> usize {
+        (self.owner + (turn % self.count as u64) as usize) % self.servers
+    }
+
+    /// Whether `server` is one of the replicas.
+    pub fn contains(&self, server: usize) -> bool {
+        (server + self.servers - self.owner) % self.servers < self.count
+    }
+}
+
+impl Placement {
+    /// The replica set of `key` with the first `active` servers on (Proteus; `None`: every
+    /// server, for any hashing) and `replicas` copies (0: every server on).
+    pub fn replicas(&self, active: Option<usize>, key: &[u8], replicas: usize) -> Result<ReplicaSet> {
+        let (owner, servers) = match (active, self.proteus()) {
+            (Some(n), Some(ring)) => (ring.owner_with(n, key)?, n),
+            _ => (self.owner(key), self.servers().len()),
+        };
+        Ok(ReplicaSet::new(owner, servers, replicas))
+    }
+}
+
+/// The hot set a client or router learned: the keys whose reads go to a replica, and the keys
+/// that left it recently, whose writes still go to every replica (a copy made while the key
+/// was hot must not outlive a write) until `linger` has passed.
+#[derive(Clone, Debug, Default)]
+pub struct HotSet {
+    /// Hot now: reads spread, writes go to every replica.
+    hot: HashMap<Vec<u8>, f64>,
+    /// Left the hot set: writes still go to every replica until the instant.
+    leaving: HashMap<Vec<u8>, Instant>,
+}
+
+impl HotSet {
+    /// An empty hot set.
+    pub fn new() -> HotSet {
+        HotSet::default()
+    }
+
+    /// Replaces the hot set by the union of the servers' answers (each a list of `(key,
+    /// requests per second)`): a key several servers report has their rates summed; the
+    /// `cap` hottest keys are kept. Keys that leave linger for writes until `now + linger`.
+    pub fn learn<'a>(
+        &mut self,
+        answers: impl IntoIterator<Item = &'a [(Vec<u8>, f64)]>,
+        cap: usize,
+        now: Instant,
+        linger: Duration,
+    ) {
+        let mut union: HashMap<&[u8], f64> = HashMap::new();
+        for answer in answers {
+            for (key, rate) in answer {
+                *union.entry(key.as_slice()).or_default() += rate;
+            }
+        }
+        let mut ranked: Vec<(&[u8], f64)> = union.into_iter().collect();
+        ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        ranked.truncate(cap);
+        let hot: HashMap<Vec<u8>, f64> = ranked.into_iter().map(|(k, r)| (k.to_vec(), r)).collect();
+        self.leaving.retain(|key, until| *until > now && !hot.contains_key(key));
+        for key in self.hot.keys().filter(|k| !hot.contains_key(*k)) {
+            self.leaving.insert(key.clone(), now + linger);
+        }
+        self.hot = hot;
+    }
+
+    /// Whether reads of `key` go to a replica.
+    pub fn is_hot(&self, key: &[u8]) -> bool {
+        !self.hot.is_empty() && self.hot.contains_key(key)
+    }
+
+    /// Whether writes of `key` go to every replica (hot now, or left less than the linger ago).
+    pub fn writes_spread(&self, key: &[u8], now: Instant) -> bool {
+        self.is_hot(key) || self.leaving.get(key).is_some_and(|until| *until > now)
+    }
+
+    /// The hot keys, hottest first.
+    pub fn keys(&self) -> Vec<(Vec<u8>, f64)> {
+        let mut keys: Vec<(Vec<u8>, f64)> = self.hot.iter().map(|(k, r)| (k.clone(), *r)).collect();
+        keys.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        keys
+    }
+
+    /// How many keys are hot now.
+    pub fn len(&self) -> usize {
+        self.hot.len()
+    }
+
+    /// Whether no key is hot now.
+    pub fn is_empty(&self) -> bool {
+        self.hot.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Hashing, Server};
+
+    fn pool(n: usize) -> Vec<Server> {
+        (0..n).map(|i| Server::tcp("10.0.0.1", 11211 + i as u16)).collect()
+    }
+
+    #[test]
+    fn replicas_are_the_owner_then_its_successors_and_distinct() {
+        let set = ReplicaSet::new(6, 8, 3);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [6, 7, 0]);
+        assert_eq!(set.copies().collect::<Vec<_>>(), [7, 0]);
+        assert!(set.contains(0) && set.contains(6) && !set.contains(1) && !set.contains(5));
+        assert_eq!((0..6).map(|t| set.pick(t)).collect::<Vec<_>>(), [6, 7, 0, 6, 7, 0]);
+        // 0 and more than n: every server, each once.
+        for r in [0, 8, 100] {
+            let mut all: Vec<usize> = ReplicaSet::new(3, 8, r).iter().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..8).collect::<Vec<_>>());
+        }
+        assert_eq!(ReplicaSet::new(0, 1, 3).iter().collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn every_hashing_places_replicas_from_its_owner() {
+        for hashing in [Hashing::KetamaWeighted, Hashing::Jump, Hashing::Rendezvous, Hashing::Proteus] {
+            let p = Placement::new(hashing, pool(5)).unwrap();
+            for i in 0..200 {
+                let key = format!("hot:{i}");
+                let set = p.replicas(None, key.as_bytes(), 2).unwrap();
+                assert_eq!(set.owner, p.owner(key.as_bytes()));
+                assert_eq!(set.iter().count(), 2);
+            }
+        }
+    }
+
+    #[test]
+    fn proteus_replicas_stay_among_the_active_servers() {
+        let p = Placement::new(Hashing::Proteus, pool(8)).unwrap();
+        let ring = p.proteus().unwrap();
+        for active in 1..=8 {
+            for i in 0..300 {
+                let key = format!("k{i}");
+                let set = p.replicas(Some(active), key.as_bytes(), 3).unwrap();
+                assert_eq!(set.owner, ring.owner_with(active, key.as_bytes()).unwrap());
+                assert!(set.iter().all(|s| s < active), "{set:?}");
+                assert_eq!(set.iter().count(), 3.min(active));
+            }
+        }
+        assert!(p.replicas(Some(9), b"k", 3).is_err());
+    }
+
+    #[test]
+    fn the_hot_set_is_the_capped_union_and_leaving_keys_linger_for_writes() {
+        let t0 = Instant::now();
+        let linger = Duration::from_secs(10);
+        let a: Vec<(Vec<u8>, f64)> = vec![(b"x".to_vec(), 50.0), (b"y".to_vec(), 40.0)];
+        let b: Vec<(Vec<u8>, f64)> = vec![(b"y".to_vec(), 30.0), (b"z".to_vec(), 5.0)];
+        let mut set = HotSet::new();
+        set.learn([a.as_slice(), b.as_slice()], 2, t0, linger);
+        assert_eq!(set.keys(), [(b"y".to_vec(), 70.0), (b"x".to_vec(), 50.0)]);
+        assert!(set.is_hot(b"x") && !set.is_hot(b"z"));
+        set.learn([b.as_slice()], 1, t0, linger);
+        assert!(!set.is_hot(b"x") && set.writes_spread(b"x", t0 + Duration::from_secs(9)));
+        assert!(!set.writes_spread(b"x", t0 + linger));
+        set.learn(std::iter::empty(), 4, t0 + linger, linger);
+        assert!(set.is_empty() && !set.writes_spread(b"x", t0 + linger));
+    }
+}

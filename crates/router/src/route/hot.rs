@@ -1,0 +1,262 @@
+//! Hot keys spread over replicas in a pool route (issue #28; the rule is in
+//! docs/design/hotkeys.md): a pool with `"hot_replicas"` learns its hot set by polling its
+//! servers' `stats hotkeys`, reads a hot key from one of its R replicas, and sends every change
+//! of it to the owner and then a delete to each copy, through `Ctx::send`, so a copy that is
+//! down gets the delete from its spool like any other missed change.
+//!
+//! ```text
+//!  pool { …, "hot_replicas": R | "all", "hot_refresh_secs": 5, "hot_ttl_secs": 10,
+//!         "hot_keys": 1024 }
+//!  poller thread (one per pool route, started by its first request, gone with the config)
+//!        ──► `stats hotkeys` of each server every refresh ──► HotSet (union, capped; a
+//!            malformed or huge answer keeps that server's last good list)
+//!  get of a hot key ──► round-robin replica ── the owner: the pool's ordinary read
+//!                         └─ a copy ── hit ──► answer
+//!                                  └─ else the owner's answer; a hit is `add`ed to the copy
+//!                                     with the TTL (in the background)
+//!  a change of a key hot now (or until the TTL ago) ──► owner, then `delete` on every copy
+//!        (awaited, before the client hears back; spooled for a copy that is down)
+//! ```
+//!
+//! The replicas are `shoal_route::hot`'s: the owner and its successors among the servers on,
+//! the same as every pool client with the same pool, hashing and R picks.
+
+use super::{background, Child};
+use crate::ctx::Ctx;
+use crate::request::{Op, Reply, Request};
+use serde_json::{Map, Value};
+use shoal_route::{HotSet, Placement, ReplicaSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+/// A pool's hot-key settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotOptions {
+    /// Replicas per hot key, the owner included (0: every server on).
+    pub replicas: usize,
+    /// How often the servers are polled.
+    pub refresh: Duration,
+    /// Copies' expiry in seconds, and how long a key that left the hot set keeps its changes
+    /// deleting copies.
+    pub ttl: u32,
+    /// The most hot keys kept.
+    pub cap: usize,
+}
+
+/// The pool fields this module reads.
+pub const FIELDS: [&str; 4] = ["hot_replicas", "hot_refresh_secs", "hot_ttl_secs", "hot_keys"];
+
+/// A pool's hot-key settings from its fields (`None`: no `hot_replicas`); an error names the
+/// field and what it takes.
+pub fn options(fields: &Map<String, Value>) -> Result<Option<HotOptions>, (&'static str, String)> {
+    let Some(replicas) = fields.get("hot_replicas") else {
+        if let Some(field) = FIELDS[1..].iter().find(|f| fields.contains_key(**f)) {
+            return Err((field, "needs \"hot_replicas\" in the same pool".into()));
+        }
+        return Ok(None);
+    };
+    let replicas = match replicas {
+        Value::String(all) if all == "all" => 0,
+        v => match v.as_u64() {
+            Some(r) if r >= 1 => r as usize,
+            _ => return Err(("hot_replicas", "a count of at least 1, or \"all\"".into())),
+        },
+    };
+    let count = |field: &'static str, default: u64, max: u64| match fields.get(field) {
+        None => Ok(default),
+        Some(v) => v.as_u64().filter(|&n| (1..=max).contains(&n)).ok_or((field, format!("1 to {max}"))),
+    };
+    Ok(Some(HotOptions {
+        replicas,
+        refresh: Duration::from_secs(count("hot_refresh_secs", 5, 3600)?),
+        ttl: count("hot_ttl_secs", 10, 86_400)? as u32,
+        cap: count("hot_keys", 1024, 1 << 20)? as usize,
+    }))
+}
+
+/// What one request does in a pool with hot keys.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Not hot (or a read the owner must answer): the pool's ordinary route.
+    Owner,
+    /// A get of a hot key, from the copy on `copy`; `owner` answers when the copy misses.
+    ReadCopy { copy: usize, owner: usize },
+    /// A change of a hot key: the ordinary route, then a delete on every copy.
+    WriteAll(ReplicaSet),
+}
+
+/// A pool route's hot keys.
+#[derive(Debug)]
+pub struct HotPool {
+    options: HotOptions,
+    /// The pool's servers, in its order (polled).
+    addresses: Vec<String>,
+    set: RwLock<HotSet>,
+    turn: AtomicU64,
+    poller: OnceLock<()>,
+    /// Gets answered by a copy.
+    pub copy_hits: AtomicU64,
+    /// Copies made after a copy missed.
+    pub copies_made: AtomicU64,
+}
+
+impl HotPool {
+    /// The hot keys of a pool over `addresses`.
+    pub fn new(options: HotOptions, addresses: Vec<String>) -> HotPool {
+        use std::hash::BuildHasher;
+        let turn = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        HotPool {
+            options,
+            addresses,
+            set: RwLock::new(HotSet::new()),
+            turn: AtomicU64::new(turn),
+            poller: OnceLock::new(),
+            copy_hits: AtomicU64::new(0),
+            copies_made: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether `request` takes the hot path (so it cannot be batched with its owner's keys).
+    pub fn spreads(self: &Arc<Self>, request: &Request) -> bool {
+        self.start_polling();
+        let set = self.set.read().expect("hot set lock");
+        if set.is_empty() && request.op.is_read() {
+            return false;
+        }
+        match request.op {
+            Op::Get => set.is_hot(request.routed_key()),
+            op if op.is_read() || op == Op::FlushAll => false,
+            _ => set.writes_spread(request.routed_key(), Instant::now()),
+        }
+    }
+
+    /// What `request` does, with the first `active` servers on (Proteus; `None`: all).
+    pub fn plan(self: &Arc<Self>, placement: &Placement, active: Option<usize>, request: &Request) -> Plan {
+        if !self.spreads(request) {
+            return Plan::Owner;
+        }
+        let Ok(set) = placement.replicas(active, request.routed_key(), self.options.replicas) else {
+            return Plan::Owner;
+        };
+        if request.op != Op::Get {
+            return Plan::WriteAll(set);
+        }
+        let copy = set.pick(self.turn.fetch_add(1, Ordering::Relaxed));
+        if copy == set.owner {
+            Plan::Owner
+        } else {
+            Plan::ReadCopy { copy, owner: set.owner }
+        }
+    }
+
+    /// `stats` line for this pool: hot keys known, gets a copy answered, copies made.
+    pub fn stats(&self) -> String {
+        format!(
+            "hot_keys={} copy_hits={} copies_made={}",
+            self.set.read().expect("hot set lock").len(),
+            self.copy_hits.load(Ordering::Relaxed),
+            self.copies_made.load(Ordering::Relaxed)
+        )
+    }
+
+    /// Starts the poller thread once; it stops when the pool (its configuration) is dropped.
+    fn start_polling(self: &Arc<Self>) {
+        self.poller.get_or_init(|| {
+            let pool = Arc::downgrade(self);
+            let _ = std::thread::Builder::new().name("hot-keys".into()).spawn(move || poll(pool));
+        });
+    }
+}
+
+/// The poller: every refresh, each server's hot keys, then the new hot set.
+fn poll(pool: Weak<HotPool>) {
+    let timeout = Some(Duration::from_millis(500));
+    let options = shoal_client::Options { connect_timeout: timeout, io_timeout: timeout, local: false };
+    let servers = match pool.upgrade() {
+        Some(p) => p.addresses.len(),
+        None => return,
+    };
+    let mut clients: Vec<Option<shoal_client::Client>> = (0..servers).map(|_| None).collect();
+    let mut answers: Vec<Vec<(Vec<u8>, f64)>> = vec![Vec::new(); servers];
+    loop {
+        let Some(pool) = pool.upgrade() else { return };
+        for (i, address) in pool.addresses.iter().enumerate() {
+            let client = match &mut clients[i] {
+                Some(c) => c,
+                None => match shoal_client::Client::connect(address, options.clone()) {
+                    Ok(c) => clients[i].insert(c),
+                    Err(_) => continue,
+                },
+            };
+            match client.hot_keys(shoal_client::pool::HOT_ANSWER_LIMIT) {
+                Ok(keys) => answers[i] = keys.into_iter().map(|h| (h.key, h.rate)).collect(),
+                // A server that fails or answers garbage keeps its last good list.
+                Err(e) => {
+                    if e.is_connection() {
+                        clients[i] = None;
+                    }
+                    eprintln!("shoal router: hot keys of {address}: {e} (keeping its last good list)");
+                }
+            }
+        }
+        let linger = Duration::from_secs(pool.options.ttl.into());
+        pool.set.write().expect("hot set lock").learn(
+            answers.iter().map(Vec::as_slice),
+            pool.options.cap,
+            Instant::now(),
+            linger,
+        );
+        let refresh = pool.options.refresh;
+        drop(pool);
+        std::thread::sleep(refresh);
+    }
+}
+
+/// A get of a hot key from its copy on `copy`; on a miss (or error) there, the owner's answer,
+/// a hit of which is copied to `copy` with `add` (a write meanwhile wins).
+pub async fn read_copy(hot: &HotPool, copy: &Child, owner: &Child, request: &Request, ctx: &Ctx) -> Reply {
+    let first = copy.execute(request, ctx).await;
+    if first.is_hit() {
+        hot.copy_hits.fetch_add(1, Ordering::Relaxed);
+        return first;
+    }
+    let found = owner.execute(request, ctx).await;
+    if let Some((flags, data)) = found.value() {
+        hot.copies_made.fetch_add(1, Ordering::Relaxed);
+        background(copy.clone(), request.as_add(flags, data, hot.options.ttl.into()), ctx);
+    }
+    found
+}
+
+/// After a change of a hot key: a delete on each copy, awaited (a copy that is down has it
+/// spooled by `Ctx::send`, and reads nothing until its spool drains).
+pub async fn delete_copies(set: &ReplicaSet, children: &[Child], request: &Request, ctx: &Ctx) {
+    let delete = Request::delete(&request.key, request.prefix_len);
+    futures::future::join_all(set.copies().map(|c| children[c].execute(&delete, ctx))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(json: &str) -> Map<String, Value> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn options_are_read_and_bad_ones_named() {
+        assert_eq!(options(&fields("{}")), Ok(None));
+        let o = options(&fields(r#"{"hot_replicas": "all", "hot_refresh_secs": 2}"#)).unwrap().unwrap();
+        assert_eq!((o.replicas, o.refresh, o.ttl, o.cap), (0, Duration::from_secs(2), 10, 1024));
+        assert_eq!(options(&fields(r#"{"hot_replicas": 3}"#)).unwrap().unwrap().replicas, 3);
+        for (bad, field) in [
+            (r#"{"hot_replicas": 0}"#, "hot_replicas"),
+            (r#"{"hot_replicas": "most"}"#, "hot_replicas"),
+            (r#"{"hot_replicas": 2, "hot_ttl_secs": 0}"#, "hot_ttl_secs"),
+            (r#"{"hot_refresh_secs": 5}"#, "hot_refresh_secs"),
+        ] {
+            assert_eq!(options(&fields(bad)).unwrap_err().0, field, "{bad}");
+        }
+    }
+}

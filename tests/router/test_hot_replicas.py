@@ -1,0 +1,83 @@
+"""Hot keys spread over replicas (issue #28): a Python pool (`shoal.Client(servers=[...],
+hot_replicas=R)`) and `shoal router` (`"hot_replicas": R`) over the same three `shoal server`s
+put a hot key's copies on the same servers, and a write through either is seen through every
+replica."""
+
+import contextlib
+
+import pytest
+import shoal
+
+from harness import Server, talk
+from router_process import eventually, router
+
+
+def holders(servers, key):
+    """The servers (by address) holding a copy of `key`, asked directly, with the values."""
+    found = {}
+    for s in servers:
+        with s.connect() as sock:
+            answer = talk(sock, b"get " + key + b"\r\n", b"END\r\n")
+        if answer.startswith(b"VALUE"):
+            found[f"127.0.0.1:{s.port}"] = answer.split(b"\r\n")[1]
+    return found
+
+
+@pytest.fixture(params=["jump", "proteus"])
+def pool(request, tmp_path):
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(Server.shoal("-o", "hotkeys_sample=1")) for _ in range(3)]
+        listed = ", ".join(f'"127.0.0.1:{s.port}"' for s in servers)
+        config = tmp_path / "config.json"
+        config.write_text(f'{{ "pools": {{ "A": {{ "servers": [{listed}], "hot_replicas": 2, "hot_refresh_secs": 1 }} }},'
+                          f' "route": {{ "type": "PoolRoute", "pool": "A", "hash": "{request.param}" }} }}')
+        port, _ = stack.enter_context(router(config, tmp_path))
+        yield request.param, servers, port
+
+
+def test_a_python_pool_and_the_router_agree_on_replicas_and_writes_reach_them(pool):
+    hashing, servers, port = pool
+    addresses = [f"127.0.0.1:{s.port}" for s in servers]
+    # Network reads: reads from shared memory are not seen by the servers' detection.
+    client = shoal.Client(servers=addresses, hashing=hashing, local=False, hot_replicas=2, hot_refresh=3600.0)
+    key = f"hot:py:{hashing}".encode()
+    client.set(key, b"v1")
+
+    def python_learned():
+        for _ in range(200):
+            client.get(key)
+        return key in [k for k, _ in client.refresh_hot_keys()]
+    eventually(python_learned, seconds=60)
+    replicas = client.replicas_for(key)
+    assert len(replicas) == 2 and replicas[0] == client.server_for(key)
+    for _ in range(4):
+        assert client.get(key) == b"v1"
+    assert sorted(holders(servers, key)) == sorted(replicas), "the Python pool copied it to its replicas"
+
+    # The router, polling the same servers, spreads the same key over the same servers.
+    with socket_to(port) as sock:
+        def router_write_deleted_the_copy():
+            # Once the router has polled the servers' hot keys, its write deletes the copy.
+            talk(sock, b"set " + key + b" 0 0 2\r\nv2\r\n")
+            return holders(servers, key) == {replicas[0]: b"v2"}
+        eventually(router_write_deleted_the_copy, seconds=60)
+
+        def router_copied():
+            for _ in range(100):
+                talk(sock, b"get " + key + b"\r\n", b"END\r\n")
+            return len(holders(servers, key)) == 2
+        eventually(router_copied, seconds=60)
+        assert holders(servers, key) == {r: b"v2" for r in replicas}
+
+    # A write through the Python pool is seen through every replica.
+    client.set(key, b"v3")
+    assert all(v == b"v3" for v in holders(servers, key).values())
+    for _ in range(4):
+        assert client.get(key) == b"v3"
+
+
+@contextlib.contextmanager
+def socket_to(port):
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        yield sock
