@@ -20,6 +20,23 @@ SHOAL = Path(os.environ.get("SHOAL_BIN", ROOT / "target" / "release" / "shoal"))
 MEMCACHED = os.environ.get("MEMCACHED_BIN", "memcached")
 
 
+def wait_for(what, ready, seconds=60.0, poll=0.02):
+    """Polls `ready` until it returns something true and returns that; fails the test naming
+    `what` after `seconds` (generous: a loaded machine is slow, never wrong)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = ready()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
+        time.sleep(poll)
+
+
+def eventually(check, seconds=60.0):
+    """`wait_for`, named by the check's own name."""
+    return wait_for(getattr(check, "__name__", "a condition"), check, seconds)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now (the server binds it a moment later)."""
     with socket.socket() as s:

@@ -19,7 +19,7 @@ import pytest
 
 import shoal.mr
 import shoal.mr.wordcount
-from harness import SHOAL
+from harness import SHOAL, wait_for
 
 WORDCOUNT = {"map": "shoal.mr.wordcount:map", "combine": "shoal.mr.wordcount:combine"}
 DEADLINE_SECS = 60
@@ -60,16 +60,6 @@ def text(tmp_path):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     counts = Counter(w.decode() for w in re.findall(rb"[a-z0-9]+", path.read_bytes().lower()))
     return path, dict(counts)
-
-
-def wait_for(what, ready):
-    deadline = time.monotonic() + DEADLINE_SECS
-    while True:
-        value = ready()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def worker(region, *extra):

@@ -32,7 +32,7 @@ import distributed
 import shoal.mr
 import shoal.mr.dask
 import shoal.mr.wordcount
-from harness import SHOAL
+from harness import SHOAL, wait_for
 
 WORDCOUNT = {"map": "shoal.mr.wordcount:map", "combine": "shoal.mr.wordcount:combine"}
 DEADLINE_SECS = 120
@@ -113,7 +113,7 @@ def stop_group(leader):
         except ProcessLookupError:
             return True
         return False
-    wait_for(f"process group {leader.pid} to end", group_gone)
+    wait_for(f"process group {leader.pid} to end", group_gone, seconds=DEADLINE_SECS)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def cluster():
                 return json.loads(scheduler_file.read_text())["address"]
             except (FileNotFoundError, ValueError, KeyError):
                 return None  # not written yet, or half written
-        address = wait_for("the scheduler's address", address)
+        address = wait_for("the scheduler's address", address, seconds=DEADLINE_SECS)
         for i in range(HOSTS):
             groups.append(start_group(
                 ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", OWN_DEV_SHM, f"shoal-host-{i}",
@@ -189,16 +189,6 @@ def single_host(app, path, *args):
     out = subprocess.run([SHOAL, "mr", "run", app, path, "--json", *args], capture_output=True, text=True,
                          check=True, timeout=DEADLINE_SECS).stdout
     return json.loads(out)["result"]
-
-
-def wait_for(what, ready):
-    deadline = time.monotonic() + DEADLINE_SECS
-    while True:
-        value = ready()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_a_python_job_over_shards_equals_the_single_host_run(cluster, tmp_path):
@@ -340,7 +330,7 @@ def test_a_dask_worker_killed_mid_job_changes_nothing(cluster, tmp_path):
     runner.start()
     log = Path(f"{gate}.log")
     # A shard's map is held at the gate inside a worker's engine: kill that Dask worker.
-    first = int(wait_for("a shard's map at the gate", lambda: log.exists() and log.read_text().split()[:1])[0])
+    first = int(wait_for("a shard's map at the gate", lambda: log.exists() and log.read_text().split()[:1], seconds=DEADLINE_SECS)[0])
     assert first in client.run(os.getpid).values(), "the gated map runs in a Dask worker's own process"
     os.kill(first, signal.SIGKILL)
     gate.touch()

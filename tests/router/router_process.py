@@ -6,15 +6,7 @@ import socket
 import subprocess
 import time
 
-from harness import SHOAL, free_port
-
-
-def eventually(check, seconds=20):
-    """Polls `check` until it is true; fails the test after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        time.sleep(0.05)
+from harness import SHOAL, eventually, free_port
 
 
 @contextlib.contextmanager

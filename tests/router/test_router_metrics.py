@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pymemcache.client.base import Client as PymemcacheClient
 
-from harness import SHOAL, Server, free_port
+from harness import SHOAL, Server, eventually, free_port
 
 
 def scrape(port):
@@ -32,13 +32,6 @@ def raw(port, request, until):
             assert chunk, answer
             answer += chunk
         return answer.decode()
-
-
-def eventually(check, seconds=10):
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        time.sleep(0.05)
 
 
 @contextlib.contextmanager
