@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Every table of docs/BENCHMARKS.md, measured again in one go and written into its section:
 #
-#   bench/all.sh            # about 15 minutes on this 2-core machine
+#   bench/all.sh            # about 15 minutes on this 2-core machine, plus the valgrind runs
 #   bench/all.sh --full     # the same, with the Nahanni paper's YCSB sizes (an hour or more)
 #
 # Each script starts what it measures (memcached, shoal server, PostgreSQL) and pins servers
 # to CPU 0 and load to CPU 1; bench/rewrite-doc.sh replaces the section between its markers.
-# The region store's figures (`shoal region bench`) are not rewritten here.
+# The region store's figures (`shoal region bench`) are not rewritten here, nor bench/ab.sh's
+# (it compares two binaries, so it is run around a change, not on its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,8 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "Shoal vs memcached: CPU per request and items that fit (issue #3)"
 bench/server-vs-memcached.sh | bench/rewrite-doc.sh server-vs-memcached
+step "instructions and system calls per request under valgrind and strace (issue #29)"
+bench/instructions.sh | bench/rewrite-doc.sh instructions
 step "TLS: shoal server -Z vs memcached -Z (issue #12)"
 bench/tls-vs-memcached.sh | bench/rewrite-doc.sh tls-vs-memcached
 step "the kernel's floor per request"

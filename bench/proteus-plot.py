@@ -6,7 +6,10 @@ database's read rate, the p99.9 read latency and the servers on over time, for e
 
 A transition's window is its drain period, from the provisioner's log; the comparison window
 is the same length right after it, at the same load level (bench/proteus.sh makes each level
-twice the drain period long).
+twice the drain period long). Request balance, when the run recorded each server's `cmd_get`
+(`<variant>.servers.txt`, bench/proteus-servers.py): the busiest of the servers on ÷ their mean,
+over each window after a transition (steady) and each transition's drain (the servers on after
+it; the one turned off is left out).
 """
 
 import json
@@ -24,6 +27,8 @@ VARIANTS = [
     ("ketama", "#ff7f0e"),
     ("proteus", "#1f77b4"),
     ("proteus-digests", "#2ca02c"),
+    ("proteus-pool", "#8c564b"),
+    ("proteus-hot", "#9467bd"),
 ]
 
 
@@ -58,6 +63,43 @@ def windows(events, start, drain):
     return out
 
 
+def load_gets(run, variant):
+    """Each server's (unix time, cmd_get) samples, or None when the run did not record them."""
+    path = run / f"{variant}.servers.txt"
+    if not path.exists():
+        return None
+    samples = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            samples.setdefault(int(parts[1]), []).append((float(parts[0]), int(parts[2])))
+    return samples
+
+
+def gets_between(samples, a, b):
+    """A server's gets from unix time a to b (its last samples at or before each), or None."""
+    before = [v for t, v in samples if t <= a]
+    until = [v for t, v in samples if t <= b]
+    if not before or not until or until[-1] < before[-1]:
+        return None  # not running at a, or restarted in between
+    return until[-1] - before[-1]
+
+
+def balance(gets, events, start, drain):
+    """(max/mean of the servers on after each transition, over the window after it; the same
+    over each transition's drain)."""
+    steady, moving = [], []
+    for e in events:
+        if e["event"] != "transition-start":
+            continue
+        t = e["time"]
+        for (a, b), out in (((t + drain, t + 2 * drain), steady), ((t, t + drain), moving)):
+            counts = [gets_between(gets.get(i, []), a, b) for i in range(e["active"])]
+            if all(c is not None for c in counts) and sum(counts) > 0:
+                out.append(max(counts) / mean(counts))
+    return steady, moving
+
+
 def mean(values):
     return sum(values) / len(values) if values else float("nan")
 
@@ -68,8 +110,9 @@ def main():
     run, output, pool, drain = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     fig, (reads_ax, p999_ax, on_ax) = plt.subplots(3, 1, figsize=(11, 9), dpi=110, sharex=True)
     print("| placement | hit rate | transitions | DB reads/s in a transition ÷ after it (median, max) "
-          "| p99.9 read ms: transitions (max) / steady (median) | server-seconds ÷ always-on |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| p99.9 read ms: transitions (max) / steady (median) | server-seconds ÷ always-on "
+          "| busiest server ÷ mean: steady (median, max) / transitions (max) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for variant, color in VARIANTS:
         if not (run / f"{variant}.ycsb.json").exists():
             continue
@@ -91,7 +134,15 @@ def main():
         spike = f"{max(spikes):.1f} / {statistics.median(steady):.1f}" if spikes and steady else "—"
         energy = sum(on) / (pool * seconds) if seconds else float("nan")
         transitions = sum(1 for e in events if e["event"] == "transition-start")
-        print(f"| {variant} | {ycsb['hit_rate']:.3f} | {transitions} | {ratio} | {spike} | {energy:.2f} |")
+        gets = load_gets(run, variant)
+        spread = "—"
+        if gets is not None:
+            steady_balance, moving_balance = balance(gets, events, start, drain)
+            if steady_balance and moving_balance:
+                spread = (f"{statistics.median(steady_balance):.3f}, {max(steady_balance):.3f} / "
+                          f"{max(moving_balance):.3f}")
+        print(f"| {variant} | {ycsb['hit_rate']:.3f} | {transitions} | {ratio} | {spike} | {energy:.2f} "
+              f"| {spread} |")
         reads_ax.plot(range(len(reads)), reads, label=variant, color=color, linewidth=1)
         p999_ax.plot(range(seconds), p999, label=variant, color=color, linewidth=1)
         on_ax.step(range(seconds), on, where="post", label=variant, color=color, linewidth=1)

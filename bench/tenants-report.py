@@ -39,6 +39,7 @@ def poll(address, path):
                 now = time.monotonic() - started
                 for name, t in stats_tenants(address).items():
                     out.write(json.dumps({"t": now, "tenant": name, "limit": int(t["limit_maxbytes"]),
+                                          "min": int(t.get("min_bytes", 0)),
                                           "gets": int(t["cmd_get"]), "hits": int(t["get_hits"])}) + "\n")
                 out.flush()
             except OSError:
@@ -72,12 +73,81 @@ def reaction(run_dir, change_at, tenant="profile"):
     return moved[0] - change_at if moved else None
 
 
+def met(ok):
+    return "met" if ok else "**missed**"
+
+
+def local_share(r):
+    """The share of the run's reads served from shared memory."""
+    gets = sum(t["gets"] for t in r["tenants"])
+    return sum(t.get("local_reads", 0) for t in r["tenants"]) / gets if gets else 0.0
+
+
+def last_resize(run_dir, name):
+    """When the last size change was seen (seconds into the run), or 0."""
+    last, seen = 0.0, {}
+    for s in lines(run_dir / f"{name}.sizes.jsonl"):
+        if s["tenant"] in seen and seen[s["tenant"]] != s["limit"]:
+            last = s["t"]
+        seen[s["tenant"]] = s["limit"]
+    return last
+
+
+SETTLE = 20.0  # seconds after the last resize before hit ratios count (a fitted scan refills)
+
+
+def trial(run_dir, name):
+    """Issue 27's trial: sizes, the curves' predictions there, cliffs, and the scan's verdict."""
+    r = load(run_dir, name)
+    if r is None or "curves" not in r:
+        return
+    since = last_resize(run_dir, name) + SETTLE
+    trace = [s for s in lines(run_dir / f"{name}.trace.jsonl") if s["t"] >= since]
+    minimum = {s["tenant"]: s["min"] for s in lines(run_dir / f"{name}.sizes.jsonl") if "min" in s}
+    print(f"\n`{name}` ({r['seconds']:.0f} s, {local_share(r) * 100:.0f} % of reads local; measured from "
+          f"{since:.0f} s, {SETTLE:.0f} s after the last resize):\n")
+    print("| tenant | size | minimum | its curve at that size | measured | on a cliff |")
+    print("|---|---:|---:|---:|---:|---|")
+    verdicts = []
+    for c in r["curves"]:
+        t = c["tenant"]
+        mine = [s for s in trace if s["tenant"] == t]
+        gets, hits = sum(s["gets"] for s in mine), sum(s["hits"] for s in mine)
+        measured = hits / gets if gets else float("nan")
+        low = minimum.get(t, 0)
+        print(f"| {t} | {c['size_bytes'] / 2**20:.0f} MiB | {low / 2**20:.0f} MiB | {c['curve_hit_ratio']:.4f} | "
+              f"{measured:.4f} | {'**yes**' if c['on_cliff'] else 'no'} |")
+        if t == "scan":
+            if c["size_bytes"] <= low:
+                verdicts.append("the scan gets its minimum")
+            else:
+                gap = abs(measured - c["curve_hit_ratio"])
+                verdicts.append(f"the scan is given {c['size_bytes'] / 2**20:.0f} MiB and hits {measured:.4f}, its "
+                                f"curve {c['curve_hit_ratio']:.4f} (gap {gap:.4f}: {met(gap <= 0.02)})")
+    decided = [d for d in lines(run_dir / f"{name}.decisions.jsonl")
+               if d.get("tenant") == "scan" and d.get("event") in ("resized", "planned")]
+    if decided:
+        print(f"\nThe controller's last decision for the scan: {decided[-1]['reason']}.")
+    cliffs = [c["tenant"] for c in r["curves"] if c["on_cliff"]]
+    verdicts.append("no tenant on a cliff: " + met(not cliffs) + (f" ({', '.join(cliffs)})" if cliffs else ""))
+    print("\n" + "; ".join(verdicts) + ".")
+
+
 def report(run_dir, plot):
+    settings = run_dir / "settings.json"
+    if settings.exists():
+        s = json.loads(settings.read_text())
+        print(f"Reads served locally: {s['local'] * 100:.0f} % asked; item memory {s['mem_mb']} MiB; controller "
+              f"interval {s['interval']}.\n")
+    for name in ["trial-fits", "trial-big"]:
+        trial(run_dir, name)
     offline = load(run_dir, "offline")
     runs = {n: load(run_dir, n) for n in ["shared", "equal", "optimum", "controller", "alone", "shared-scan",
                                           "protected", "react"]}
-    print("| run | timeline | profile | scan | all tenants | misses vs shared | misses vs equal |")
-    print("|---|---|---|---|---|---|---|")
+    if not any(runs.values()):
+        return
+    print("| run | timeline | profile | scan | all tenants | misses vs shared | misses vs equal | reads local |")
+    print("|---|---|---|---|---|---|---|---|")
     shared, equal = runs["shared"], runs["equal"]
     for name in ["shared", "equal", "optimum", "controller"]:
         r = runs[name]
@@ -86,7 +156,7 @@ def report(run_dir, plot):
         cells = [f"{late(r, t):.4f}" if name != "shared" else "—" for t in ["timeline", "profile", "scan"]]
         miss = 1 - late(r)
         vs = [f"{(miss / (1 - late(base)) - 1) * 100:+.1f} %" if base else "—" for base in (shared, equal)]
-        print(f"| {name} | " + " | ".join(cells) + f" | {late(r):.4f} | {vs[0]} | {vs[1]} |")
+        print(f"| {name} | " + " | ".join(cells) + f" | {late(r):.4f} | {vs[0]} | {vs[1]} | {local_share(r) * 100:.0f} % |")
     if offline:
         print()
         print(f"Offline (exact LRU on {offline['rounds']} rounds of the same streams, {offline['memory_mb']} MiB): "
@@ -95,7 +165,8 @@ def report(run_dir, plot):
                                                           for t in offline["tenants"]) + ".")
     if runs["controller"] and runs["optimum"]:
         gap = late(runs["controller"]) / late(runs["optimum"]) - 1
-        print(f"\nController vs the optimum partition run: {gap * 100:+.2f} % global hit ratio.")
+        print(f"\nController vs the optimum partition run: {gap * 100:+.2f} % global hit ratio "
+              f"(target within 1 %: {met(gap >= -0.01)}).")
     alone, mixed, protected = runs["alone"], runs["shared-scan"], runs["protected"]
     if alone and protected:
         print()
@@ -108,12 +179,16 @@ def report(run_dir, plot):
             if r:
                 h = late(r, "timeline")
                 print(f"| {label} | {h:.4f} | {(h / base - 1) * 100:+.2f} % |")
+        if protected:
+            gap = late(protected, "timeline") / base - 1
+            print(f"\nProtected tenant vs alone: {gap * 100:+.2f} % (target within 2 %: {met(gap >= -0.02)}).")
     react = runs["react"]
     if react:
         change_at = react["seconds"] / 2
         moved = reaction(run_dir, change_at)
         print(f"\nReaction: profile's workload changed at {change_at:.0f} s; its size first moved "
-              + (f"{moved:.0f} s later." if moved is not None else "not at all."))
+              + (f"{moved:.0f} s later (target within 30 s: {met(moved <= 30)})." if moved is not None
+                 else "not at all (target within 30 s: **missed**)."))
         draw(run_dir, plot, change_at)
 
 
@@ -139,7 +214,7 @@ def draw(run_dir, plot, change_at):
     top.set_title("shoal controller --goal global: profile's working set shrinks at the dashed line")
     fig.tight_layout()
     fig.savefig(plot, dpi=100)
-    print(f"\n![sizes and hit ratios over time](tenants.png)")
+    print("\n![sizes and hit ratios over time](tenants.png)")
 
 
 if __name__ == "__main__":

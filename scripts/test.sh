@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, then runs all of them: formatting, lints, unit,
 # property, cross-process and crash tests, the loom model check, the Python suites under tests/
-# (client libraries, memccapable and raw sockets against `shoal server`), memcached's own test
-# suite (tests/memcached-suite), and short fuzz runs.
+# (client libraries, memccapable and raw sockets against `shoal server`; the server's suites a
+# second time on the io_uring data path), memcached's own test suite (tests/memcached-suite), and
+# short fuzz runs.
 #   SHOAL_STRESS_SECS  length of the cross-process stress test (default 60; CI uses 5)
 #   SHOAL_FUZZ_SECS    seconds per fuzz target (default 30; 0 skips fuzzing, loudly)
 set -euo pipefail
@@ -69,6 +70,11 @@ step "Python suites under tests/ against the release shoal server"
 # A test that hangs fails after 300 s with its stack instead of stalling the run; the slowest
 # tests are listed so a slow machine shows where the time went.
 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider --timeout=300 --durations=15 tests/
+
+step "the server suites again on the io_uring data path (SHOAL_SERVER_IO=uring: every server started uses -o io_uring)"
+SHOAL_SERVER_IO=uring cargo test --release -p shoal-server
+SHOAL_SERVER_IO=uring PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider --timeout=300 \
+  tests/server tests/differential tests/clients
 
 step "memcached's own test suite (t/*.t) against shoal server"
 tests/memcached-suite/run.sh

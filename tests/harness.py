@@ -8,6 +8,7 @@ until it accepts connections, and killed when the `with` block ends.
         sock = s.connect()
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -216,3 +217,27 @@ class Postgres:
             self._run("pg_ctl", "-D", f"{self.dir}/data", "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def router(config_path, directory, *extra):
+    """A `shoal router -f config_path [extra...]` on a free port, its standard error kept in a file (for
+    tests of what it says), killed when the `with` block ends; yields (port, path of that file)."""
+    port, stderr = free_port(), directory / "router.stderr"
+    with open(stderr, "wb") as log:
+        process = subprocess.Popen([str(SHOAL), "router", "-f", str(config_path), "-p", str(port), "-l", "127.0.0.1",
+                                    "-t", "1", "--reload-settle-ms", "50", "--spool-dir", str(directory / "spool"), *extra],
+                                   stdin=subprocess.DEVNULL, stderr=log)
+    try:
+        def listening():
+            assert process.poll() is None, stderr.read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return True
+            except OSError:
+                return False
+        eventually(listening)
+        yield port, stderr
+    finally:
+        process.kill()
+        process.wait()

@@ -5,8 +5,14 @@
 //! Sampled reads (version 3) too: draining them must read at most one ring per drain, and
 //! decode whatever the records say without panicking.
 //!
-//! Input: the area's contents (padded or cut to its size; the same bytes again at the start of
-//! the sampled reads' section, so short inputs reach its head and ring), then drained twice.
+//! Input: a first byte choosing the header, then the area's contents (padded or cut to its
+//! size; the same bytes again at the start of the sampled reads' section, so short inputs reach
+//! its head and ring), then drained twice. An odd first byte keeps the contents as they are,
+//! header included (a wrong magic or version is refused); an even one writes a valid
+//! version-3 header (magic and version) over them, so most inputs open and the fuzzer explores
+//! the counters, heads and rings a drain reads: left to find the 8-byte magic by mutation, it
+//! never did (every input stopped at the magic check).
+//! `fuzz/dict/hints_area.dict` gives it the magic and versions for the odd case.
 
 #![no_main]
 
@@ -29,8 +35,14 @@ fn region() -> &'static Writer {
     })
 }
 
-/// A sealed memfd holding `bytes`, as a client would hand it over.
-fn area(bytes: &[u8]) -> std::fs::File {
+/// The area's magic number and the version the library writes (`shoal_region::hints`): if
+/// either changes, every even input fails to open and the target stops at once (below).
+const MAGIC: &[u8; 8] = b"SHOALHNT";
+const VERSION: u64 = 3;
+
+/// A sealed memfd holding `bytes`, with a valid header over them if `valid_header`, as a client
+/// would hand it over.
+fn area(bytes: &[u8], valid_header: bool) -> std::fs::File {
     // SAFETY: memfd_create with a valid name; the result is checked and owned once.
     let fd = unsafe { libc::memfd_create(c"fuzz-hints".as_ptr(), libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
@@ -41,17 +53,27 @@ fn area(bytes: &[u8]) -> std::fs::File {
     let samples = HINTS_BYTES - SAMPLE_ENTRIES * 16 - 64;
     let n = bytes.len().min(HINTS_BYTES - samples);
     contents[samples..samples + n].copy_from_slice(&bytes[..n]);
+    if valid_header {
+        contents[..8].copy_from_slice(MAGIC);
+        contents[8..16].copy_from_slice(&VERSION.to_le_bytes());
+    }
     file.write_all(&contents).unwrap();
     // SAFETY: fcntl on a descriptor we own, with an integer argument.
     assert_eq!(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) }, 0);
     file
 }
 
-fuzz_target!(|bytes: &[u8]| {
+fuzz_target!(|input: &[u8]| {
+    let Some((&choice, bytes)) = input.split_first() else { return };
+    let valid_header = choice & 1 == 0;
     let w = region();
-    let file = area(bytes);
+    let file = area(bytes, valid_header);
     let path = format!("/proc/self/fd/{}", file.as_raw_fd());
-    let Ok(mut reader) = HintsReader::open(std::path::Path::new(&path)) else { return };
+    let mut reader = match HintsReader::open(std::path::Path::new(&path)) {
+        Ok(reader) => reader,
+        Err(_) if !valid_header => return,
+        Err(why) => panic!("an area with a valid header is refused ({why}): update MAGIC/VERSION"),
+    };
     let mut samples = reader.samples();
     for _ in 0..2 {
         if let Some(samples) = samples.as_mut() {

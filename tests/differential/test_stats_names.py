@@ -39,7 +39,9 @@ def test_stats_names_the_counters_memcached_users_read():
 
 
 SHOAL_OWN = ["index_evictions", "segments", "segments_free", "segment_bytes", "index_bytes",
-             "segments_evicted", "segments_reclaimed"]
+             "segments_evicted", "segments_reclaimed", "io_uring", "open_fds"]
+# The io_uring data path's own counts follow (SHOAL_SERVER_IO=uring, -o io_uring).
+URING_OWN = ["uring_buffers", "uring_buffers_lent", "uring_ring_empty", "uring_ops_in_flight"]
 
 
 def test_stats_lists_every_field_of_memcached_in_its_order():
@@ -53,7 +55,8 @@ def test_stats_lists_every_field_of_memcached_in_its_order():
             assert got == expected, (extra, [n for n in expected if n not in got],
                                      [n for n in got if n not in expected])
             assert ("idle_kicks" in got) == (extra == ["-o", "idle_timeout=600"])
-            assert list(stats(s, "shoal")) == SHOAL_OWN
+            own = stats(s, "shoal")
+            assert list(own) == SHOAL_OWN + (URING_OWN if own["io_uring"] == "1" else [])
             m.sendall(b"stats shoal\r\n")
             assert read_until(m, b"\r\n") == b"ERROR\r\n", "an extension memcached does not have"
 

@@ -8,8 +8,7 @@ import contextlib
 import pytest
 import shoal
 
-from harness import Server, talk
-from router_process import eventually, router
+from harness import Server, eventually, router, talk
 
 
 def holders(servers, key):
@@ -81,3 +80,50 @@ def socket_to(port):
     import socket
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         yield sock
+
+
+def test_router_stats_and_metrics_show_each_hot_pool(tmp_path):
+    """`stats` has a `hot_pool` line per pool route with `"hot_replicas"`, and `/metrics` the
+    same numbers by pool: the hot keys learnt, the gets a copy answered, the copies made."""
+    import urllib.request
+
+    from harness import free_port
+
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(Server.shoal("-o", "hotkeys_sample=1")) for _ in range(3)]
+        listed = ", ".join(f'"127.0.0.1:{s.port}"' for s in servers)
+        config = tmp_path / "config.json"
+        config.write_text(f'{{ "pools": {{ "A": {{ "servers": [{listed}], "hot_replicas": 3, "hot_refresh_secs": 1 }} }},'
+                          ' "route": { "type": "PoolRoute", "pool": "A" } }')
+        metrics = free_port()
+        port, _ = stack.enter_context(router(config, tmp_path, "--metrics-listen", f"127.0.0.1:{metrics}"))
+        sock = stack.enter_context(socket_to(port))
+
+        def hot_pool_line():
+            lines = [line for line in talk(sock, b"stats\r\n", b"END\r\n").decode().split("\r\n")
+                     if line.startswith("STAT hot_pool ")]
+            assert len(lines) == 1, lines
+            name, *fields = lines[0].split()[2:]
+            assert name == "A"
+            return dict(field.split("=") for field in fields)
+        assert hot_pool_line() == {"replicas": "3", "hot_keys": "0", "copy_hits": "0", "copies_made": "0"}
+
+        talk(sock, b"set hot:stats 0 0 2\r\nhi\r\n")
+
+        def copies_answer():
+            for _ in range(100):
+                assert talk(sock, b"get hot:stats\r\n", b"END\r\n") == b"VALUE hot:stats 0 2\r\nhi\r\nEND\r\n"
+            line = hot_pool_line()
+            return int(line["hot_keys"]) >= 1 and int(line["copies_made"]) >= 1 and int(line["copy_hits"]) >= 1
+        eventually(copies_answer, seconds=60)
+
+        def scraped():
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as answer:
+                text = answer.read().decode()
+            return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                    if line.startswith("shoal_router_hot_")}
+        seen, line = scraped(), hot_pool_line()
+        assert seen['shoal_router_hot_keys{pool="A"}'] >= 1
+        assert seen['shoal_router_hot_copy_hits_total{pool="A"}'] >= 1
+        assert seen['shoal_router_hot_copies_made_total{pool="A"}'] >= 1
+        assert seen['shoal_router_hot_copy_hits_total{pool="A"}'] <= int(line["copy_hits"])

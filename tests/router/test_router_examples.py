@@ -10,11 +10,9 @@ import socket
 import subprocess
 import time
 
-import pytest
 from pymemcache.client.base import Client as PymemcacheClient
 
-from harness import ROOT, SHOAL, Server, free_port
-from router_process import router
+from harness import ROOT, SHOAL, Server, free_port, router
 
 EXAMPLES = ROOT / "examples" / "router"
 ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")

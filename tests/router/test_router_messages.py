@@ -8,8 +8,7 @@ import subprocess
 
 from pymemcache.client.base import Client as PymemcacheClient
 
-from harness import SHOAL, Server
-from router_process import eventually, router
+from harness import SHOAL, Server, eventually, router
 
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 

@@ -5,7 +5,6 @@ destination that is down (TKO, failed, spooled deletes), and config reloads good
 import contextlib
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
@@ -13,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pymemcache.client.base import Client as PymemcacheClient
 
-from harness import SHOAL, Server, eventually, free_port
+from harness import SHOAL, Server, eventually, free_port, router
 
 
 def scrape(port):
@@ -38,22 +37,9 @@ def raw(port, request, until):
 def router_with_metrics(directory, config):
     path = directory / "config.json"
     path.write_text(config)
-    port, metrics = free_port(), free_port()
-    process = subprocess.Popen([str(SHOAL), "router", "-f", str(path), "-p", str(port), "-l", "127.0.0.1",
-                                "-t", "1", "--reload-settle-ms", "50", "--spool-dir", str(directory / "spool"),
-                                "--metrics-listen", f"127.0.0.1:{metrics}"], stdin=subprocess.DEVNULL)
-    try:
-        def listening():
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return True
-            except OSError:
-                return False
-        eventually(listening)
+    metrics = free_port()
+    with router(path, directory, "--metrics-listen", f"127.0.0.1:{metrics}") as (port, _stderr):
         yield port, metrics, path
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_router_metrics_follow_requests_destinations_and_reloads(tmp_path):

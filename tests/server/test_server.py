@@ -106,15 +106,12 @@ def test_warm_restart_keeps_every_item(tmp_path):
         talk(s, batch + b"mn\r\n", b"MN\r\n")
         server.proc.send_signal(signal.SIGUSR1)
         assert server.proc.wait(timeout=10) == 0
-    started = time.monotonic()
     with Server.shoal("-e", str(region), port=port) as server, server.connect() as s:
-        ready = time.monotonic() - started
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
             data = talk(s, b"get " + " ".join(chunk).encode() + b"\r\n", b"END\r\n")
             assert data.count(b"VALUE ") == len(chunk), f"missing items in {chunk[0]}..{chunk[-1]}"
-        assert f"VALUE key:7 7 5\r\nkey:7\r\n".encode() in talk(s, b"get key:7\r\n", b"END\r\n")
-    assert ready < 5, f"warm restart took {ready:.1f}s"
+        assert b"VALUE key:7 7 5\r\nkey:7\r\n" in talk(s, b"get key:7\r\n", b"END\r\n")
 
 
 def test_shm_names_the_region_and_its_cookie():

@@ -8,21 +8,28 @@
 //! LRU simulations (`shoal_curves::Shards::exact`): one per tenant and one for all of them
 //! sharing a cache, giving the hit ratios of a shared cache, an equal split and the optimum
 //! partition (`shoal_curves::optimum`) of `--memory-mb`, and the sizes of that optimum.
+//! Online, `--local F` reads a share F of each tenant's keys from its region through
+//! shoal-client's shared-memory path (as co-located clients do), the rest over the network
+//! ([`online`]).
 //!
 //! ```text
-//!  --tenant specs ─► Stream per tenant (seeded) ─► rounds ─┬─► server: get …, set misses (online)
+//!  --tenant specs ─► Stream per tenant (seeded) ─► rounds ─┬─► server: get (local or network),
+//!                                                          │   set misses (online; online.rs)
 //!                                                          └─► Shards::exact per tenant + shared (offline)
-//!  online: per interval and per tenant, hits / gets  ─► JSON lines (--trace), totals at the end
+//!  online: per interval and per tenant, hits / gets  ─► JSON lines (--trace), totals at the end,
+//!          --curves: each tenant's size and its curve's hit ratio there, on a cliff or not
 //! ```
+
+mod online;
 
 use crate::random::{Rng, Zipf};
 use clap::Args;
+use online::Endpoint;
 use serde_json::{json, Value};
 use shoal_curves::{optimum, Goal, HitRatioCurve, PlanConfig, Shards, Tenant};
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::net::TcpStream;
+use std::io::{BufWriter, Write};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Bytes an item takes beyond its key and value (the region's item header).
 const ITEM_OVERHEAD: u64 = shoal_region::layout::ITEM_HEADER_BYTES as u64;
@@ -34,7 +41,8 @@ pub struct TenantsOptions {
     #[arg(long, default_value = "127.0.0.1:11211")]
     pub server: String,
     /// a tenant's workload: name=<n>,keys=<count>,dist=zipf:<s>|scan,value=<bytes>[,share=<k>]
-    /// (its keys are "<name>:<index>"); repeat for each tenant
+    /// [,server=<host:port>] (its keys are "<name>:<index>"; server: where its requests go, its
+    /// own listener, instead of --server); repeat for each tenant
     #[arg(long = "tenant", value_name = "SPEC", required = true)]
     pub tenants: Vec<Workload>,
     /// rounds to run (each asks every tenant for share × batch keys); with --seconds, whichever
@@ -44,6 +52,15 @@ pub struct TenantsOptions {
     /// seconds to run
     #[arg(long, default_value_t = 60.0)]
     pub seconds: f64,
+    /// the share of each tenant's reads served from its region through shared memory
+    /// (shoal-client's local path; the server must be on this host, and each tenant reached
+    /// through its own listener, `server=` in --tenant); the rest go over the network
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
+    pub local: f64,
+    /// at the end, ask --server each tenant's size and curve: the hit ratio the curve predicts
+    /// at that size, and whether the size is on a cliff of the curve
+    #[arg(long)]
+    pub curves: bool,
     /// keys per multiget of a tenant with share 1
     #[arg(long, default_value_t = 50)]
     pub batch: usize,
@@ -81,13 +98,22 @@ pub struct Workload {
     pub value_bytes: usize,
     /// Multigets per round.
     pub share: usize,
+    /// Where its requests go (its own listener), instead of `--server`.
+    pub server: Option<String>,
 }
 
 impl FromStr for Workload {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Workload, String> {
-        let mut w = Workload { name: String::new(), keys: 0, zipf: Some(0.99), value_bytes: 100, share: 1 };
+        let mut w = Workload {
+            name: String::new(),
+            keys: 0,
+            zipf: Some(0.99),
+            value_bytes: 100,
+            share: 1,
+            server: None,
+        };
         for field in text.split(',') {
             let (name, value) =
                 field.split_once('=').ok_or_else(|| format!("{field:?}: expected name=value"))?;
@@ -98,6 +124,7 @@ impl FromStr for Workload {
                 "keys" => w.keys = number(value)?,
                 "value" => w.value_bytes = number(value)? as usize,
                 "share" => w.share = number(value)? as usize,
+                "server" => w.server = Some(value.to_string()),
                 "dist" if value == "scan" => w.zipf = None,
                 "dist" => {
                     let skew = value.strip_prefix("zipf:").and_then(|s| s.parse::<f64>().ok());
@@ -106,7 +133,9 @@ impl FromStr for Workload {
                             .ok_or_else(|| format!("dist={value}: use zipf:<s> or scan"))?,
                     );
                 }
-                _ => return Err(format!("unknown field {name:?}: use name, keys, dist, value, share")),
+                _ => {
+                    return Err(format!("unknown field {name:?}: use name, keys, dist, value, share, server"))
+                }
             }
         }
         if w.name.is_empty() || w.keys == 0 || w.share == 0 || w.value_bytes == 0 {
@@ -131,6 +160,14 @@ impl FromStr for Change {
         let at_seconds = at.parse::<f64>().map_err(|_| format!("{at:?}: seconds"))?;
         Ok(Change { at_seconds, workload: spec.parse()? })
     }
+}
+
+/// A share: a number from 0 to 1.
+fn share(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| (0.0..=1.0).contains(s))
+        .ok_or_else(|| format!("{text:?}: a share from 0 to 1"))
 }
 
 /// A tenant's key stream.
@@ -208,6 +245,8 @@ struct Count {
     hits: u64,
     late_gets: u64,
     late_hits: u64,
+    /// Reads served from shared memory.
+    local: u64,
 }
 
 /// What a run found.
@@ -238,11 +277,15 @@ fn ratio(hits: u64, gets: u64) -> f64 {
 }
 
 fn online(o: &TenantsOptions, mut streams: Vec<Stream>) -> Result<TenantsReport, String> {
-    let stream = TcpStream::connect(&o.server).map_err(|e| format!("--server {}: {e}", o.server))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
-    let mut writer = BufWriter::new(stream);
+    let mut endpoints = streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let address = s.workload.server.as_deref().unwrap_or(&o.server);
+            Endpoint::connect(address, o.local, o.seed + i as u64)
+                .map_err(|e| format!("tenant {}: {e}", s.workload.name))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let mut trace = match &o.trace {
         Some(path) => Some(BufWriter::new(
             std::fs::File::create(path).map_err(|e| format!("--trace {}: {e}", path.display()))?,
@@ -257,9 +300,7 @@ fn online(o: &TenantsOptions, mut streams: Vec<Stream>) -> Result<TenantsReport,
     let started = Instant::now();
     let mut next_sample = o.interval;
     let half = o.seconds / 2.0;
-    let mut line = String::new();
     let mut round = 0u64;
-    let mut value = Vec::new();
     while round < o.rounds && started.elapsed().as_secs_f64() < o.seconds {
         let now = started.elapsed().as_secs_f64();
         while changes.peek().is_some_and(|c| c.at_seconds <= now) {
@@ -268,28 +309,23 @@ fn online(o: &TenantsOptions, mut streams: Vec<Stream>) -> Result<TenantsReport,
                 .iter()
                 .position(|s| s.workload.name == change.workload.name)
                 .ok_or_else(|| format!("--change names no tenant {:?}", change.workload.name))?;
-            streams[i] = Stream::new(change.workload, o.seed + 1000 + i as u64);
+            // The tenant's endpoint stays: a change is a new workload, not a new tenant.
+            streams[i] = Stream::new(
+                Workload { server: streams[i].workload.server.clone(), ..change.workload },
+                o.seed + 1000 + i as u64,
+            );
         }
         let late = now >= half;
-        for (i, s) in streams.iter_mut().enumerate() {
+        for (i, (s, e)) in streams.iter_mut().zip(&mut endpoints).enumerate() {
             for _ in 0..s.workload.share {
                 let keys: Vec<String> = (0..o.batch).map(|_| s.next_key()).collect();
-                let found = multiget(&mut writer, &mut reader, &keys, &mut line)?;
-                value.resize(s.workload.value_bytes, b'v');
-                for (key, hit) in keys.iter().zip(&found) {
-                    if !hit {
-                        write!(writer, "set {key} 0 0 {} noreply\r\n", value.len())
-                            .map_err(|e| e.to_string())?;
-                        writer
-                            .write_all(&value)
-                            .and_then(|()| writer.write_all(b"\r\n"))
-                            .map_err(|e| e.to_string())?;
-                    }
-                }
-                let hits = found.iter().filter(|h| **h).count() as u64;
+                let found = e.read(&keys, o.local)?;
+                e.fill(&keys, &found.hits, s.workload.value_bytes)?;
+                let hits = found.hits.iter().filter(|h| **h).count() as u64;
                 let c = &mut counts[i];
                 c.gets += keys.len() as u64;
                 c.hits += hits;
+                c.local += found.local_reads;
                 if late {
                     c.late_gets += keys.len() as u64;
                     c.late_hits += hits;
@@ -312,48 +348,22 @@ fn online(o: &TenantsOptions, mut streams: Vec<Stream>) -> Result<TenantsReport,
             }
         }
     }
-    writer.flush().map_err(|e| e.to_string())?;
-    Ok(report(&streams, &counts, round, started.elapsed().as_secs_f64()))
-}
-
-/// One multiget; which keys were found.
-fn multiget(
-    writer: &mut BufWriter<TcpStream>,
-    reader: &mut BufReader<TcpStream>,
-    keys: &[String],
-    line: &mut String,
-) -> Result<Vec<bool>, String> {
-    writer.write_all(b"get").map_err(|e| e.to_string())?;
-    for k in keys {
-        writer.write_all(b" ").and_then(|()| writer.write_all(k.as_bytes())).map_err(|e| e.to_string())?;
+    endpoints.iter_mut().try_for_each(Endpoint::flush)?;
+    let mut report = report(&streams, &counts, round, started.elapsed().as_secs_f64());
+    if o.curves {
+        let curves = online::curves_at_sizes(o)?;
+        for t in curves.as_array().into_iter().flatten() {
+            report.text.push_str(&format!(
+                "{:>12}: size {} MiB, its curve there {:.4}{}\n",
+                t["tenant"].as_str().unwrap_or("?"),
+                t["size_bytes"].as_u64().unwrap_or(0) >> 20,
+                t["curve_hit_ratio"].as_f64().unwrap_or(0.0),
+                if t["on_cliff"].as_bool() == Some(true) { " (ON A CLIFF)" } else { "" }
+            ));
+        }
+        report.json["curves"] = curves;
     }
-    writer.write_all(b"\r\n").and_then(|()| writer.flush()).map_err(|e| e.to_string())?;
-    let mut found = vec![false; keys.len()];
-    let mut at = 0;
-    loop {
-        line.clear();
-        reader.read_line(line).map_err(|e| format!("reading the server's answer: {e}"))?;
-        if line == "END\r\n" {
-            return Ok(found);
-        }
-        let mut words = line.split_ascii_whitespace();
-        let (Some("VALUE"), Some(key), _, Some(len)) =
-            (words.next(), words.next(), words.next(), words.next())
-        else {
-            return Err(format!("unexpected answer to a get: {line:?}"));
-        };
-        let len: usize = len.parse().map_err(|_| format!("bad length in {line:?}"))?;
-        // Answers come in request order: find the key from where the last one was.
-        while at < keys.len() && keys[at] != key {
-            at += 1;
-        }
-        if at < keys.len() {
-            found[at] = true;
-            at += 1;
-        }
-        let mut skip = vec![0u8; len + 2];
-        std::io::Read::read_exact(reader, &mut skip).map_err(|e| e.to_string())?;
-    }
+    Ok(report)
 }
 
 fn report(streams: &[Stream], counts: &[Count], rounds: u64, seconds: f64) -> TenantsReport {
@@ -365,7 +375,8 @@ fn report(streams: &[Stream], counts: &[Count], rounds: u64, seconds: f64) -> Te
             "{:>12}: {} gets, hit ratio {all:.4} (second half {late:.4})\n",
             s.workload.name, c.gets
         ));
-        tenants.push(json!({"tenant": s.workload.name, "gets": c.gets, "hits": c.hits,
+        tenants
+            .push(json!({"tenant": s.workload.name, "gets": c.gets, "hits": c.hits, "local_reads": c.local,
             "hit_ratio": all, "late_gets": c.late_gets, "late_hits": c.late_hits, "late_hit_ratio": late}));
     }
     let sum = |f: fn(&Count) -> u64| counts.iter().map(f).sum::<u64>();
@@ -457,8 +468,18 @@ mod tests {
         let w: Workload = "name=web,keys=1000,dist=zipf:0.8,value=300,share=2".parse().unwrap();
         assert_eq!(
             w,
-            Workload { name: "web".into(), keys: 1000, zipf: Some(0.8), value_bytes: 300, share: 2 }
+            Workload {
+                name: "web".into(),
+                keys: 1000,
+                zipf: Some(0.8),
+                value_bytes: 300,
+                share: 2,
+                server: None
+            }
         );
+        let own: Workload = "name=web,keys=10,server=127.0.0.1:11312".parse().unwrap();
+        assert_eq!(own.server.as_deref(), Some("127.0.0.1:11312"));
+        assert!(share("0.9").is_ok() && share("1.5").is_err() && share("x").is_err());
         let scan: Workload = "name=s,keys=10,dist=scan".parse().unwrap();
         assert_eq!(scan.zipf, None);
         for bad in
@@ -494,6 +515,8 @@ mod tests {
             ],
             rounds: 10000,
             seconds: 0.0,
+            local: 0.0,
+            curves: false,
             batch: 50,
             changes: Vec::new(),
             interval: 1.0,

@@ -10,11 +10,12 @@
 //! 100 ms when the second changes; a server that hangs stops moving it). Otherwise the client
 //! drops the region and asks the server again, over a new connection.
 //!
-//! Every local read is also screened for the server's hit-ratio curve (issue 27): its key's
-//! curve hash (`shoal_curves::KeyHash`, the hash the server screens network gets with) against
-//! the sampling threshold the server publishes in the region's header; a read in the sample,
-//! hit or miss, is queued in the hints area for the tenant's curve. An unsampled read costs the
-//! hash and a compare; with curves off (threshold 0) not even the hash.
+//! Every local read is also screened for the server's hit-ratio curve (issue 27): the top 24
+//! bits of the hash the region's probe computed for the key (`shoal_region::key_hash`, which
+//! the server screens network gets with too) against the sampling threshold the server
+//! publishes in the region's header; a read in the sample, hit or miss, is queued in the hints
+//! area for the tenant's curve. An unsampled read costs a load and a compare, no hash of its
+//! own.
 
 use crate::client::{Item, ItemRef};
 use crate::conn::Connection;
@@ -48,6 +49,8 @@ pub struct Local {
     connection_checked: Instant,
     /// Whether the server hands out CAS uniques (`-C` turns them off: every CAS reads 0).
     cas_enabled: bool,
+    /// The server is a near cache (`--upstream`): a miss here is asked of it, which fetches it.
+    near: bool,
     /// Where a read copies its value.
     value: Vec<u8>,
 }
@@ -97,6 +100,7 @@ impl Local {
         conn.send(b"stats settings\r\n")?;
         let settings = conn.answer(Shape::Stats)?;
         let cas_enabled = shoal_proto::answer::lines(settings).all(|line| line != b"STAT cas_enabled no");
+        let near = shoal_proto::answer::lines(settings).any(|line| line.starts_with(b"STAT near_upstream "));
         let (generation, clock) = (reader.generation(), reader.clock());
         Ok(Some(Local {
             reader,
@@ -108,6 +112,7 @@ impl Local {
             clock_moved: Instant::now(),
             connection_checked: Instant::now(),
             cas_enabled,
+            near,
             value: Vec::new(),
         }))
     }
@@ -150,20 +155,18 @@ impl Local {
     /// the next read reuses (so a batch of reads allocates nothing per key).
     #[inline]
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
-        let (lookup, location) = self.reader.get_located(key, &mut self.value).ok()?;
+        let (lookup, location, hash) = self.reader.get_located(key, &mut self.value).ok()?;
         self.hints.record(&lookup, location, self.reader.clock());
-        let threshold = self.reader.curve_threshold();
-        if threshold != 0 {
-            let hash = KeyHash::of(key);
-            if hash.spatial() < u64::from(threshold) {
-                self.hints.record_sampled(hash.raw(), SampledRead::of(&lookup, key.len()));
-            }
+        // Threshold 0 (no curve) samples nothing.
+        if KeyHash::from_raw(hash).spatial() < u64::from(self.reader.curve_threshold()) {
+            self.hints.record_sampled(hash, SampledRead::of(&lookup, key.len()));
         }
         Some(match lookup {
             Lookup::Hit(info) => {
                 let cas = if self.cas_enabled { info.cas } else { 0 };
                 Some(ItemRef { value: &self.value, flags: info.flags, cas })
             }
+            _ if self.near => return None,
             _ => None,
         })
     }

@@ -169,3 +169,141 @@ fn memcached_without_the_extension_has_no_hot_keys() {
     pool.set(b"k", b"v", 0, 0).unwrap();
     assert_eq!(pool.get(b"k").unwrap().unwrap().value, b"v");
 }
+
+/// Each server's `get_hits`, asked directly.
+fn get_hits(servers: &[Server]) -> Vec<u64> {
+    servers
+        .iter()
+        .map(|s| {
+            let mut c =
+                shoal_client::Client::connect(&s.address(), Options { local: false, ..Options::default() })
+                    .unwrap();
+            let stats = c.stats(None).unwrap();
+            stats.iter().find(|(name, _)| name == "get_hits").map_or(0, |(_, v)| v.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_hot_key_in_a_get_many_is_read_from_every_replica() {
+    let servers = servers("hot-get-many");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Jump, 0)).unwrap();
+    pool.flush_all(None).unwrap();
+    let (hot, cold) = (b"hot:batch".as_slice(), b"cold:batch".as_slice());
+    pool.set(hot, b"h1", 0, 0).unwrap();
+    pool.set(cold, b"c1", 0, 0).unwrap();
+    make_hot(&mut pool, hot);
+    // The first batches fill the copies from the owner; then every replica answers in turn.
+    for _ in 0..3 {
+        pool.get_many(&[hot, cold]).unwrap();
+    }
+    let before = get_hits(&servers);
+    let mut uniques = Vec::new();
+    for _ in 0..30 {
+        let mut found = pool.get_many(&[cold, hot, b"absent:batch"]).unwrap();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(found.len(), 2);
+        assert_eq!((found[0].0.as_slice(), found[0].1.value.as_slice()), (cold, b"c1".as_slice()));
+        assert_eq!((found[1].0.as_slice(), found[1].1.value.as_slice()), (hot, b"h1".as_slice()));
+        uniques.push(found[1].1.cas);
+    }
+    let after = get_hits(&servers);
+    let cold_owner = addresses.iter().position(|a| a == pool.server_for(cold).unwrap()).unwrap();
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        let hot_reads = a - b - if i == cold_owner { 30 } else { 0 };
+        assert_eq!(hot_reads, 10, "server {i} answered {hot_reads} of the hot key's 30 reads");
+    }
+    // Copies answer with CAS unique 0 (a `cas` needs the owner's), the owner with its own.
+    assert_eq!(uniques.iter().filter(|&&c| c == 0).count(), 20, "{uniques:?}");
+    assert!(pool.counters().hot_copy_hits >= 20, "{:?}", pool.counters());
+
+    // A write is seen by every batch after it, whichever replica answers.
+    pool.set(hot, b"h2", 0, 0).unwrap();
+    for _ in 0..6 {
+        let found = pool.get_many(&[hot, cold]).unwrap();
+        assert!(found.iter().any(|(k, item)| k == hot && item.value == b"h2"), "{found:?}");
+    }
+    assert_eq!(held(&servers, hot), vec![Some(b"h2".to_vec()); 3], "the copies refilled from the owner");
+    pool.delete(hot).unwrap();
+    for _ in 0..3 {
+        assert!(pool.get_many(&[hot]).unwrap().is_empty());
+    }
+}
+
+/// A key whose copy with 3 servers on is on a server that holds none of its replicas with 4
+/// on: the copy a write made after turning the 4th server on must still delete.
+fn key_whose_copy_moves(addresses: &[String]) -> Vec<u8> {
+    let servers: Vec<shoal_route::Server> =
+        addresses.iter().map(|a| shoal_route::Server::parse(a).unwrap()).collect();
+    let placement = shoal_route::Placement::new(Hashing::Proteus, servers).unwrap();
+    (0..)
+        .map(|i| format!("hot:moves:{i}").into_bytes())
+        .find(|key| {
+            let (three, four) =
+                (placement.replicas(Some(3), key, 2).unwrap(), placement.replicas(Some(4), key, 2).unwrap());
+            let moves = three.copies().any(|c| !four.contains(c));
+            moves
+        })
+        .expect("some key")
+}
+
+#[test]
+fn a_transition_moves_a_hot_keys_replicas_and_no_read_is_stale_after_a_write() {
+    let mut servers: Vec<Server> = (0..4)
+        .map(|i| Server::shoal(&format!("hot-transition-{i}"), 0, &["-o", "hotkeys_sample=1"]))
+        .collect();
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Proteus, 2)).unwrap();
+    pool.flush_all(None).unwrap();
+    let key = key_whose_copy_moves(&addresses);
+    let index = |address: &String| addresses.iter().position(|a| a == address).unwrap();
+    // Three servers on; the key hot, its two replicas both holding v1.
+    pool.set_active(3).unwrap();
+    pool.finish_transition();
+    pool.set(&key, b"v1", 0, 0).unwrap();
+    make_hot(&mut pool, &key);
+    for _ in 0..4 {
+        assert_eq!(pool.get(&key).unwrap().unwrap().value, b"v1");
+    }
+    let on_three: Vec<usize> = pool.replicas_for(&key).unwrap().iter().map(index).collect();
+    assert!(on_three.iter().all(|&s| s < 3), "{on_three:?}");
+    for &s in &on_three {
+        assert_eq!(held(&servers, &key)[s].as_deref(), Some(b"v1".as_slice()), "replica {s}");
+    }
+
+    // The fourth server turned on: the replicas move with the active set.
+    pool.set_active(4).unwrap();
+    let on_four: Vec<usize> = pool.replicas_for(&key).unwrap().iter().map(index).collect();
+    assert_ne!(on_three, on_four);
+    // A write during the transition leaves no server with the old value: the copies of the
+    // active set before it included.
+    pool.set(&key, b"v2", 0, 0).unwrap();
+    assert!(held(&servers, &key).iter().all(|v| v.as_deref() != Some(b"v1")), "{:?}", held(&servers, &key));
+    for _ in 0..4 {
+        assert_eq!(pool.get(&key).unwrap().unwrap().value, b"v2");
+        assert_eq!(pool.get_many(&[&key]).unwrap()[0].1.value, b"v2");
+    }
+    pool.finish_transition();
+
+    // Turned off again (within the copies' TTL): reads go back to the first replicas, and
+    // none of them answers with v1.
+    pool.set_active(3).unwrap();
+    assert_eq!(pool.replicas_for(&key).unwrap().iter().map(index).collect::<Vec<_>>(), on_three);
+    for _ in 0..4 {
+        assert_eq!(pool.get(&key).unwrap().unwrap().value, b"v2");
+        assert_eq!(pool.get_many(&[&key]).unwrap()[0].1.value, b"v2");
+    }
+    pool.set(&key, b"v3", 0, 0).unwrap();
+    assert!(held(&servers, &key).iter().all(|v| v.as_deref() != Some(b"v2")), "{:?}", held(&servers, &key));
+    pool.finish_transition();
+    // The fourth server stops: the pool reads from the three on, and deletes a copy it
+    // cannot reach without failing the write.
+    servers.pop().unwrap().stop_with("TERM");
+    pool.set(&key, b"v4", 0, 0).unwrap();
+    for _ in 0..4 {
+        assert_eq!(pool.get(&key).unwrap().unwrap().value, b"v4");
+        assert_eq!(pool.get_many(&[&key]).unwrap()[0].1.value, b"v4");
+    }
+    assert!(pool.counters().hot_copy_hits > 0, "{:?}", pool.counters());
+}

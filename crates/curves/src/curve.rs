@@ -128,6 +128,47 @@ impl HitRatioCurve {
     }
 }
 
+/// A `curve` answer's lines (without `STAT `): `rate`, `tracked`, `step_bytes`, then
+/// `hit_ratio <bytes> <ratio>` at every step from 0.
+pub fn parse_curve(lines: &[String]) -> Result<HitRatioCurve, String> {
+    let mut step: Option<u64> = None;
+    let mut hits = Vec::new();
+    for line in lines {
+        let mut words = line.split(' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("step_bytes"), Some(value), None) => {
+                step = Some(
+                    value.parse().ok().filter(|&s| s > 0).ok_or_else(|| format!("step_bytes {value:?}"))?,
+                )
+            }
+            (Some("hit_ratio"), Some(bytes), Some(ratio)) => {
+                let step = step.ok_or("hit_ratio before step_bytes")?;
+                let bytes: u64 = bytes.parse().map_err(|_| format!("{line:?}: bytes"))?;
+                let ratio: f64 = ratio
+                    .parse()
+                    .ok()
+                    .filter(|r: &f64| (0.0..=1.0).contains(r))
+                    .ok_or(format!("{line:?}: ratio"))?;
+                // A step so large that the next point's size overflows has no next point.
+                let expected = (hits.len() as u64).checked_mul(step);
+                if expected != Some(bytes) {
+                    return Err(match expected {
+                        Some(at) => format!("{line:?}: expected the point at {at} bytes"),
+                        None => format!("{line:?}: a point past {} bytes", u64::MAX),
+                    });
+                }
+                hits.push(ratio);
+            }
+            _ => {} // rate, tracked, and whatever a newer server adds
+        }
+    }
+    let step = step.ok_or("no step_bytes")?;
+    if hits.is_empty() {
+        return Err("no hit_ratio points".into());
+    }
+    Ok(HitRatioCurve::new(step, hits))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

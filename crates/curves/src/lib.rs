@@ -23,7 +23,7 @@ pub mod plan;
 pub mod schedule;
 mod shards;
 
-pub use curve::{HitRatioCurve, SIZE_ERROR};
+pub use curve::{parse_curve, HitRatioCurve, SIZE_ERROR};
 pub use plan::{optimum, plan, Goal, Plan, PlanConfig, Tenant};
 pub use schedule::Schedule;
 pub use shards::{KeyHash, Shards, ShardsConfig, DEFAULT_MAX_SAMPLES};

@@ -1,13 +1,16 @@
 //! PostgreSQL's `test_decoding` output, one row of `pg_logical_slot_peek_changes` at a time.
 //!
-//! The rows the invalidator asks for (options `include-xids 0`, `include-timestamp 1`) are:
+//! The rows the invalidator asks for (options `include-xids 1`, `include-timestamp 1`) are:
 //!
 //! ```text
-//!   BEGIN
+//!   BEGIN 741
 //!   table public.users: UPDATE: id[integer]:7 name[text]:'Ann''s'
 //!   message: transactional: 1 prefix: shoal, sz: 13 content:user:7 feed:7
-//!   COMMIT (at 2026-11-24 02:45:47.266026+00)
+//!   COMMIT 741 (at 2026-11-24 02:45:47.266026+00)
 //! ```
+//!
+//! (the transaction id, [`commit_xid`], lets the invalidator wait until the commit is visible
+//! to readers before deleting: `postgres.rs`).
 //!
 //! A row change lists `column[type]:value` pairs, values either bare (`7`, `null`,
 //! `unchanged-toast-datum`) or single-quoted with `''` for a quote; an `UPDATE` whose key
@@ -136,8 +139,16 @@ fn unquote(quoted: &str) -> Option<(String, usize)> {
 }
 
 /// `(at 2026-11-24 02:45:47.266026+00)` as microseconds since the epoch.
+/// The transaction id a `COMMIT <xid> …` row shows (`include-xids 1`), if it shows one.
+pub fn commit_xid(data: &[u8]) -> Option<u32> {
+    let rest = std::str::from_utf8(data.strip_prefix(b"COMMIT ")?).ok()?;
+    rest.split(' ').next()?.parse().ok()
+}
+
 fn commit_time(rest: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(rest).ok()?.trim().strip_prefix("(at ")?.strip_suffix(')')?;
+    // After the transaction id, if the row shows one.
+    let text = std::str::from_utf8(rest).ok()?.trim().trim_start_matches(|c: char| c.is_ascii_digit());
+    let text = text.trim_start().strip_prefix("(at ")?.strip_suffix(')')?;
     let (date, time) = text.split_once(' ')?;
     let mut ymd = date.split('-').map(|p| p.parse::<i64>().ok());
     let (year, month, day) = (ymd.next()??, ymd.next()??, ymd.next()??);
@@ -201,6 +212,14 @@ mod tests {
             Row::Commit(Some(1_795_488_347_500_000))
         );
         assert_eq!(parse(b"COMMIT").unwrap(), Row::Commit(None));
+        // With include-xids 1 (what the invalidator asks for).
+        assert_eq!(parse(b"BEGIN 741").unwrap(), Row::Begin);
+        let with_xid = b"COMMIT 741 (at 2026-11-24 02:45:47.266026+00)";
+        assert_eq!(parse(with_xid).unwrap(), Row::Commit(Some(1_795_488_347_266_026)));
+        assert_eq!(commit_xid(with_xid), Some(741));
+        assert_eq!(commit_xid(b"COMMIT 741"), Some(741));
+        assert_eq!(commit_xid(b"COMMIT (at 2026-11-24 02:45:47.266026+00)"), None);
+        assert_eq!(commit_xid(b"COMMIT"), None);
         assert_eq!(
             parse(b"message: transactional: 1 prefix: shoal, sz: 15 content:users:1 users:2").unwrap(),
             Row::Message { transactional: true, prefix: "shoal", content: b"users:1 users:2" }

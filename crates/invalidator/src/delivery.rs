@@ -3,6 +3,11 @@
 //! batches of `delete` requests, and waiting out the destination's absence. What reaches a
 //! spool is the invalidator's promise: the commit-log position moves past a transaction only
 //! once its deletes are in every destination's spool.
+//!
+//! A destination a delivery failed to (unreachable, too slow, or refusing) is *behind* until
+//! its spool drains, as a router's destination that missed a change is
+//! (docs/design/faults.md): the invalidator sends no reads, so it only says so — on standard
+//! error when it falls behind and when it catches up, in `/metrics` and in `/status`.
 
 use crate::source::Commit;
 use hdrhistogram::Histogram;
@@ -12,7 +17,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often [`Delivery::watch`] looks at the destinations (the spools retry every 250 ms).
+const WATCH_EVERY: Duration = Duration::from_millis(250);
 
 /// Microseconds since the epoch, now.
 pub fn now_micros() -> u64 {
@@ -56,6 +64,10 @@ pub struct DestinationStats {
     /// Commit → acknowledgement, in microseconds, per record (a record's stamp is its earliest
     /// commit, so this is the lag of its slowest delete).
     pub lag: Mutex<Option<Histogram<u64>>>,
+    /// Since when it has been behind, as [`Delivery::watch`] last saw it.
+    pub behind_since: Mutex<Option<Instant>>,
+    /// Times it fell behind.
+    pub fell_behind: AtomicU64,
 }
 
 /// How deletes are sent.
@@ -222,6 +234,62 @@ impl Delivery {
     /// are sent again).
     pub fn refusals(&self) -> u64 {
         self.spools.refused.load(Ordering::Relaxed)
+    }
+
+    /// Whether `destination` is behind: a delivery to it failed (or a spool an earlier run
+    /// left for it was not drained) and its spool has not drained since.
+    pub fn is_behind(&self, destination: &str) -> bool {
+        self.fire_and_forget.is_none()
+            && (self.spools.is_failing(destination) || self.spools.is_behind(destination))
+    }
+
+    /// How long `destination` has been behind (`None`: it is not).
+    pub fn behind_for(&self, destination: &str) -> Option<Duration> {
+        if !self.is_behind(destination) {
+            return None;
+        }
+        let since = *self.stats.get(destination)?.behind_since.lock().unwrap_or_else(|p| p.into_inner());
+        Some(since.map_or(Duration::ZERO, |s| s.elapsed()))
+    }
+
+    /// Follows every destination's state for as long as the process runs, saying on standard
+    /// error when one falls behind and when it catches up.
+    pub fn watch(self: Arc<Self>) -> std::io::Result<()> {
+        std::thread::Builder::new().name("behind".into()).spawn(move || loop {
+            for destination in &self.destinations {
+                self.look_at(destination);
+            }
+            std::thread::sleep(WATCH_EVERY);
+        })?;
+        Ok(())
+    }
+
+    /// One look at `destination`: a change of state is recorded and told.
+    fn look_at(&self, destination: &str) {
+        let Some(stats) = self.stats.get(destination) else { return };
+        let behind = self.is_behind(destination);
+        let mut since = stats.behind_since.lock().unwrap_or_else(|p| p.into_inner());
+        match (*since, behind) {
+            (None, true) => {
+                *since = Some(Instant::now());
+                stats.fell_behind.fetch_add(1, Ordering::Relaxed);
+                let waiting = self.backlog().into_iter().find(|(d, _)| d == destination).map_or(0, |b| b.1);
+                eprintln!(
+                    "shoal invalidator: {destination} is behind: a delivery to it failed and {waiting} \
+                     deletes wait in its spool (sent again every 250 ms, in order, until it takes them); \
+                     a server it invalidates must not serve reads meanwhile (--rejoin-hold, or reads through \
+                     a router that spools for it too)"
+                );
+            }
+            (Some(from), false) => {
+                *since = None;
+                eprintln!(
+                    "shoal invalidator: {destination} caught up: its spool is delivered (it was behind for {:.1} s)",
+                    from.elapsed().as_secs_f64()
+                );
+            }
+            _ => {}
+        }
     }
 
     /// The destinations, in the order given.

@@ -18,7 +18,9 @@
 //! acknowledged every delete in it (`DELETED` or `NOT_FOUND`). A `kill -9` at any moment
 //! therefore re-sends (deletes are idempotent) and never loses. A destination that is down
 //! keeps its spool (bounded by `--backlog-max-mb`); a full spool holds the log's position —
-//! the database keeps the rest — and says so, in the log and in `/metrics`.
+//! the database keeps the rest — and says so, in the log and in `/metrics`. A destination a
+//! delivery failed to is *behind* until its spool drains (said in the log, `/metrics` and
+//! `/status`; docs/design/faults.md).
 
 mod decoding;
 mod delivery;
@@ -205,6 +207,9 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
             cold_hold: args.cold_hold,
         },
     )?);
+    if ack_rule {
+        delivery.clone().watch().map_err(|e| format!("could not start a thread: {e}"))?;
+    }
     let counters = Arc::new(Counters::default());
     let mut source = open_source(&args, rules, &state_dir)?;
     // Served once the source is open (the slot exists), so a script that waits for /status

@@ -67,12 +67,19 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
     let delivered = Family::<Labels, Counter>::default();
     let backlog = Family::<Labels, Gauge>::default();
     let full = Family::<Labels, Gauge>::default();
+    let behind = Family::<Labels, Gauge>::default();
+    let behind_seconds = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let fell_behind = Family::<Labels, Counter>::default();
     let lag = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     for (address, waiting) in delivery.backlog() {
         let stats = &delivery.stats[&address];
         delivered.get_or_create(&destination(&address)).inc_by(stats.delivered.load(Ordering::Relaxed));
         backlog.get_or_create(&destination(&address)).set(waiting as i64);
         full.get_or_create(&destination(&address)).set(i64::from(stats.full.load(Ordering::Relaxed)));
+        let behind_for = delivery.behind_for(&address);
+        behind.get_or_create(&destination(&address)).set(i64::from(behind_for.is_some()));
+        behind_seconds.get_or_create(&destination(&address)).set(behind_for.map_or(0.0, |d| d.as_secs_f64()));
+        fell_behind.get_or_create(&destination(&address)).inc_by(stats.fell_behind.load(Ordering::Relaxed));
         let histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
         for quantile in ["0.5", "0.99", "0.999"] {
             let value =
@@ -85,6 +92,17 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
     registry.register("delivered", "deletes the destination acknowledged", delivered);
     registry.register("backlog_deletes", "deletes waiting in the destination's spool", backlog);
     registry.register("backlog_full", "1 while the destination's spool is full and the log is held", full);
+    registry.register(
+        "destination_behind",
+        "1 from a failed delivery to the destination until its spool drains",
+        behind,
+    );
+    registry.register(
+        "destination_behind_seconds",
+        "how long the destination has been behind (0 while it is not)",
+        behind_seconds,
+    );
+    registry.register("destination_fell_behind", "times the destination fell behind", fell_behind);
     registry.register("lag_seconds", "commit to acknowledged delete, since start", lag);
     shoal_metrics::text(&registry)
 }
@@ -96,12 +114,16 @@ pub fn status(delivery: &Delivery, counters: &Counters) -> serde_json::Value {
         .into_iter()
         .map(|(address, waiting)| {
             let stats = &delivery.stats[&address];
+            let behind_for = delivery.behind_for(&address);
             let histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
             let ms = |q: f64| histogram.as_ref().map(|h| h.value_at_quantile(q) as f64 / 1e3);
             serde_json::json!({
                 "address": address,
                 "backlog": waiting,
                 "full": stats.full.load(Ordering::Relaxed),
+                "behind": behind_for.is_some(),
+                "behind_seconds": behind_for.map_or(0.0, |d| d.as_secs_f64()),
+                "fell_behind": stats.fell_behind.load(Ordering::Relaxed),
                 "delivered": stats.delivered.load(Ordering::Relaxed),
                 "lag_records": histogram.as_ref().map_or(0, |h| h.len()),
                 "lag_ms_p50": ms(0.5),

@@ -4,6 +4,13 @@
 //! restarted stream begins at the confirmed position, so a kill at any moment re-reads rather
 //! than loses.
 //!
+//! A commit is decoded (its WAL record flushed) a moment before other sessions can see it: the
+//! committing backend leaves PostgreSQL's list of running transactions only after the flush.
+//! A delete sent in that moment lets a look-aside reader miss, read the old row and cache it
+//! under a valid lease, stale until the next write (issue #26's lost delete). So a batch is
+//! handed on only once every transaction in it is visible to a new snapshot
+//! ([`first_invisible`]), checked over the SQL connection.
+//!
 //! A slot that disappears is never recreated silently: the commits made while it was gone
 //! were not seen, so the caches may hold stale values. A marker file in the state directory
 //! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
@@ -12,9 +19,14 @@ use crate::decoding::{self, Row};
 use crate::replication::Stream;
 use crate::rules::Rule;
 use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
-use postgres::{Client, NoTls};
+use postgres::{Client, NoTls, SimpleQueryMessage};
 use shoal_client::invalidation::POSTGRES_PREFIX;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long a decoded commit may stay invisible to new snapshots before the batch is read
+/// again (a transient fault: nothing is confirmed meanwhile).
+const VISIBLE_WITHIN: Duration = Duration::from_secs(10);
 
 /// A replication slot's commit log.
 pub struct Postgres {
@@ -159,6 +171,40 @@ impl Postgres {
         Ok(())
     }
 
+    /// Waits until every transaction of `xids` (decoded commits) is visible to a new snapshot,
+    /// so that a reader who misses after the deletes reads the new rows.
+    fn wait_visible(&mut self, xids: &[u32]) -> Result<(), Fault> {
+        if xids.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + VISIBLE_WITHIN;
+        loop {
+            // The simple protocol: one round trip (a replica region's invalidator asks over the WAN).
+            let answer = self
+                .client()?
+                .simple_query("SELECT pg_current_snapshot()::text")
+                .map_err(transient("read a snapshot"))?;
+            let snapshot = answer
+                .iter()
+                .find_map(|message| match message {
+                    SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                    _ => None,
+                })
+                .ok_or_else(|| Fault::Transient("PostgreSQL: pg_current_snapshot() gave no row".into()))?;
+            let Some(xid) = first_invisible(&snapshot, xids).map_err(Fault::Transient)? else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(Fault::Transient(format!(
+                    "PostgreSQL: transaction {xid} is decoded but still not visible to readers after {} s \
+                     (snapshot {snapshot}); its deletes wait",
+                    VISIBLE_WITHIN.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Keys of one decoded row, into the open transaction's list.
     fn keys_of_row(&self, row: Row<'_>, keys: &mut Vec<String>, problems: &mut Vec<Problem>) {
         match row {
@@ -191,6 +237,7 @@ impl Source for Postgres {
             self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
         let rows = stream.rows(wait, max).map_err(Fault::Transient)?;
         let mut batch = Batch::default();
+        let mut xids = Vec::new();
         for row in rows {
             let decoded = match decoding::parse(&row.data) {
                 Ok(decoded) => decoded,
@@ -205,6 +252,7 @@ impl Source for Postgres {
                     let keys = self.open.take().unwrap_or_default();
                     if !keys.is_empty() {
                         batch.commits.push(Commit { keys, micros });
+                        xids.extend(decoding::commit_xid(&row.data));
                     }
                     batch.upto = Some(Position::Lsn(row.lsn, false));
                 }
@@ -232,6 +280,7 @@ impl Source for Postgres {
                 }
             }
         }
+        self.wait_visible(&xids)?;
         Ok(batch)
     }
 
@@ -254,9 +303,56 @@ impl Source for Postgres {
         })?;
         self.client = Some(client);
         self.ensure_slot()?;
-        // The SQL connection only manages the slot; changes come over the stream.
-        self.client = None;
+        // The SQL connection manages the slot and waits for commits to be visible; changes
+        // come over the stream.
         self.stream = Some(Stream::start(&self.conninfo, &self.slot).map_err(Fault::Transient)?);
         Ok(())
+    }
+}
+
+/// The first of `xids` (32-bit transaction ids, as test_decoding shows them) that a snapshot
+/// (`pg_current_snapshot()`'s text, `xmin:xmax:xip,…` of 64-bit ids) does not see: at or after
+/// its `xmax`, or still running. `None`: every one is visible. A 32-bit id is taken as the
+/// latest 64-bit id below `xmax` (or at it) with those low bits: the ids checked were just
+/// decoded, so they are recent.
+pub fn first_invisible(snapshot: &str, xids: &[u32]) -> Result<Option<u32>, String> {
+    let bad = || format!("PostgreSQL: a snapshot {snapshot:?} that does not read as xmin:xmax:xip");
+    let mut parts = snapshot.trim().split(':');
+    let (_xmin, xmax, running) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(xmin), Some(xmax), Some(running), None) => (xmin, xmax, running),
+        _ => return Err(bad()),
+    };
+    let xmax: u64 = xmax.parse().map_err(|_| bad())?;
+    let running: Vec<u64> = running
+        .split(',')
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    Ok(xids.iter().copied().find(|&xid| {
+        let mut full = (xmax & !0xffff_ffff) | u64::from(xid);
+        if full > xmax {
+            full = full.saturating_sub(1 << 32);
+        }
+        full >= xmax || running.contains(&full)
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_invisible;
+
+    #[test]
+    fn a_commit_is_visible_once_below_xmax_and_not_running() {
+        assert_eq!(first_invisible("740:745:", &[741, 744]), Ok(None));
+        assert_eq!(first_invisible("740:745:741,743", &[742, 743]), Ok(Some(743)));
+        assert_eq!(first_invisible("740:745:741", &[745]), Ok(Some(745)));
+        assert_eq!(first_invisible("10:12:", &[5]), Ok(None), "long committed");
+        // Across a 32-bit wrap: xmax 2^32 + 5; 4294967290 is 2^32 - 6, before it.
+        assert_eq!(first_invisible("4294967290:4294967301:4294967300", &[4_294_967_290, 3]), Ok(None));
+        assert_eq!(first_invisible("4294967290:4294967301:4294967300", &[4]), Ok(Some(4)));
+        assert_eq!(first_invisible("4294967290:4294967301:", &[5]), Ok(Some(5)));
+        for bad in ["", "1:2", "1:x:", "1:2:3:4", "1:2:a"] {
+            assert!(first_invisible(bad, &[1]).is_err(), "{bad:?}");
+        }
     }
 }

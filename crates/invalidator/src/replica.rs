@@ -8,6 +8,9 @@ use postgres::{Client, NoTls};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+/// How long a replica that did not answer is left before it is asked again.
+const RETRY_REPLICA: Duration = Duration::from_millis(100);
+
 /// A replica whose replay position gates delivery.
 pub struct ReplicaGate {
     conninfo: String,
@@ -26,36 +29,57 @@ impl ReplicaGate {
         ReplicaGate { conninfo: conninfo.to_string(), client: None }
     }
 
-    /// Waits until the replica has replayed everything before `lsn` (or `stop` is set).
+    /// Waits until the replica has replayed everything before `lsn` (or `stop` is set). A
+    /// replica that cannot be reached (restarting, say) is asked again every
+    /// [`RETRY_REPLICA`] with the batch held: the commit log is not read again, so deletes go
+    /// out as soon as it answers (the fault harness's replica restarts, docs/design/faults.md).
     pub fn wait_for(&mut self, lsn: u64, stop: &AtomicBool) -> Result<(), Fault> {
+        let mut failing: Option<String> = None;
         while !stop.load(Ordering::Relaxed) {
-            if self.client.is_none() {
-                let client = Client::connect(&self.conninfo, NoTls)
-                    .map_err(|e| Fault::Transient(format!("--wait-for-replica: connect: {e}")))?;
-                self.client = Some(client);
-            }
-            let client = self.client.as_mut().expect("connected above");
-            let replayed: Option<String> =
-                match client.query_one("SELECT pg_last_wal_replay_lsn()::text", &[]) {
-                    Ok(row) => row.get(0),
-                    Err(e) => {
-                        self.client = None;
-                        return Err(Fault::Transient(format!("--wait-for-replica: {e}")));
+            match self.replayed() {
+                Ok(replayed) if replayed >= lsn => {
+                    if failing.is_some() {
+                        eprintln!("shoal invalidator: --wait-for-replica: the replica answers again");
                     }
-                };
-            let Some(replayed) = replayed else {
-                return Err(Fault::Fatal(
-                    "--wait-for-replica names a server that is not a standby (pg_last_wal_replay_lsn() is NULL); \
-                     give the replica region's streaming replica"
-                        .into(),
-                ));
-            };
-            if parse_lsn(&replayed).is_some_and(|replayed| replayed >= lsn) {
-                return Ok(());
+                    return Ok(());
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+                Err(Fault::Transient(why)) => {
+                    if failing.as_deref() != Some(&why) {
+                        eprintln!("shoal invalidator: {why}; the batch waits, asking again every 100 ms");
+                        failing = Some(why);
+                    }
+                    std::thread::sleep(RETRY_REPLICA);
+                }
+                Err(fatal) => return Err(fatal),
             }
-            std::thread::sleep(Duration::from_millis(5));
         }
         Ok(())
+    }
+
+    /// The replica's replay position, connecting first if need be.
+    fn replayed(&mut self) -> Result<u64, Fault> {
+        if self.client.is_none() {
+            let client = Client::connect(&self.conninfo, NoTls)
+                .map_err(|e| Fault::Transient(format!("--wait-for-replica: connect: {e}")))?;
+            self.client = Some(client);
+        }
+        let client = self.client.as_mut().expect("connected above");
+        let replayed: Option<String> = match client.query_one("SELECT pg_last_wal_replay_lsn()::text", &[]) {
+            Ok(row) => row.get(0),
+            Err(e) => {
+                self.client = None;
+                return Err(Fault::Transient(format!("--wait-for-replica: {e}")));
+            }
+        };
+        let Some(replayed) = replayed else {
+            return Err(Fault::Fatal(
+                "--wait-for-replica names a server that is not a standby (pg_last_wal_replay_lsn() is NULL); \
+                 give the replica region's streaming replica"
+                    .into(),
+            ));
+        };
+        Ok(parse_lsn(&replayed).unwrap_or(0))
     }
 }
 

@@ -120,7 +120,7 @@ impl Stream {
         }
         let mut out = BytesMut::new();
         let command = format!(
-            "START_REPLICATION SLOT \"{slot}\" LOGICAL 0/0 (\"include-xids\" '0', \"include-timestamp\" '1')"
+            "START_REPLICATION SLOT \"{slot}\" LOGICAL 0/0 (\"include-xids\" '1', \"include-timestamp\" '1')"
         );
         frontend::query(&command, &mut out).map_err(io_failure("start replication"))?;
         stream.send(&out)?;

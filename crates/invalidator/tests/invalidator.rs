@@ -162,6 +162,15 @@ impl Invalidator {
         serde_json::from_str(text.split("\r\n\r\n").nth(1)?).ok()
     }
 
+    fn metrics(&self) -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics))
+            .expect("the invalidator serves /metrics");
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    }
+
     fn status(&self) -> serde_json::Value {
         self.try_status().expect("the invalidator answers /status")
     }
@@ -650,4 +659,134 @@ fn an_unreachable_postgres_is_reported_with_its_cause_and_state_goes_to_systemds
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("/var/lib/shoal/invalidator") && help.contains("STATE_DIRECTORY"), "{help}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_destination_it_cannot_deliver_to_is_behind_until_its_spool_drains() {
+    let state = state_dir("behind");
+    std::fs::create_dir_all(&state).unwrap();
+    let path = state.join("app.db");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute(invalidation::SQLITE_OUTBOX_SCHEMA, []).unwrap();
+    let up = Server::shoal("inv-behind-up", 0, &[]);
+    // The second destination caches "a" and "b" in a region file, then goes away (nothing
+    // listens on its port meanwhile); it comes back warm, so the delete it missed still has
+    // something to remove, whenever the spool's next attempt reaches it.
+    let region = state.join("down.region");
+    let region_arg = region.to_str().unwrap().to_string();
+    let gone = Server::shoal("inv-behind-down", 0, &["-e", &region_arg]);
+    let down = gone.port;
+    fill(&gone, ["a", "b"].map(String::from));
+    gone.stop_with("KILL");
+    let destinations = [up.address(), format!("127.0.0.1:{down}")];
+    let inv =
+        Invalidator::start(&state.join("inv"), &["--sqlite", path.to_str().unwrap()], &destinations, &[]);
+    let behind = |i: usize| inv.status()["destinations"][i]["behind"].as_bool();
+    assert_eq!((behind(0), behind(1)), (Some(false), Some(false)), "nothing sent yet: {}", inv.status());
+    fill(&up, ["a"].map(String::from));
+    db.execute_batch("BEGIN").unwrap();
+    invalidation::emit_sqlite(&db, &["a"]).unwrap();
+    db.execute_batch("COMMIT").unwrap();
+    assert!(eventually(30, || behind(1) == Some(true)), "{}", inv.status());
+    assert!(eventually(30, || !present(&up, "a")), "the destination that is up takes its delete");
+    assert_eq!(behind(0), Some(false), "{}", inv.status());
+    assert_eq!(inv.status()["destinations"][1]["backlog"], 1, "{}", inv.status());
+    // The watcher (every 250 ms) counts it and says so.
+    assert!(eventually(30, || inv.status()["destinations"][1]["fell_behind"] == 1), "{}", inv.status());
+    let line = format!("shoal_invalidator_destination_behind{{destination=\"127.0.0.1:{down}\"}} 1");
+    assert!(inv.metrics().contains(&line), "{}", inv.metrics());
+    assert!(
+        eventually(30, || inv.stderr().contains(&format!("127.0.0.1:{down} is behind"))),
+        "{}",
+        inv.stderr()
+    );
+    // The destination comes back with the keys still cached: it gets the delete, and catches up.
+    let back = Server::shoal("inv-behind-down", down, &["-e", &region_arg]);
+    assert!(eventually(30, || !present(&back, "a")), "{}", inv.stderr());
+    assert!(eventually(30, || behind(1) == Some(false)), "{}", inv.status());
+    assert!(eventually(30, || inv.stderr().contains("caught up")), "{}", inv.stderr());
+    let status = inv.status();
+    assert_eq!(
+        (status["destinations"][1]["backlog"].as_u64(), status["destinations"][1]["behind_seconds"].as_f64()),
+        (Some(0), Some(0.0)),
+        "{status}"
+    );
+    assert!(present(&back, "b"));
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
+}
+
+/// A commit is decoded once its WAL record is flushed, a moment before other sessions can see
+/// it (here held there: a synchronous standby that never answers). A delete sent then lets a
+/// look-aside reader miss, read the old row and cache it under a valid lease (issue #26): the
+/// invalidator deletes only once the commit is visible. Without that, the delete came within
+/// milliseconds while the row still read old.
+#[test]
+fn a_delete_waits_until_its_commit_is_visible_to_readers() {
+    let pg = Postgres::start("visible");
+    let mut db = pg.client();
+    db.batch_execute("CREATE TABLE kv (k int PRIMARY KEY, v int NOT NULL); INSERT INTO kv VALUES (1, 0)")
+        .unwrap();
+    let server = Server::shoal("inv-visible", 0, &[]);
+    fill(&server, ["kv:1".to_string()]);
+    let state = state_dir("visible");
+    let inv = Invalidator::start(&state, &["--postgres", &pg.conninfo()], &[server.address()], &[]);
+    // A synchronous standby that never answers: a commit is flushed (so decoded) and then waits,
+    // invisible to other sessions, until the wait is cancelled.
+    db.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'").unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").unwrap();
+    db.batch_execute("SET synchronous_commit = local").unwrap();
+    let conninfo = pg.conninfo();
+    let writer = std::thread::spawn(move || {
+        let mut db = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
+        let mut tx = db.transaction().unwrap();
+        tx.execute("UPDATE kv SET v = 1 WHERE k = 1", &[]).unwrap();
+        invalidation::emit_postgres(&mut tx, &["kv:1"]).unwrap();
+        // Flushed, then waits for the standby (cancelled below): committed, invisible meanwhile.
+        tx.commit()
+    });
+    let waiting = |db: &mut postgres::Client| {
+        let row = db
+            .query_one(
+                "SELECT count(*), pg_current_wal_flush_lsn()::text FROM pg_stat_activity \
+                 WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .unwrap();
+        (row.get::<_, i64>(0) == 1).then(|| row.get::<_, String>(1))
+    };
+    assert!(eventually(60, || waiting(&mut db).is_some()), "the writer waits for the standby");
+    let flushed = waiting(&mut db).expect("still waiting");
+    // The commit is decoded and sent to the invalidator (its walsender is past it).
+    let sent = |db: &mut postgres::Client| {
+        db.query_one(
+            "SELECT count(*) FROM pg_stat_replication WHERE sent_lsn >= $1::text::pg_lsn",
+            &[&flushed],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    };
+    assert!(eventually(60, || sent(&mut db)), "the invalidator's walsender sent the commit");
+    // Deleted ⇒ visible, for as long as the commit stays invisible.
+    let old = |db: &mut postgres::Client| {
+        db.query_one("SELECT v FROM kv WHERE k = 1", &[]).unwrap().get::<_, i32>(0) == 0
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        assert!(old(&mut db), "the commit is still invisible");
+        assert!(
+            present(&server, "kv:1"),
+            "a delete came while its commit was invisible to readers: {}",
+            inv.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    db.batch_execute("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        .unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(!old(&mut db), "visible once the wait is cancelled");
+    assert!(eventually(60, || !present(&server, "kv:1")), "then deleted: {}", inv.stderr());
+    inv.kill();
+    let _ = std::fs::remove_dir_all(state);
 }

@@ -40,6 +40,23 @@ pub enum StoreCmd {
     LeaseSet(u64),
 }
 
+impl StoreCmd {
+    /// The operation that sends this command on, with its number (a `cas` unique or a lease
+    /// token): how a router or a near cache forwards a store it parsed.
+    pub fn op(self) -> (crate::encode::Op, Option<u64>) {
+        use crate::encode::Op;
+        match self {
+            StoreCmd::Set => (Op::Set, None),
+            StoreCmd::Add => (Op::Add, None),
+            StoreCmd::Replace => (Op::Replace, None),
+            StoreCmd::Append => (Op::Append, None),
+            StoreCmd::Prepend => (Op::Prepend, None),
+            StoreCmd::Cas(unique) => (Op::Cas, Some(unique)),
+            StoreCmd::LeaseSet(token) => (Op::LeaseSet, Some(token)),
+        }
+    }
+}
+
 /// `<cmd> <key> <flags> <exptime> <bytes> [cas] [noreply]` (or `lease-set <key> <token>
 /// <flags> <exptime> <bytes> [noreply]`) and its data block.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -293,9 +293,10 @@ impl HintsWriter {
         }
     }
 
-    /// Queues a read of the key whose curve hash (`shoal_curves::KeyHash`) is `hash` for the
-    /// server's curve: call after [`HintsWriter::record`] counted it, only for keys in the
-    /// sample (the hash's spatial part below the region's published threshold).
+    /// Queues a read of the key whose probe hash ([`crate::key_hash`], which the server's
+    /// curve knows the key by) is `hash` for the server's curve: call after
+    /// [`HintsWriter::record`] counted it, only for keys in the sample (the hash's top 24 bits
+    /// below the region's published threshold, [`crate::Reader::curve_threshold`]).
     #[inline]
     pub fn record_sampled(&mut self, hash: u64, read: SampledRead) {
         let entry = CURRENT.off_sample(self.samples_head);
@@ -518,7 +519,7 @@ pub struct SamplesDrained {
 }
 
 impl SampleReader {
-    /// Each sampled read queued since the last drain, oldest first, as (curve hash, the read,
+    /// Each sampled read queued since the last drain, oldest first, as (probe hash, the read,
     /// or `None` for a record this library never writes); at most one ring's worth, the newest.
     pub fn drain(&mut self, mut each: impl FnMut(u64, Option<SampledRead>)) -> SamplesDrained {
         let entries = self.format.sample_entries as u64;
@@ -604,7 +605,7 @@ mod tests {
         let r = crate::Reader::open(w.path()).unwrap();
         let mut v = Vec::new();
         let fetched = |v: &mut Vec<u8>| w.read(b"k", v, false).unwrap().hit().unwrap().fetched;
-        let (lookup, at) = r.get_located(b"k", &mut v).unwrap();
+        let (lookup, at, _) = r.get_located(b"k", &mut v).unwrap();
         assert!(lookup.hit().is_some() && !fetched(&mut v));
         w.mark_read(at.unwrap());
         assert!(fetched(&mut v));

@@ -94,12 +94,18 @@ pub(crate) struct RawHeader {
     /// `hold_until`. Both 0 in a region no hold was ever set on (and in older files).
     pub hold_gen: AtomicU64,
     pub hold_until: AtomicU32,
-    /// The sampling threshold of the region's hit-ratio curve (issue 27): a local reader
-    /// reports a read to the server's curve when the top 24 bits of its key's curve hash
-    /// (`shoal_curves::KeyHash`, XXH3-64 unseeded) fall below it. 0 — no curve, an older
-    /// server, an older file — reports nothing; the server sets it (every 100 ms) and clears
-    /// it when it attaches.
+    /// Retired: the curve's threshold for an unseeded XXH3-64 of the key, which clients built
+    /// before the sample was taken from the index probe's hash screen by. A server clears it
+    /// when it attaches and never sets it, so such a client reports no sampled reads (they
+    /// still count as references through its hints counters) rather than reads the server
+    /// would take for another key's.
     pub curve_threshold: AtomicU32,
+    /// The sampling threshold of the region's hit-ratio curve (issue 27): a local reader
+    /// reports a read to the server's curve when the top 24 bits of its key's probe hash
+    /// ([`crate::key_hash`], XXH3-64 under `hash_seed`, the hash that names its buckets)
+    /// fall below it. 0 — no curve, an older server, an older file — reports nothing; the
+    /// server sets it (every 100 ms) and clears it when it attaches.
+    pub probe_threshold: AtomicU32,
 }
 
 /// Byte offset of the cookie, for locality discovery (`shm` answers with it).

@@ -55,7 +55,7 @@ pub use mapping::Mapping;
 #[cfg(not(loom))]
 pub use reader::Reader;
 #[cfg(not(loom))]
-pub use region::{ItemInfo, KeyHash, Lookup, ValueSink};
+pub use region::{key_hash, ItemInfo, KeyHash, Lookup, ValueSink};
 #[cfg(not(loom))]
 pub use writer::{
     counter_text, parse_counter, touch_expiry, visible, Change, Config, Current, Delta, Eviction,

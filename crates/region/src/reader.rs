@@ -6,7 +6,7 @@
 use crate::error::{OpError, RegionError};
 use crate::hints::Location;
 use crate::layout::{Layout, COOKIE_OFFSET};
-use crate::region::{Lookup, Region};
+use crate::region::{Lookup, Region, ValueSink};
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -52,15 +52,24 @@ impl Reader {
     }
 
     /// Looks `key` up like [`Reader::get`], and says where a hit was found (for
-    /// [`crate::hints::HintsWriter::record`]).
+    /// [`crate::hints::HintsWriter::record`]) and the key's probe hash ([`crate::key_hash`]:
+    /// what the curve's sample is screened by, so a reader need not hash the key again).
     #[inline]
     pub fn get_located(
         &self,
         key: &[u8],
-        value: &mut Vec<u8>,
-    ) -> Result<(Lookup, Option<Location>), OpError> {
-        let (lookup, found) = self.region.get(key, value)?;
-        Ok((lookup, found.as_ref().map(Location::of)))
+        value: &mut dyn ValueSink,
+    ) -> Result<(Lookup, Option<Location>, u64), OpError> {
+        let hash = self.region.hash(key);
+        self.region.prefetch_buckets(&hash);
+        let (lookup, found) = self.region.get_hashed(key, &hash, value, None)?;
+        Ok((lookup, found.as_ref().map(Location::of), hash.raw))
+    }
+
+    /// The key's probe hash ([`crate::key_hash`] under this region's seed).
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.region.hash(key).raw
     }
 
     /// Whether a writer is attached (or died attached): false once a server detached cleanly,
@@ -89,9 +98,30 @@ impl Reader {
         self.region.header().clock.load(Ordering::Acquire)
     }
 
-    /// The server curve's sampling threshold as last published (0: report no reads).
+    /// The server curve's sampling threshold as last published, for the top 24 bits of the
+    /// probe hash (0: report no reads).
     #[inline]
     pub fn curve_threshold(&self) -> u32 {
-        self.region.header().curve_threshold.load(Ordering::Relaxed)
+        self.region.header().probe_threshold.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_lookup_hands_out_the_probe_hash_the_writer_and_key_hash_compute() {
+        let w = crate::Writer::create_anonymous(&crate::Config::default(), true).unwrap();
+        w.set(b"k", b"v", 0, 0).unwrap();
+        let r = crate::Reader::open(w.path()).unwrap();
+        let seed = r.layout().hash_seed;
+        for key in [&b"k"[..], b"absent"] {
+            let (_, _, hash) = r.get_located(key, &mut Vec::new()).unwrap();
+            assert_eq!(hash, crate::key_hash(key, seed));
+            assert_eq!(hash, r.hash(key));
+            assert_eq!(hash, w.hash(key).raw());
+        }
+        assert_eq!(r.curve_threshold(), 0, "no curve published yet");
+        w.publish_curve_threshold(12345);
+        assert_eq!(r.curve_threshold(), 12345);
     }
 }

@@ -67,15 +67,32 @@ impl Lookup {
     }
 }
 
+/// The region's hash of `key` under the region's `seed` (XXH3-64): its bits name the key's
+/// two buckets and its tag, and its top 24 bits are the key's spatial hash for the server's
+/// hit-ratio curve (issue 27), so a local reader screens a read for the curve's sample with the
+/// hash its probe computed (`shoal_curves::KeyHash::from_raw`).
+#[inline]
+pub fn key_hash(key: &[u8], seed: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, seed)
+}
+
 /// The hash of a key: its two candidate buckets and its 16-bit tag. Outside the crate it is
 /// opaque, made by [`crate::Writer::hash`] for a caller that does several things with one key.
 #[derive(Clone, Copy, Debug)]
 pub struct KeyHash {
     pub(crate) buckets: [usize; 2],
     pub(crate) tag: u16,
+    /// The whole [`key_hash`].
+    pub(crate) raw: u64,
 }
 
 impl KeyHash {
+    /// The whole [`key_hash`] the buckets and tag came from.
+    #[inline]
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+
     /// The distinct candidate buckets (one if both choices coincide).
     #[inline]
     pub fn candidates(&self) -> &[usize] {
@@ -207,12 +224,12 @@ impl Region {
     /// Hashes a key with the region's seed.
     #[inline]
     pub fn hash(&self, key: &[u8]) -> KeyHash {
-        let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, self.layout.hash_seed);
+        let h = key_hash(key, self.layout.hash_seed);
         let n = self.layout.bucket_count as u128;
         let first = ((h as u128 * n) >> 64) as usize;
         let mixed = h.rotate_left(32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let second = ((mixed as u128 * n) >> 64) as usize;
-        KeyHash { buckets: [first, second], tag: h as u16 }
+        KeyHash { buckets: [first, second], tag: h as u16, raw: h }
     }
 
     /// Starts loading the index buckets `hash` names, so that the lookups of a batch (a

@@ -269,19 +269,13 @@ impl Model {
         self.items.get_mut(&k).filter(|i| !i.flushed && (i.expiry == 0 || i.expiry > clock))
     }
 
-    /// Stores a new version (or removes the key if it is expired on arrival, as the store
-    /// does). Returns true if a new version exists and needs its CAS learnt.
+    /// Stores a new version (expiring now if it is expired on arrival, as the store and
+    /// memcached do). Returns true if a live new version exists and needs its CAS learnt.
     fn write(&mut self, k: usize, value: Vec<u8>, flags: u32, expiry: Option<u32>) -> bool {
-        match expiry {
-            Some(expiry) => {
-                self.items.insert(k, Item { value, flags, expiry, cas: 0, flushed: false });
-                true
-            }
-            None => {
-                self.items.remove(&k);
-                false
-            }
-        }
+        let live = expiry.is_some();
+        let expiry = expiry.unwrap_or(self.clock.max(1));
+        self.items.insert(k, Item { value, flags, expiry, cas: 0, flushed: false });
+        live
     }
 
     fn flush_now(&mut self) {

@@ -166,6 +166,7 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         errors: AtomicU64::new(0),
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
+        connections: Default::default(),
     });
     let tcp = if args.port > 0 {
         let l = std::net::TcpListener::bind((args.listen.as_str(), args.port))
@@ -252,14 +253,20 @@ fn serve_worker(
         loop {
             tokio::select! {
                 accepted = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
-                    if let Ok((stream, _)) = accepted {
-                        let _ = stream.set_nodelay(true);
-                        tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                    match accepted {
+                        Ok((stream, _)) => {
+                            let _ = stream.set_nodelay(true);
+                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                        }
+                        Err(e) => router.connections.accept_failed(e).await,
                     }
                 }
                 accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
-                    if let Ok((stream, _)) = accepted {
-                        tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                    match accepted {
+                        Ok((stream, _)) => {
+                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                        }
+                        Err(e) => router.connections.accept_failed(e).await,
                     }
                 }
             }

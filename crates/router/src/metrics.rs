@@ -4,7 +4,9 @@
 //! Router-wide counters are `shoal_router_<name>`; each destination's state is a family
 //! labelled `destination="<address>"`: `up` (1, or 0 while TKO), `behind` (1 while it catches
 //! up on invalidations it missed), requests `sent` and `failed`, deletes `spooled` and not yet
-//! delivered, requests `pending` (sent, not yet answered).
+//! delivered, requests `pending` (sent, not yet answered). A pool with `"hot_replicas"` has
+//! `hot_keys`, `hot_copy_hits` and `hot_copies_made` labelled `pool="<name>"` (a pool under
+//! several routes: their sum; its hot keys: the most any of them knows).
 
 use crate::state::Router;
 use shoal_metrics::prometheus_client::metrics::counter::Counter;
@@ -126,5 +128,34 @@ pub fn render(router: &Router) -> String {
         "requests sent to the destination and not answered yet",
         pending,
     );
+    hot_pools(&mut registry, router);
     shoal_metrics::text(&registry)
+}
+
+/// The hot-key numbers of every pool with `"hot_replicas"`, by pool name.
+fn hot_pools(registry: &mut Registry, router: &Router) {
+    let mut pools: std::collections::BTreeMap<&str, crate::route::hot::HotCounts> = Default::default();
+    let config = router.config();
+    if config.hot.is_empty() {
+        return;
+    }
+    for (pool, hot) in &config.hot {
+        let counts = hot.counts();
+        let sum = pools.entry(pool.as_str()).or_default();
+        sum.hot_keys = sum.hot_keys.max(counts.hot_keys);
+        sum.copy_hits += counts.copy_hits;
+        sum.copies_made += counts.copies_made;
+    }
+    let keys = Family::<Labels, Gauge<i64, AtomicI64>>::default();
+    let copy_hits = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let copies_made = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for (pool, counts) in pools {
+        let labels = vec![("pool".to_string(), pool.to_string())];
+        keys.get_or_create(&labels).set(counts.hot_keys as i64);
+        copy_hits.get_or_create(&labels).inc_by(counts.copy_hits);
+        copies_made.get_or_create(&labels).inc_by(counts.copies_made);
+    }
+    registry.register("hot_keys", "keys in the pool's hot set, read from their replicas", keys);
+    registry.register("hot_copy_hits", "gets of hot keys a copy (not the owner) answered", copy_hits);
+    registry.register("hot_copies_made", "copies of hot keys made after a copy missed", copies_made);
 }

@@ -39,6 +39,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     router: Arc<Router>,
     worker: Rc<Worker>,
 ) {
+    let _open = router.connections.open();
     let mut parser = Parser::new(router.max_item_bytes);
     // Requests are read straight into `buf` and answers gathered in `out`; both are kept
     // (with their capacity) for the connection's life. A client is read, then answered, so

@@ -7,7 +7,7 @@
 //! connection carries exactly one reply per request, in order, whoever sent it.
 
 use shoal_proto::answer::{blocks, LeaseHeader, ValueHeader};
-use shoal_proto::{encode_request, Body, Meta, MetaCmd, Request as Parsed, StoreCmd};
+use shoal_proto::{encode_request, Body, Meta, MetaCmd, Request as Parsed};
 pub use shoal_proto::{Op, Shape};
 
 /// One key's request.
@@ -205,15 +205,7 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
             get.keys.clone().map(|key| one(op, key, exptime, false, Body::None).remove(0)).collect()
         }
         Parsed::Store(store) => {
-            let (op, extra) = match store.cmd {
-                StoreCmd::Set => (Op::Set, None),
-                StoreCmd::Add => (Op::Add, None),
-                StoreCmd::Replace => (Op::Replace, None),
-                StoreCmd::Append => (Op::Append, None),
-                StoreCmd::Prepend => (Op::Prepend, None),
-                StoreCmd::Cas(unique) => (Op::Cas, Some(unique)),
-                StoreCmd::LeaseSet(token) => (Op::LeaseSet, Some(token)),
-            };
+            let (op, extra) = store.cmd.op();
             let body = Body::Store { flags: store.flags, data: store.data.to_vec(), extra };
             one(op, store.key, store.exptime, store.noreply, body)
         }

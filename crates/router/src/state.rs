@@ -26,6 +26,51 @@ pub struct Router {
     pub(crate) errors: AtomicU64,
     pub(crate) reloads: AtomicU64,
     pub(crate) reload_failures: AtomicU64,
+    /// Clients' connections.
+    pub(crate) connections: Connections,
+}
+
+/// Clients' connections, counted as memcached counts its own (`curr_connections`,
+/// `total_connections`), and the accepts that failed.
+#[derive(Debug, Default)]
+pub struct Connections {
+    current: AtomicU64,
+    total: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+/// A client connection being served: counted in `curr_connections` until dropped.
+pub(crate) struct Open<'a>(&'a Connections);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.current.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Connections {
+    /// Counts a client connection in for as long as the guard lives.
+    pub(crate) fn open(&self) -> Open<'_> {
+        self.current.fetch_add(1, Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        Open(self)
+    }
+
+    /// After a failed accept (most often no descriptor left: `ulimit -n`): counted, told on
+    /// standard error (the first, then every 1000th), and the listener left alone for 10 ms
+    /// rather than asked again at once (it would fail again in a busy loop).
+    pub(crate) async fn accept_failed(&self, error: std::io::Error) {
+        let n = self.accept_errors.fetch_add(1, Ordering::Relaxed);
+        if n.is_multiple_of(1000) {
+            eprintln!(
+                "shoal router: accepting a connection failed: {error} ({} so far; with \"Too many open files\", \
+                 raise the open-files limit, ulimit -n: {} clients are connected)",
+                n + 1,
+                self.current.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 impl Router {
@@ -42,6 +87,9 @@ impl Router {
         stat("uptime", self.started.elapsed().as_secs().to_string());
         stat("version", format!("shoal-router-{}", env!("CARGO_PKG_VERSION")));
         stat("threads", self.threads.to_string());
+        stat("curr_connections", self.connections.current.load(Ordering::Relaxed).to_string());
+        stat("total_connections", self.connections.total.load(Ordering::Relaxed).to_string());
+        stat("accept_errors", self.connections.accept_errors.load(Ordering::Relaxed).to_string());
         stat("cmd_total", self.requests.load(Ordering::Relaxed).to_string());
         stat("errors_total", self.errors.load(Ordering::Relaxed).to_string());
         stat("config_reloads", self.reloads.load(Ordering::Relaxed).to_string());
@@ -55,8 +103,12 @@ impl Router {
         stat("spool_refused", self.spools.refused.load(Ordering::Relaxed).to_string());
         stat("spool_full", self.spools.full.load(Ordering::Relaxed).to_string());
         stat("spool_files_refused", self.spools.files_refused.load(Ordering::Relaxed).to_string());
-        for pool in &self.config().provisioned {
+        let config = self.config();
+        for pool in &config.provisioned {
             stat("pool", pool.stats());
+        }
+        for (pool, hot) in &config.hot {
+            stat("hot_pool", format!("{pool} {}", hot.stats()));
         }
         for (address, health) in destinations {
             let spooled = depths.iter().find(|(a, _)| *a == address).map_or(0, |(_, n)| *n);

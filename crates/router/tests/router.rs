@@ -569,12 +569,12 @@ fn a_connection_full_of_timed_out_requests_is_replaced() {
     });
     // One worker thread, so that every client's requests share its one connection.
     let router = Router::start_with_threads("stuck", &one_server(&address, 500, 2000), 1);
-    // More requests than a connection may have in flight (4096), sent at once by three
+    // More requests than a connection may have in flight (65 536), sent at once by three
     // clients: the first connection's queue fills, then every request on it times out.
     let clients: Vec<std::net::TcpStream> = (0..3)
         .map(|_| {
             let mut s = std::net::TcpStream::connect(router.address()).unwrap();
-            s.write_all(&b"get k\r\n".repeat(1400)).unwrap();
+            s.write_all(&b"get k\r\n".repeat(22_000)).unwrap();
             s
         })
         .collect();

@@ -35,7 +35,6 @@ const IGNORED_SUBOPTIONS: &[&str] = &[
     "hash_algorithm",
     "relaxed_privileges",
     "resp_obj_mem_limit",
-    "read_buf_mem_limit",
 ];
 
 /// `shoal server`: a drop-in memcached server whose items live in a shared-memory region.
@@ -165,7 +164,10 @@ pub struct ServerArgs {
     /// ending at this character (memcached's -D; the default delimiter is `:`)
     #[arg(short = 'D', value_name = "CHAR")]
     pub prefix_delimiter: Option<String>,
-    /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply)
+    /// comma-separated extended options (memcached's; see docs/PROTOCOL.md for those that apply);
+    /// Shoal's `io_uring` serves connections with io_uring instead of epoll (the default unless
+    /// the environment has SHOAL_SERVER_IO=uring; `no_io_uring` forces epoll), with
+    /// `io_uring_buffers=N` receive buffers per worker
     #[arg(short = 'o', long = "extended", value_name = "OPTS")]
     pub extended: Vec<String>,
     /// lease interval in seconds: a `lease-get` token (and the hot misses of other callers)
@@ -190,6 +192,8 @@ pub struct ServerArgs {
     /// win (docs/packaging.md)
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub near: crate::upstream::NearArgs,
     /// print this help and exit
     #[arg(short = 'h', long = "help")]
     pub help: bool,
@@ -259,6 +263,10 @@ pub struct Settings {
     pub daemonize: bool,
     /// Close connections idle this many seconds (`-o idle_timeout=N`), counted as `idle_kicks`.
     pub idle_timeout: Option<u32>,
+    /// The most answers one connection may hold unsent (`-o read_buf_mem_limit`; `None`: no
+    /// limit): past it a multiget answers `SERVER_ERROR out of memory writing get response`
+    /// and a pipelined request closes the connection, as in memcached.
+    pub answers_held: Option<usize>,
     /// Whether `lru_crawler metadump` and `crawl` start enabled (`-o no_lru_crawler` or
     /// `no_modern` turn them off until `lru_crawler enable`).
     pub lru_crawler: bool,
@@ -274,6 +282,8 @@ pub struct Settings {
     /// how many, on average, is counted (`-o hotkeys_sample=N`).
     pub hotkeys: usize,
     pub hotkeys_sample: u32,
+    /// The data path: io_uring or epoll (`-o io_uring`, `SHOAL_SERVER_IO`; [`crate::uring_options`]).
+    pub io: crate::uring_options::IoOptions,
     /// Seconds a lease token lasts (`--lease-ttl`).
     pub lease_ttl: u32,
     /// Seconds a deleted value stays readable as stale by lease clients (`--stale-ttl`).
@@ -296,6 +306,8 @@ pub struct Settings {
     pub rejoin_hold: u32,
     /// `-D`: the key prefix delimiter of `stats detail`, which it turns on.
     pub prefix_delimiter: Option<u8>,
+    /// A near cache's upstream, policy and TTL (`--upstream`; [`crate::upstream`]).
+    pub near: Option<crate::upstream::NearSettings>,
 }
 
 impl Settings {
@@ -312,6 +324,37 @@ impl Settings {
             0
         }
     }
+}
+
+/// The region for `-m` (`asked` bytes): memcached runs in as little as `-m 2`, a region needs
+/// two segments that each hold the largest item, and its index; a smaller `-m` is raised to
+/// the smallest region that works, in whole MiB (at most by eight times the largest item; a
+/// region that fails for another reason keeps `asked`, and the start says why).
+fn region_bytes_for(asked: usize, max_item_bytes: usize, avg_item_bytes: usize) -> usize {
+    let works = |bytes| {
+        let config = shoal_region::Config { region_bytes: bytes, max_item_bytes, avg_item_bytes };
+        config.layout().is_ok()
+    };
+    let ceiling = asked.saturating_add(max_item_bytes.saturating_mul(8));
+    let mut bytes = asked;
+    while !works(bytes) && bytes < ceiling {
+        bytes += 1 << 20;
+    }
+    if works(bytes) {
+        bytes
+    } else {
+        asked
+    }
+}
+
+/// memcached's `read_buf_mem_limit` (bytes, 0: none) in answers a connection may hold unsent:
+/// memcached splits it between its `threads` workers into 16 KiB buffers (at least one), and
+/// a buffer holds 14 answers (its response objects are about 1.1 KiB, a 1 KiB write buffer
+/// each); Shoal allows a connection that many answers.
+fn answers_held(limit: usize, threads: usize) -> Option<usize> {
+    const BUFFER: usize = 16 << 10;
+    const ANSWERS_PER_BUFFER: usize = 14;
+    (limit > 0).then(|| (limit / threads.max(1) / BUFFER).max(1) * ANSWERS_PER_BUFFER)
 }
 
 /// Parses memcached's size syntax: a number of bytes, or with a `k`, `m` or `g` suffix.
@@ -338,12 +381,18 @@ impl ServerArgs {
         let mut idle_timeout = None;
         let (mut lru_crawler, mut lru_maintainer, mut slab_reassign) = (true, true, true);
         let mut maxconns_fast = true;
+        let mut read_buf_mem_limit = 0usize;
         let (mut hotkeys, mut hotkeys_sample) = (crate::hotkeys::DEFAULT_TOP, crate::hotkeys::DEFAULT_SAMPLE);
         let mut tls = TlsOptions { enabled: self.enable_ssl, ..TlsOptions::default() };
+        let mut io = crate::uring_options::IoOptions::from_env()?;
         for opts in &self.extended {
             for opt in opts.split(',').filter(|o| !o.is_empty()) {
                 let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
                 if let Some(taken) = tls.suboption(name, opt.split_once('=').map(|(_, v)| v)) {
+                    taken?;
+                    continue;
+                }
+                if let Some(taken) = io.suboption(name, value) {
                     taken?;
                     continue;
                 }
@@ -368,6 +417,16 @@ impl ServerArgs {
                         (lru_crawler, lru_maintainer, slab_reassign, maxconns_fast) =
                             (false, false, false, false)
                     }
+                    "read_buf_mem_limit" => {
+                        read_buf_mem_limit =
+                            value.parse::<usize>().ok().and_then(|mb| mb.checked_mul(1 << 20)).ok_or_else(
+                                || {
+                                    format!(
+                                    "-o read_buf_mem_limit={value}: megabytes, e.g. read_buf_mem_limit=64"
+                                )
+                                },
+                            )?;
+                    }
                     "hotkeys" => {
                         hotkeys = value.parse().ok().filter(|&k| k <= shoal_proto::MAX_HOTKEYS).ok_or_else(
                             || format!("-o hotkeys={value}: keys to list, 0 (off) to 1024, e.g. hotkeys=64"),
@@ -383,7 +442,13 @@ impl ServerArgs {
                 }
             }
         }
-        let protocol = self.protocol()?;
+        let near = self.near.settings()?;
+        let protocol = match (near.is_some(), self.protocol()?) {
+            (true, Protocol::Binary) => return Err(crate::upstream::TEXT_ONLY.into()),
+            // The text protocol's requests are the ones a near cache forwards.
+            (true, _) => Protocol::Ascii,
+            (false, p) => p,
+        };
         let port = |p: i32, what: &str| -> Result<Option<u16>, String> {
             match p {
                 0 => Ok(None),
@@ -473,7 +538,11 @@ impl ServerArgs {
             notls,
             udp,
             unix_socket,
-            region_bytes: self.memory_mb.checked_mul(1 << 20).ok_or("-m: too large")?,
+            region_bytes: region_bytes_for(
+                self.memory_mb.checked_mul(1 << 20).ok_or("-m: too large")?,
+                max_item_bytes,
+                self.avg_item_bytes,
+            ),
             evict: !self.disable_evictions,
             max_connections: self.conn_limit,
             threads: self.threads,
@@ -495,12 +564,14 @@ impl ServerArgs {
             user: self.user.clone(),
             daemonize: self.daemonize,
             idle_timeout,
+            answers_held: answers_held(read_buf_mem_limit, self.threads),
             lru_crawler,
             lru_maintainer,
             slab_reassign,
             maxconns_fast,
             hotkeys,
             hotkeys_sample,
+            io: io.checked(tls.enabled)?,
             lease_ttl: self.lease_ttl,
             stale_ttl: self.stale_ttl,
             test_mode: self.test_mode,
@@ -519,6 +590,7 @@ impl ServerArgs {
                 Some([first, ..]) => Some(*first),
                 Some([]) => return Err("No delimiter specified".into()),
             },
+            near,
         })
     }
 
@@ -603,6 +675,34 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("server").chain(argv.iter().copied()))
             .map_err(|e| e.to_string())?;
         cli.args.settings()
+    }
+
+    #[test]
+    fn read_buf_mem_limit_caps_the_answers_a_connection_holds() {
+        assert_eq!(settings(&[]).unwrap().answers_held, None);
+        // memcached's conn-limits.t: 1 MB over 32 workers is two 16 KiB buffers each.
+        let s = settings(&["-o", "read_buf_mem_limit=1", "-t", "32"]).unwrap();
+        assert_eq!(s.answers_held, Some(28));
+        let s = settings(&["-o", "read_buf_mem_limit=1", "-t", "256"]).unwrap();
+        assert_eq!(s.answers_held, Some(14), "at least one buffer");
+        assert!(settings(&["-o", "read_buf_mem_limit=x"]).is_err());
+    }
+
+    #[test]
+    fn a_memory_limit_below_the_smallest_region_is_raised_to_it() {
+        // memcached's suite starts with -m 2 (dash-M.t, lru-maintainer.t).
+        let s = settings(&["-m", "2"]).unwrap();
+        assert!(s.region_bytes > 2 << 20 && s.region_bytes <= 4 << 20, "{}", s.region_bytes);
+        let config = shoal_region::Config {
+            region_bytes: s.region_bytes,
+            max_item_bytes: s.max_item_bytes,
+            avg_item_bytes: s.avg_item_bytes,
+        };
+        assert!(config.layout().is_ok());
+        // Not a byte less than needed: a MiB less does not make a region.
+        let smaller = shoal_region::Config { region_bytes: s.region_bytes - (1 << 20), ..config };
+        assert!(smaller.layout().is_err());
+        assert_eq!(settings(&["-m", "64"]).unwrap().region_bytes, 64 << 20, "large enough: as given");
     }
 
     #[test]

@@ -82,6 +82,16 @@ impl Stream {
         }
     }
 
+    /// The socket's descriptor.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.tcp.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
     /// The stream as something a poll can watch.
     pub fn source(&mut self) -> &mut dyn Source {
         match self {
@@ -164,6 +174,9 @@ pub struct Conn {
     heard: bool,
     /// Whether [`Conn::read_ahead`]'s read drained the socket (a short read), for `drive`.
     drained_ahead: bool,
+    /// The poll said the client closed its side: a short read no longer means "nothing more",
+    /// since the end of the stream raises no new event (see [`Conn::hung_up`]).
+    hung_up: bool,
 }
 
 impl Conn {
@@ -200,12 +213,25 @@ impl Conn {
             watcher: None,
             heard: false,
             drained_ahead: false,
+            hung_up: false,
         }
     }
 
     /// The stream, to register with a poll.
     pub fn stream(&mut self) -> &mut Stream {
         &mut self.stream
+    }
+
+    /// The socket's descriptor.
+    pub fn stream_fd(&self) -> std::os::fd::RawFd {
+        self.stream.raw_fd()
+    }
+
+    /// Tells the connection its poll event said the client closed its side (or the socket
+    /// failed). Data and the end of the stream can come in one edge-triggered event: a short
+    /// read then takes the data, and the read that meets the end must still be made.
+    pub fn hung_up(&mut self) {
+        self.hung_up = true;
     }
 
     /// The watcher this connection became, if it did.
@@ -254,7 +280,7 @@ impl Conn {
             return;
         }
         match self.read(cx.counters) {
-            Ok((n, short)) if n > 0 => self.drained_ahead = short,
+            Ok((n, short)) if n > 0 => self.drained_ahead = short && !self.hung_up,
             _ => return,
         }
         if let Some(key) = self.key_ahead() {
@@ -297,7 +323,7 @@ impl Conn {
                     self.close_reason = CloseReason::Normal; // the client closed
                     return Status::Close;
                 }
-                Ok((_, short)) => drained = short,
+                Ok((_, short)) => drained = short && !self.hung_up,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Status::Open,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Status::Close,
@@ -371,6 +397,10 @@ impl Conn {
                         Flow::Close => {
                             self.closing = true;
                             self.close_reason = CloseReason::Normal;
+                        }
+                        Flow::Abort => {
+                            self.closing = true;
+                            self.out.truncate(self.sent); // what was not sent is dropped
                         }
                         Flow::Shutdown(mode) => {
                             self.closing = true;
@@ -456,6 +486,21 @@ impl Conn {
     /// Reads what the socket has into the buffer, growing it for a request that does not fit
     /// (up to the limit). Returns the bytes read and whether the read drained the socket.
     fn read(&mut self, counters: &Counters) -> io::Result<(usize, bool)> {
+        if !self.make_room() {
+            // A request longer than any we accept: memcached would close too.
+            return Ok((0, true));
+        }
+        let (n, drained) = self.stream.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        self.heard |= n > 0;
+        Counters::add(&counters.bytes_read, n as u64);
+        Ok((n, drained))
+    }
+
+    /// Makes room after `end` in the read buffer: moves the unconsumed bytes to the front, or
+    /// grows the buffer for a request that does not fit. `false`: the buffer holds a request
+    /// longer than any we accept.
+    fn make_room(&mut self) -> bool {
         if self.start > 0 && (self.end == self.buf.len() || self.start >= self.buf.len() / 2) {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
@@ -463,17 +508,71 @@ impl Conn {
         }
         if self.end == self.buf.len() {
             if self.buf.len() >= self.max_request {
-                // A request longer than any we accept: memcached would close too.
-                return Ok((0, true));
+                return false;
             }
             let grown = (self.buf.len() * 2).min(self.max_request);
             self.buf.resize(grown, 0);
         }
-        let (n, drained) = self.stream.read(&mut self.buf[self.end..])?;
-        self.end += n;
-        self.heard |= n > 0;
-        Counters::add(&counters.bytes_read, n as u64);
-        Ok((n, drained))
+        true
+    }
+
+    /// Bytes a completion-driven loop (io_uring, [`crate::uring`]) received for this
+    /// connection, appended to the read buffer as [`Conn::read`] would have read them, as
+    /// many as fit (the buffer grows to the longest request accepted); returns how many.
+    /// Fewer than given: the requests buffered must be served first; none while nothing is
+    /// served: one request longer than any we accept (close, as a read would).
+    pub fn feed(&mut self, data: &[u8], counters: &Counters) -> usize {
+        let mut taken = 0;
+        while taken < data.len() && self.make_room() {
+            let n = (self.buf.len() - self.end).min(data.len() - taken);
+            self.buf[self.end..self.end + n].copy_from_slice(&data[taken..taken + n]);
+            self.end += n;
+            taken += n;
+        }
+        Counters::add(&counters.bytes_read, taken as u64);
+        self.heard |= taken > 0;
+        taken
+    }
+
+    /// Executes the requests [`Conn::feed`] brought, within `budget`, doing no I/O: the
+    /// answers wait for [`Conn::take_output`]. The same execution as [`Conn::drive`]'s.
+    pub fn serve(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
+        self.info.state.store(conn_state::PARSE_CMD, Ordering::Relaxed);
+        let stopped = self.process(cx, &mut budget);
+        let status = if self.closing {
+            self.shutdown.map_or(Status::Close, Status::Shutdown)
+        } else if stopped == Stopped::Budget {
+            Counters::bump(&cx.counters.conn_yields);
+            Status::Yield
+        } else {
+            Status::Open
+        };
+        self.info.state.store(self.resting_state(), Ordering::Relaxed);
+        status
+    }
+
+    /// Hands the answers waiting to be sent to `sending` (which must be empty), where they stay
+    /// in place until the kernel has sent them; the connection keeps producing answers into
+    /// `sending`'s old allocation meanwhile. `false`: nothing to send.
+    pub fn take_output(&mut self, sending: &mut Vec<u8>) -> bool {
+        debug_assert!(sending.is_empty() && self.sent == 0);
+        if self.out.is_empty() {
+            return false;
+        }
+        std::mem::swap(&mut self.out, sending);
+        true
+    }
+
+    /// Answer bytes produced and not yet handed to the socket (or to [`Conn::take_output`]):
+    /// at [`OUTPUT_HIGH_WATER`] the connection executes nothing more until they go.
+    pub fn output_waiting(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Whether requests wait in the read buffer (a completion-driven loop drives such a
+    /// connection again once its output is sent).
+    pub fn has_input(&self) -> bool {
+        self.start < self.end
     }
 
     /// Writes pending answers; `Ok(false)` if the socket cannot take them all now.

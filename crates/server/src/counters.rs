@@ -36,6 +36,9 @@ counters! {
     bytes_read, bytes_written,
     /// Times a connection gave way to others after `-R` requests.
     conn_yields,
+    /// Requests refused, or connections closed, for holding more answers than
+    /// `-o read_buf_mem_limit` allows ([`crate::config::Settings::answers_held`]).
+    response_obj_oom,
 }
 
 impl Counters {

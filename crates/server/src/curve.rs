@@ -18,6 +18,10 @@
 //! outside the sample is counted and dropped ([`LocalReadCounts`]); the unsampled local
 //! reads reach the correction through the hints counters (`crate::hints`).
 //!
+//! The key's hash is the tenant's region's own (`shoal_region::key_hash` under the region's
+//! seed, the hash its index probe computes): local readers take the sample from the hash their
+//! lookup already made, and the threshold published is for that hash.
+//!
 //! A key is hashed once and screened with its spatial hash against an atomic copy of the
 //! threshold before any lock: only sampled keys (a fixed number, however many keys there are) take the
 //! tracker's mutex; the rest add one to a count of the worker's own (no shared cache line, no
@@ -80,6 +84,8 @@ impl From<SampledRead> for Read {
 #[derive(Debug)]
 pub struct CurveTracker {
     threshold: AtomicU64,
+    /// The tenant's region's hash seed: keys are known by their probe hash.
+    seed: u64,
     tracking: Mutex<Tracking>,
     local: LocalReadCounts,
 }
@@ -120,8 +126,9 @@ pub struct LocalReadCounts {
 }
 
 impl CurveTracker {
-    /// A tracker whose curve spans `region_bytes` in 256 steps.
-    pub fn new(region_bytes: u64) -> CurveTracker {
+    /// A tracker whose curve spans `region_bytes` in 256 steps, for a region hashing keys
+    /// with `seed` (`Layout::hash_seed`).
+    pub fn new(region_bytes: u64, seed: u64) -> CurveTracker {
         let config = ShardsConfig {
             bucket_bytes: (region_bytes / STEPS as u64).max(1),
             buckets: STEPS,
@@ -130,6 +137,7 @@ impl CurveTracker {
         let shards = Shards::new(config);
         CurveTracker {
             threshold: AtomicU64::new(shards.threshold()),
+            seed,
             tracking: Mutex::new(Tracking { shards, told: 0, local: Vec::new(), max_item_bytes: 0 }),
             local: LocalReadCounts::default(),
         }
@@ -255,10 +263,10 @@ impl CurveTracker {
         tracking
     }
 
-    /// The key's hash, if the key is in the sample (as of the threshold last published).
+    /// The key's probe hash, if the key is in the sample (as of the threshold last published).
     #[inline]
     fn sampled(&self, key: &[u8]) -> Option<KeyHash> {
-        let hash = KeyHash::of(key);
+        let hash = KeyHash::from_raw(shoal_region::key_hash(key, self.seed));
         (hash.spatial() < self.threshold.load(Ordering::Relaxed)).then_some(hash)
     }
 

@@ -75,6 +75,8 @@ fn drop_privileges(name: &str, regions: &[PathBuf], handoff: Option<&Path>) -> R
 
 /// Runs a server until it is stopped; returns once everything is closed.
 pub fn run(settings: Settings) -> Result<(), String> {
+    // memcached's `-e FILE.meta`, before anything is bound or created (restart.rs).
+    crate::restart::check(&settings)?;
     let ascii_users = settings.auth_file.as_deref().map(|f| Users::load(f, false)).transpose()?;
     // Without MEMCACHED_SASL_PWDB nobody can authenticate (memcached would ask Cyrus SASL's
     // own database); a file that cannot be read stops the start, as a bad -Y file does.
@@ -132,6 +134,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let delimiter = settings.prefix_delimiter;
     let prefixes = PrefixStats::new(delimiter.unwrap_or(b':'), delimiter.is_some());
     let rows = settings.threads + 2;
+    let upstream = crate::upstream::Upstream::of(settings.near.clone(), settings.max_item_bytes);
     let shared = Arc::new(Shared {
         tenant_counters: (0..rows)
             .map(|_| tenants.all().iter().map(|_| TenantCounters::default()).collect())
@@ -157,6 +160,8 @@ pub fn run(settings: Settings) -> Result<(), String> {
         crawler_enabled,
         hotkeys,
         prefixes,
+        upstream,
+        io: Default::default(),
     });
     for tenant in shared.tenants.all() {
         let log = EvictionLog(shared.logs.clone());
@@ -170,7 +175,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
         Some(address) => Some(crate::metrics::spawn(address, &shared)?),
         None => None,
     };
-    let result = net::serve(shared.clone(), listeners);
+    let result = serve(shared.clone(), listeners);
     shared.request_stop(stop::NOW);
     let _ = ticker.join();
     if let Some(handoff) = handoff {
@@ -182,7 +187,12 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let shared = Arc::try_unwrap(shared).map_err(|_| "a thread still holds the server".to_string())?;
     let temporary = shared.tenants.temporary_files();
     let pidfile = shared.settings.pidfile.clone();
+    let graceful = shared.stop.load(std::sync::atomic::Ordering::Acquire) == stop::GRACEFUL;
+    let meta = crate::restart::Meta::of(&shared.settings).filter(|_| graceful);
     drop(shared); // detaches the writers: the regions are marked clean
+    if let Some(meta) = meta {
+        meta.save();
+    }
     for region in temporary {
         let _ = std::fs::remove_file(region);
     }
@@ -190,6 +200,18 @@ pub fn run(settings: Settings) -> Result<(), String> {
         let _ = std::fs::remove_file(pidfile);
     }
     result
+}
+
+/// Serves until the stop: on the io_uring path ([`crate::uring`]) when `-o io_uring` asks for
+/// it and the kernel has what it needs (else one log line, and epoll), on epoll by default.
+fn serve(shared: Arc<Shared>, listeners: Listeners) -> Result<(), String> {
+    if shared.settings.io.uring {
+        match crate::uring::probe(shared.settings.io.buffers) {
+            Ok(()) => return crate::uring::serve(shared, listeners),
+            Err(why) => eprintln!("shoal server: io_uring unavailable ({why}): serving with epoll"),
+        }
+    }
+    net::serve(shared, listeners)
 }
 
 /// `--rejoin-hold`: each region a warm restart found items in hides them for `seconds`, before

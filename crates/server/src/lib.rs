@@ -23,14 +23,15 @@
 //!   memcached.conf-style file's flags before the command line's), [`counters`] (per-worker request counters),
 //!   [`curve`] (hit-ratio curves), [`detail`] (`stats detail`'s per-prefix counts), [`hotkeys`] (the keys read most, `stats hotkeys`), [`tenants`] (partitions of memory, `--tenants`), [`auth`]
 //!   (users, what a connection proved), [`hints`] (clients' local reads folded in), [`digest`]
-//!   (`--digest-keys`), [`tls`] (`-Z`), [`trace`], [`watch`] (`watch`'s log streams, told of
+//!   (`--digest-keys`), [`tls`] (`-Z`), [`trace`], [`uring_options`] (`-o io_uring`, the data path's counts), [`watch`] (`watch`'s log streams, told of
 //!   events as plain data);
 //! - [`state`]: what every thread shares ([`state::Shared`], the clock, the connections, how
 //!   to stop), holding those parts and calling up into nothing;
 //! - [`stats`] (`stats` answers), [`exec`] (commands: [`exec::ops`] the protocol-neutral
 //!   operations, the protocols' answer writers above them), [`conn`] (one connection),
 //!   [`udp`], [`handoff`] (clients' hints areas over a socket), [`metrics`] (Prometheus at
-//!   `--metrics-listen`), [`net`] (listeners, acceptor, workers);
+//!   `--metrics-listen`), [`net`] (listeners, acceptor, workers), [`uring`] (the io_uring data
+//!   path: the same connections driven by completions);
 //! - [`launch`]: [`run`] starts it all (region, listeners, privileges, signal and clock
 //!   threads) and stops it.
 
@@ -49,12 +50,16 @@ pub mod hotkeys;
 pub mod launch;
 pub mod metrics;
 pub mod net;
+pub mod restart;
 pub mod state;
 pub mod stats;
 pub mod tenants;
 pub mod tls;
 pub mod trace;
 pub mod udp;
+pub mod upstream;
+pub mod uring;
+pub mod uring_options;
 pub mod watch;
 
 pub use config::{ServerArgs, Settings};

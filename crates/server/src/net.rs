@@ -32,7 +32,7 @@ const WAKE: Token = Token(usize::MAX);
 
 /// The sockets a server listens on, and the acceptor's poll.
 pub struct Listeners {
-    poll: Poll,
+    pub(crate) poll: Poll,
     tcp: Vec<TcpListener>,
     /// Whether each TCP listener's connections speak TLS (`-Z`, less `notls:` ones).
     tcp_tls: Vec<bool>,
@@ -190,23 +190,68 @@ impl Listeners {
 }
 
 /// A new connection on its way to a worker.
-struct Accepted {
-    stream: Stream,
-    addr: String,
+pub(crate) struct Accepted {
+    pub(crate) stream: Stream,
+    pub(crate) addr: String,
     /// Whether it must speak TLS (it came in on a `-Z` TCP listener).
-    tls: bool,
+    pub(crate) tls: bool,
     /// The tenant its listener binds it to.
-    tenant: Option<usize>,
+    pub(crate) tenant: Option<usize>,
 }
 
 /// The acceptor's handle on a worker.
-struct WorkerHandle {
+pub(crate) struct WorkerHandle {
     inbox: Sender<Accepted>,
     waker: Arc<Waker>,
     thread: thread::JoinHandle<()>,
 }
 
-/// Accepts connections and runs the workers until the server is asked to stop.
+impl WorkerHandle {
+    /// Hands a new connection to the worker and wakes it.
+    pub(crate) fn hand(&self, conn: Accepted) {
+        if self.inbox.send(conn).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+/// The listeners' parts an io_uring acceptor takes over: the poll (only its waker is
+/// registered), the TCP listeners with their TLS flags and tenants, the unix ones.
+pub(crate) type ListenerParts =
+    (Poll, Vec<TcpListener>, Vec<Option<usize>>, Vec<(UnixListener, PathBuf, Option<usize>)>);
+
+impl Listeners {
+    /// Splits the listeners for the io_uring acceptor; the UDP socket is served by its own
+    /// thread (returned running) on either path.
+    pub(crate) fn into_parts(self, shared: &Arc<Shared>) -> (ListenerParts, Option<thread::JoinHandle<()>>) {
+        let udp = self.udp.map(|socket| crate::udp::spawn(shared.clone(), socket));
+        ((self.poll, self.tcp, self.tcp_tenant, self.unix), udp)
+    }
+}
+
+/// Starts the workers, each running `run` with its index, its poll and its inbox.
+pub(crate) fn spawn_workers(
+    shared: &Arc<Shared>,
+    acceptor: &Arc<Waker>,
+    run: fn(&Shared, usize, Poll, Receiver<Accepted>, Arc<Waker>),
+) -> Result<Vec<WorkerHandle>, String> {
+    (0..shared.settings.threads)
+        .map(|index| spawn_worker(shared.clone(), index, acceptor.clone(), run))
+        .collect()
+}
+
+/// Wakes the workers to notice the stop and waits for them.
+pub(crate) fn join_workers(workers: Vec<WorkerHandle>) {
+    for w in &workers {
+        let _ = w.waker.wake();
+    }
+    for w in workers {
+        let _ = w.thread.join();
+    }
+}
+
+/// Accepts connections and runs the epoll workers until the server is asked to stop (the
+/// io_uring path's acceptor is `crate::uring::serve`; `launch` chooses).
 pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String> {
     let registry = listeners.poll.registry();
     for (i, l) in listeners.tcp.iter_mut().enumerate() {
@@ -216,10 +261,9 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
     for (i, (l, _, _)) in listeners.unix.iter_mut().enumerate() {
         registry.register(l, Token(unix_tokens.start + i), Interest::READABLE).map_err(|e| e.to_string())?;
     }
-    let mut workers = Vec::new();
-    for index in 0..shared.settings.threads {
-        workers.push(spawn_worker(shared.clone(), index, listeners.waker.clone())?);
-    }
+    let workers = spawn_workers(&shared, &listeners.waker, |shared, index, poll, arrivals, acceptor| {
+        Worker::new(shared, index, poll, arrivals, acceptor).run()
+    })?;
     let udp = listeners.udp.take().map(|socket| crate::udp::spawn(shared.clone(), socket));
     let mut events = Events::with_capacity(64);
     let mut next = 0;
@@ -253,11 +297,8 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
                 match accepted {
                     Ok(conn) => {
                         if let Some(conn) = admit(&shared, conn) {
-                            let w: &WorkerHandle = &workers[next % workers.len()];
+                            workers[next % workers.len()].hand(conn);
                             next += 1;
-                            if w.inbox.send(conn).is_ok() {
-                                let _ = w.waker.wake();
-                            }
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -273,12 +314,7 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
             }
         }
     }
-    for w in &workers {
-        let _ = w.waker.wake();
-    }
-    for w in workers {
-        let _ = w.thread.join();
-    }
+    join_workers(workers);
     if let Some(udp) = udp {
         let _ = udp.join();
     }
@@ -289,7 +325,7 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
 }
 
 /// Counts a new connection in, or turns it away with memcached's message if `-c` is reached.
-fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
+pub(crate) fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
     let open = shared.curr_connections.load(Ordering::Relaxed);
     if open as usize >= shared.settings.max_connections {
         shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
@@ -303,13 +339,18 @@ fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
     Some(conn)
 }
 
-fn spawn_worker(shared: Arc<Shared>, index: usize, acceptor: Arc<Waker>) -> Result<WorkerHandle, String> {
+fn spawn_worker(
+    shared: Arc<Shared>,
+    index: usize,
+    acceptor: Arc<Waker>,
+    run: fn(&Shared, usize, Poll, Receiver<Accepted>, Arc<Waker>),
+) -> Result<WorkerHandle, String> {
     let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(|e| e.to_string())?);
     let (inbox, arrivals) = channel();
     let thread = thread::Builder::new()
         .name(format!("worker-{index}"))
-        .spawn(move || Worker::new(&shared, index, poll, arrivals, acceptor).run())
+        .spawn(move || run(&shared, index, poll, arrivals, acceptor))
         .map_err(|e| format!("could not start worker thread: {e}"))?;
     Ok(WorkerHandle { inbox, waker, thread })
 }
@@ -375,7 +416,14 @@ impl<'a> Worker<'a> {
                 break;
             }
             tokens.clear();
-            tokens.extend(events.iter().map(|e| e.token()));
+            for event in events.iter() {
+                tokens.push(event.token());
+                if event.is_read_closed() || event.is_error() {
+                    if let Some(conn) = self.conns.get_mut(event.token().0).and_then(Option::as_mut) {
+                        conn.hung_up();
+                    }
+                }
+            }
             if tokens.len() > 1 {
                 // Several connections ready: read them all before serving any (`read_ahead`).
                 for &token in &tokens {
@@ -412,46 +460,20 @@ impl<'a> Worker<'a> {
     }
 
     fn take_arrivals(&mut self) {
-        while let Ok(Accepted { stream, addr, tls, tenant }) = self.arrivals.try_recv() {
-            let id = match &stream {
-                Stream::Tcp(s) => s.as_raw_fd(),
-                Stream::Tls(s) => s.tcp.as_raw_fd(),
-                Stream::Unix(s) => s.as_raw_fd(),
-            } as u64;
-            let listen_addr = match &stream {
-                Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
-                Stream::Tls(s) => s.tcp.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
-                Stream::Unix(_) => addr.clone(),
-            };
-            // -Z: TCP connections speak TLS, but for `notls:` listeners (unix sockets and UDP
-            // stay plain, as in memcached).
-            let mut stream = match (stream, &self.shared.tls) {
-                (Stream::Tcp(tcp), Some(session)) if tls => match session.accept(tcp) {
-                    Ok(session) => Stream::Tls(Box::new(session)),
-                    Err(_) => {
-                        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                        continue;
-                    }
-                },
-                (stream, _) => stream,
-            };
+        while let Ok(accepted) = self.arrivals.try_recv() {
             let i = self.free.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.conns.len() - 1
             });
+            let registry = self.poll.registry();
             let interest = Interest::READABLE | Interest::WRITABLE;
-            if self.poll.registry().register(stream.source(), Token(i), interest).is_err() {
+            let conn = open_conn(self.shared, accepted, |stream| {
+                registry.register(stream.source(), Token(i), interest).is_ok()
+            });
+            let Some(conn) = conn else {
                 self.free.push(i);
-                self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
-            }
-            if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
-                eprintln!("<{id} new auto-negotiating client connection");
-            }
-            let info = Arc::new(ConnInfo::new(addr, listen_addr, self.shared.clock.now()));
-            self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
-            let conn = Conn::new(stream, id, info, &self.shared.settings, tenant);
-            self.shared.logs.connection(ConnEvent::Opened, conn.peer, id);
+            };
             self.conns[i] = Some(conn);
             // Data may have arrived before registration: look now.
             self.drive(i);
@@ -486,11 +508,7 @@ impl<'a> Worker<'a> {
         let now = u64::from(self.shared.clock.now());
         for i in 0..self.conns.len() {
             let Some(conn) = &self.conns[i] else { continue };
-            // A watcher sends no commands; memcached kicks only connections waiting for one.
-            if conn.watcher().is_some() {
-                continue;
-            }
-            if now.saturating_sub(conn.info.last_cmd.load(Ordering::Relaxed)) > u64::from(seconds) {
+            if idle_past(conn, now, seconds) {
                 Counters::bump(&self.cx.counters.idle_kicks);
                 self.close_for(i, CloseReason::IdleTimeout);
             }
@@ -505,21 +523,77 @@ impl<'a> Worker<'a> {
 
     fn close_for(&mut self, i: usize, reason: CloseReason) {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
-        self.shared.logs.connection(ConnEvent::Closed(reason), conn.peer, conn.id);
-        conn.stream().close();
         let _ = self.poll.registry().deregister(conn.stream().source());
-        if self.shared.verbosity.load(Ordering::Relaxed) > 1 {
-            trace::closed(conn.id);
-        }
-        self.shared.hints.unregister(conn.id, &self.shared.tenants, self.shared.local_reads());
-        if let Some(watcher) = conn.watcher() {
-            self.shared.logs.remove(watcher);
+        if conn.watcher().is_some() {
             self.watchers.retain(|&w| w != i);
         }
-        let mut conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
-        drop(conns);
-        self.shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        close_conn(self.shared, &mut conn, reason);
         self.free.push(i);
     }
+}
+
+/// Opens a connection a worker took from the acceptor, on either path: its TLS session if its
+/// listener asks for one, `register` (with the worker's poll), its `stats conns` entry, the
+/// `-vv` line and `watch connevents`. `None`: it could not start (already counted out).
+pub(crate) fn open_conn(
+    shared: &Shared,
+    Accepted { stream, addr, tls, tenant }: Accepted,
+    register: impl FnOnce(&mut Stream) -> bool,
+) -> Option<Conn> {
+    let id = stream.raw_fd() as u64;
+    let listen_addr = match &stream {
+        Stream::Tcp(s) => s.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+        Stream::Tls(s) => s.tcp.local_addr().map(|a| format!("tcp:{a}")).unwrap_or_default(),
+        Stream::Unix(_) => addr.clone(),
+    };
+    // -Z: TCP connections speak TLS, but for `notls:` listeners (unix sockets and UDP
+    // stay plain, as in memcached).
+    let mut stream = match (stream, &shared.tls) {
+        (Stream::Tcp(tcp), Some(session)) if tls => match session.accept(tcp) {
+            Ok(session) => Stream::Tls(Box::new(session)),
+            Err(_) => {
+                shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                return None;
+            }
+        },
+        (stream, _) => stream,
+    };
+    if !register(&mut stream) {
+        shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        return None;
+    }
+    if shared.verbosity.load(Ordering::Relaxed) > 1 {
+        eprintln!("<{id} new auto-negotiating client connection");
+    }
+    let info = Arc::new(ConnInfo::new(addr, listen_addr, shared.clock.now()));
+    shared.conns.lock().unwrap_or_else(|p| p.into_inner()).insert(id, info.clone());
+    let conn = Conn::new(stream, id, info, &shared.settings, tenant);
+    shared.logs.connection(ConnEvent::Opened, conn.peer, id);
+    Some(conn)
+}
+
+/// Whether a connection waited for a command longer than `-o idle_timeout` (`seconds`) by
+/// `now`. A watcher sends no commands; memcached kicks only connections waiting for one.
+pub(crate) fn idle_past(conn: &Conn, now: u64, seconds: u32) -> bool {
+    conn.watcher().is_none()
+        && now.saturating_sub(conn.info.last_cmd.load(Ordering::Relaxed)) > u64::from(seconds)
+}
+
+/// Everything a closing connection undoes, on either path (the worker has already stopped
+/// watching its socket): `watch connevents`, TLS's close_notify, the `-vv` line, its hints
+/// area, its watcher, its `stats conns` entry and its count. The socket closes when `conn` drops.
+pub(crate) fn close_conn(shared: &Shared, conn: &mut Conn, reason: CloseReason) {
+    shared.logs.connection(ConnEvent::Closed(reason), conn.peer, conn.id);
+    conn.stream().close();
+    if shared.verbosity.load(Ordering::Relaxed) > 1 {
+        trace::closed(conn.id);
+    }
+    shared.hints.unregister(conn.id, &shared.tenants, shared.local_reads());
+    if let Some(watcher) = conn.watcher() {
+        shared.logs.remove(watcher);
+    }
+    let mut conns = shared.conns.lock().unwrap_or_else(|p| p.into_inner());
+    conns.retain(|_, info| !Arc::ptr_eq(info, &conn.info));
+    drop(conns);
+    shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
 }

@@ -152,6 +152,10 @@ pub struct Shared {
     pub hotkeys: crate::hotkeys::HotKeys,
     /// `stats detail`'s per-prefix counts (`-D`, `stats detail on`).
     pub prefixes: crate::detail::PrefixStats,
+    /// The near cache's upstream (`--upstream`; [`crate::upstream`]).
+    pub upstream: Option<Box<crate::upstream::Upstream>>,
+    /// The data path's counts (`stats shoal`; [`crate::uring_options`]).
+    pub io: crate::uring_options::IoStats,
 }
 
 impl Shared {

@@ -176,14 +176,16 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     }
     line(out, "connection_structures", shared.curr_connections.load(Ordering::Relaxed));
     // memcached's response objects and read-buffer pool have no counterpart: each connection
-    // owns its buffers (docs/PROTOCOL.md lists every constant).
-    zeros(out, &["response_obj_oom", "response_obj_count", "response_obj_bytes"]);
+    // owns its buffers (docs/PROTOCOL.md lists every constant); `-o read_buf_mem_limit` caps
+    // the answers a connection holds unsent, and the refusals count as memcached's.
+    line(out, "response_obj_oom", total(shared, "response_obj_oom"));
+    zeros(out, &["response_obj_count", "response_obj_bytes"]);
     line(out, "read_buf_count", shared.curr_connections.load(Ordering::Relaxed));
     zeros(out, &["read_buf_bytes", "read_buf_bytes_free", "read_buf_oom", "reserved_fds"]);
     let names: Vec<&str> = shared.counters[0].each().map(|(n, _)| n).collect();
     for name in names {
-        if name == "conn_yields" {
-            continue; // memcached prints it after `threads`
+        if name == "conn_yields" || name == "response_obj_oom" {
+            continue; // memcached prints them elsewhere
         }
         if name == "idle_kicks" && shared.settings.idle_timeout.is_none() {
             continue; // memcached prints it only with `-o idle_timeout`
@@ -281,6 +283,10 @@ pub fn shoal(shared: &Shared, out: &mut Vec<u8>) {
         line(out, "digest_bytes", digest.bytes());
         line(out, "digest_saturated_counters", digest.saturated());
     }
+    shared.io.write(|name, value| line(out, name, value));
+    if let Some(up) = &shared.upstream {
+        up.counter_stats(out);
+    }
     out.extend_from_slice(b"END\r\n");
 }
 
@@ -351,6 +357,9 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "lease_ttl", s.lease_ttl);
     line(out, "stale_ttl", s.stale_ttl);
     line(out, "test_mode", on(s.test_mode));
+    if let Some(up) = &shared.upstream {
+        up.settings_stats(out);
+    }
     out.extend_from_slice(b"END\r\n");
 }
 

@@ -78,6 +78,9 @@ struct Spool {
     pending: AtomicU64,
     /// The destination missed invalidations and its spool has not drained since.
     behind: AtomicBool,
+    /// A delivery failed (no connection, a timeout, a refusal) and the spool has not drained
+    /// since ([`Spools::is_failing`]).
+    failing: AtomicBool,
 }
 
 /// Every destination's spool, in one directory.
@@ -241,6 +244,13 @@ impl Spools {
         map.get(address).is_some_and(|s| s.behind.load(Ordering::Acquire))
     }
 
+    /// Whether a delivery to `address` failed (it could not be reached, timed out or refused)
+    /// and its spool has not drained since: what it was sent is still undelivered.
+    pub fn is_failing(&self, address: &str) -> bool {
+        let map = self.spools.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(address).is_some_and(|s| s.failing.load(Ordering::Acquire))
+    }
+
     /// Appends one request for `address` (answered by one line); refused when its spool is full.
     pub fn append(self: &Arc<Self>, address: &str, request: &[u8]) -> std::io::Result<()> {
         self.append_batch(address, request, 1, 0)
@@ -307,6 +317,7 @@ impl Spools {
             wake: Condvar::new(),
             pending: AtomicU64::new(0),
             behind: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
         });
         let length = spool.file.lock().unwrap_or_else(|p| p.into_inner()).metadata()?.len();
         // An offset past the end was left by an older build that truncated before resetting it.
@@ -523,6 +534,7 @@ fn deliver(spools: &Spools, spool: &Spool) {
                 if spool.behind.swap(false, Ordering::AcqRel) {
                     spools.behind.fetch_sub(1, Ordering::AcqRel);
                 }
+                spool.failing.store(false, Ordering::Release);
                 let _ = spool.wake.wait_timeout(file, RETRY_EVERY);
             }
             continue;
@@ -566,6 +578,7 @@ fn deliver(spools: &Spools, spool: &Spool) {
             // first of a run is told to the operator.
             Ok((c, Some(answer))) => {
                 connection = Some(c);
+                spool.failing.store(true, Ordering::Release);
                 spools.refused.fetch_add(1, Ordering::Relaxed);
                 if !refusing {
                     eprintln!(
@@ -578,7 +591,10 @@ fn deliver(spools: &Spools, spool: &Spool) {
                 }
                 std::thread::sleep(RETRY_EVERY);
             }
-            Err(_) => std::thread::sleep(RETRY_EVERY),
+            Err(_) => {
+                spool.failing.store(true, Ordering::Release);
+                std::thread::sleep(RETRY_EVERY)
+            }
         }
     }
 }

@@ -16,6 +16,7 @@
 //! Caches: none; memcached or Shoal over TCP; Shoal through shared memory — all through
 //! shoal-client, so only the path differs. Datastores: SQLite (embedded) or PostgreSQL.
 
+mod cache;
 pub mod datastore;
 
 use crate::keys::{Distribution, KeyChooser, KeySpace};
@@ -70,6 +71,9 @@ pub enum CacheKind {
     Tcp,
     /// Shoal, reads through its shared memory (it must run on this host).
     Shm,
+    /// A pool of servers placed by Proteus (`--cache-server` a comma-separated list), following
+    /// `--provisioning`, with `--hot-replicas` (cache.rs).
+    Pool,
 }
 
 /// Options of `shoal bench ycsb`.
@@ -129,6 +133,13 @@ pub struct YcsbOptions {
     /// Leave the cache as it is (by default a run starts by flushing it, cold).
     #[arg(long)]
     pub keep_cache: bool,
+    /// --cache pool: the `shoal provision` state file the pool follows (active servers and
+    /// transitions).
+    #[arg(long, value_name = "FILE")]
+    pub provisioning: Option<PathBuf>,
+    /// --cache pool: spread hot keys over this many replicas (0: every server on).
+    #[arg(long, value_name = "R")]
+    pub hot_replicas: Option<usize>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -246,7 +257,7 @@ pub struct YcsbReport {
 }
 
 /// One client's cache connection (or none).
-struct Cache(Option<Client>);
+struct Cache(Option<cache::Conn>);
 
 impl Cache {
     fn open(o: &YcsbOptions) -> Result<Cache, String> {
@@ -254,6 +265,7 @@ impl Cache {
             CacheKind::None => return Ok(Cache(None)),
             CacheKind::Tcp => false,
             CacheKind::Shm => true,
+            CacheKind::Pool => return Ok(Cache(Some(cache::Conn::pool(o)?))),
         };
         let mut client = Client::connect(&o.cache_server, Options { local, ..Options::default() })
             .map_err(|e| format!("cannot connect to the cache at {}: {e}", o.cache_server))?;
@@ -263,7 +275,7 @@ impl Cache {
                 o.cache_server
             ));
         }
-        Ok(Cache(Some(client)))
+        Ok(Cache(Some(cache::Conn::One(Box::new(client)))))
     }
 }
 

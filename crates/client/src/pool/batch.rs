@@ -46,13 +46,37 @@ impl Pool {
     /// [`Pool::get_many_each`] behind a trait object: the Gutter pool is read through the same
     /// function, and a generic one would instantiate itself without end.
     fn get_many_dyn(&mut self, keys: &[&[u8]], hit: &mut dyn FnMut(usize, ItemRef<'_>)) -> Result<()> {
-        let owners = self.owners(keys)?;
+        self.get_many_routed(keys, true, hit)
+    }
+
+    /// [`Pool::get_many_dyn`]; with `spread`, hot keys are read from one of their replicas as
+    /// a single get reads them (hot.rs: a copy's hit has CAS unique 0, a copy that misses or
+    /// cannot be reached hands its keys to their owners, and their hits are copied back).
+    pub(super) fn get_many_routed(
+        &mut self,
+        keys: &[&[u8]],
+        spread: bool,
+        hit: &mut dyn FnMut(usize, ItemRef<'_>),
+    ) -> Result<()> {
+        let mut owners = self.owners(keys)?;
+        // `copy_of[i]`: the replica other than its owner that hot key `i` is asked of (empty
+        // when no key of the batch is read from a copy).
+        let copy_of = if spread { self.hot_copies(keys, &mut owners) } else { Vec::new() };
+        let from_copy = |i: usize| copy_of.get(i).is_some_and(Option::is_some);
         // During a transition, keys that missed are asked of their old owners afterwards.
         let moving = self.active.is_some_and(|a| a.before.is_some());
-        let mut was_hit = vec![false; if moving { keys.len() } else { 0 }];
+        let track = moving || !copy_of.is_empty();
+        let mut was_hit = vec![false; if track { keys.len() } else { 0 }];
+        let mut copy_hits = 0;
         let mut note = |i: usize, item: ItemRef<'_>| {
-            if moving {
+            if track {
                 was_hit[i] = true;
+            }
+            if from_copy(i) {
+                // A copy's CAS unique is its server's, not the owner's: 0 makes a `cas` with
+                // it fail (EXISTS) rather than match an unrelated unique on the owner.
+                copy_hits += 1;
+                return hit(i, ItemRef { cas: 0, ..item });
             }
             hit(i, item)
         };
@@ -125,27 +149,36 @@ impl Pool {
         if found.worth_keeping() {
             self.answers = found;
         }
+        // Keys asked of a copy that cannot be reached are read from their owners below.
+        failed.retain(|&i| !from_copy(i));
         if !failed.is_empty() {
             let failed_keys: Vec<&[u8]> = failed.iter().map(|&i| keys[i]).collect();
             match &mut self.gutter {
                 Some(gutter) => {
                     self.counters.gutter_reads += failed.len() as u64;
                     // A failing Gutter pool means misses: the caller goes to the database.
-                    let _ = gutter.get_many_dyn(&failed_keys, &mut |j, item| note(failed[j], item));
+                    // Not spread: the Gutter pool's writes do not delete copies.
+                    let _ = gutter.get_many_routed(&failed_keys, false, &mut |j, item| note(failed[j], item));
                 }
                 None if self.miss_when_down => self.counters.down_misses += failed.len() as u64,
                 None => return Err(failure.expect("a failed key has its error")),
             }
         }
+        self.counters.hot_copy_hits += copy_hits;
         if moving {
-            // Keys that moved in the transition under way and missed: ask their old owners.
+            // Keys that moved in the transition under way and missed: ask their old owners
+            // (a key asked of a copy is asked of its owner below, which does this itself).
             for (i, key) in keys.iter().enumerate() {
-                if !was_hit[i] {
+                if !was_hit[i] && !from_copy(i) {
                     if let Some(item) = self.read_moved(key) {
                         hit(i, item.as_ref());
                     }
                 }
             }
+        }
+        if !copy_of.is_empty() {
+            let missed: Vec<usize> = (0..keys.len()).filter(|&i| from_copy(i) && !was_hit[i]).collect();
+            self.refill_copies(keys, &missed, &copy_of, hit)?;
         }
         Ok(())
     }

@@ -10,8 +10,12 @@
 //!                          └─ a copy ── hit ──► answer (CAS unique 0: a `cas` needs the owner's)
 //!                                   └─ miss / unreachable ──► the owner's read; a hit is
 //!                                      `add`ed to the copy with `ttl` (a write meanwhile wins)
+//!   get_many ──► each hot key's replica picked as above; the batch grouped by the server
+//!        asked ──► keys a copy missed or could not answer: one batch from their owners, hits
+//!        `add`ed to the copies
 //!   any write of a key hot now (or hot until `ttl` ago) ──► the owner, then `delete` on
-//!        every copy, before the call returns
+//!        every copy, before the call returns; for `ttl` after a Proteus pool's active count
+//!        changed, also on the copies of the replica set under the old count
 //! ```
 //!
 //! Copies live at most `ttl` seconds, which bounds how long a copy can outlive a write made by
@@ -57,6 +61,9 @@ pub(super) struct Hot {
     /// The reader's round-robin over replicas, started at a random turn so that clients do not
     /// all ask the owner first.
     turn: u64,
+    /// Proteus: active counts the pool left less than `ttl` ago, each with when that ends. A
+    /// copy placed under one may still be there, so writes delete those replicas too.
+    former: Vec<(usize, Instant)>,
 }
 
 impl Hot {
@@ -69,6 +76,7 @@ impl Hot {
             answers: vec![Vec::new(); members],
             next_refresh: Instant::now(),
             turn,
+            former: Vec::new(),
         }
     }
 }
@@ -177,17 +185,106 @@ impl Pool {
         Some(found)
     }
 
+    /// The hot keys of a batch read from a copy (as [`Pool::hot_get`] picks them, one turn
+    /// each), moved from their owner's group in `groups` to the copy's: `copy_of[i]` is the copy
+    /// key `i` is asked of. Empty when no key of the batch is.
+    pub(super) fn hot_copies(&mut self, keys: &[&[u8]], groups: &mut [Vec<usize>]) -> Vec<Option<usize>> {
+        self.refresh_when_due();
+        let Some(hot) = self.hot.as_ref().filter(|h| !h.set.is_empty()) else { return Vec::new() };
+        let (mut turn, mut copy_of, mut any) = (hot.turn, vec![None; keys.len()], false);
+        for (i, key) in keys.iter().enumerate() {
+            if !hot.set.is_hot(key) {
+                continue;
+            }
+            // Keys were checked when grouped by owner: a replica set is always there.
+            let Ok(set) = self.replica_set(key) else { continue };
+            turn = turn.wrapping_add(1);
+            let copy = set.pick(turn);
+            if copy != set.owner {
+                copy_of[i] = Some(copy);
+                any = true;
+            }
+        }
+        if let Some(hot) = &mut self.hot {
+            hot.turn = turn;
+        }
+        if !any {
+            return Vec::new();
+        }
+        for group in groups.iter_mut() {
+            group.retain(|&i| copy_of[i].is_none());
+        }
+        for (i, copy) in copy_of.iter().enumerate() {
+            if let Some(copy) = copy {
+                groups[*copy].push(i);
+            }
+        }
+        copy_of
+    }
+
+    /// The keys of a batch a copy missed (`missed`, indexes into `keys`; `copy_of` from
+    /// [`Pool::hot_copies`]): read from their owners (with a transition's old owners, Gutter and
+    /// the rest of an ordinary read), each hit handed to `hit` and `add`ed to the copy with
+    /// `ttl` (best effort, as for a single get).
+    pub(super) fn refill_copies(
+        &mut self,
+        keys: &[&[u8]],
+        missed: &[usize],
+        copy_of: &[Option<usize>],
+        hit: &mut dyn FnMut(usize, crate::client::ItemRef<'_>),
+    ) -> Result<()> {
+        if missed.is_empty() {
+            return Ok(());
+        }
+        let asked: Vec<&[u8]> = missed.iter().map(|&i| keys[i]).collect();
+        let mut found = Vec::new();
+        self.get_many_routed(&asked, false, &mut |j, item| found.push((missed[j], item.to_item())))?;
+        let ttl = self.hot.as_ref().map_or(0, |h| i64::from(h.options.ttl));
+        let (client, retry) = (&self.client, self.retry_interval);
+        for (i, item) in found {
+            if let Some(copy) = copy_of[i] {
+                let _ =
+                    self.members[copy].run(client, retry, |c| c.add(keys[i], &item.value, item.flags, ttl));
+                self.counters.hot_copies_made += 1;
+            }
+            hit(i, item.as_ref());
+        }
+        Ok(())
+    }
+
+    /// The pool's active count changed from `before` (Proteus, [`Pool::set_active`]): copies
+    /// placed with `before` servers on live at most `ttl` more seconds, and until then writes
+    /// delete them too, so that a read after a write never finds one, whichever way the
+    /// active set moves next.
+    pub(super) fn hot_view_left(&mut self, before: usize) {
+        if let Some(hot) = &mut self.hot {
+            let now = Instant::now();
+            hot.former.retain(|(_, until)| *until > now);
+            hot.former.push((before, now + Duration::from_secs(hot.options.ttl.into())));
+        }
+    }
+
     /// After a write of `key` (done or failed: a timed-out write may have been applied): while
-    /// it is hot, or was until `ttl` ago, its copies are deleted.
+    /// it is hot, or was until `ttl` ago, its copies are deleted — those of the active set now,
+    /// and those of active sets the pool left less than `ttl` ago (never the owner's item).
     pub(super) fn forget_hot_copies(&mut self, key: &[u8]) {
         self.refresh_when_due();
         let Some(hot) = &self.hot else { return };
-        if !hot.set.writes_spread(key, Instant::now()) {
+        let now = Instant::now();
+        if !hot.set.writes_spread(key, now) {
             return;
         }
         let Ok(set) = self.replica_set(key) else { return };
+        let mut copies: Vec<usize> = set.copies().collect();
+        for &(active, _) in hot.former.iter().filter(|(_, until)| *until > now) {
+            if let Ok(old) = self.placement.replicas(Some(active), key, hot.options.replicas) {
+                copies.extend(old.iter().filter(|&s| s != set.owner));
+            }
+        }
+        copies.sort_unstable();
+        copies.dedup();
         let (client, retry) = (&self.client, self.retry_interval);
-        for copy in set.copies() {
+        for copy in copies {
             // A copy that cannot be reached keeps its value at most `ttl` seconds.
             let _ = self.members[copy].run(client, retry, |c| c.delete(key));
         }

@@ -9,8 +9,10 @@
 //!   get_many / set_many / delete_many ──► split by owner ──► local reads first, then one
 //!                      request per owner and chunk, all in flight at once within the
 //!                      sliding window, answers read as they come back (batch.rs)
-//!   hot keys (hot.rs) ──► learned from the servers' `stats hotkeys`; a get reads one of the
-//!                      key's R replicas, a write deletes the copies after the owner's write
+//!   hot keys (hot.rs) ──► learned from the servers' `stats hotkeys`; a get (and each hot key
+//!                      of a get_many) reads one of the key's R replicas, a write deletes the
+//!                      copies after the owner's write (under Proteus, also those of the
+//!                      active set before, for the copies' TTL)
 //! ```
 //!
 //! Facebook's client logic (Scaling Memcache §3): owners decided in the client, batches sent

@@ -48,6 +48,11 @@ impl Pool {
         }
         let now = self.active.map_or(ring.servers(), |a| a.now);
         self.active = Some(Active { now: n, before: (n != now).then_some(now) });
+        if n != now {
+            // A hot key's replicas move with the active set; the old ones' copies are deleted
+            // by writes until they have expired (hot.rs).
+            self.hot_view_left(now);
+        }
         // The old owners' digests, taken as the transition starts: a key set on an old owner
         // after this goes to its new owner anyway.
         let (client, retry) = (&self.client, self.retry_interval);

@@ -147,7 +147,8 @@ impl Writer {
         h.clean.store(0, Ordering::Release);
         h.writer_pid.store(std::process::id(), Ordering::Relaxed);
         h.generation.fetch_add(1, Ordering::AcqRel);
-        h.curve_threshold.store(0, Ordering::Relaxed); // the previous server's, if any
+        h.curve_threshold.store(0, Ordering::Relaxed); // retired: stays 0 (layout.rs)
+        h.probe_threshold.store(0, Ordering::Relaxed); // the previous server's, if any
         let classes = TimeClasses::for_segments(region.layout.segment_count);
         let slots = region.layout.bucket_count * BUCKET_SLOTS;
         let recency = Recency::new(&region);
@@ -160,6 +161,7 @@ impl Writer {
                 parked: Vec::new(),
                 fifo: VecDeque::new(),
                 retained: None,
+                flushed_at: 0,
             }),
             classes,
             active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),

@@ -73,7 +73,7 @@ impl Writer {
                 break;
             } else if let Some(s) = pool.free.pop() {
                 self.park(&mut pool, s);
-            } else if self.reclaim_dead(&mut pool) == 0 {
+            } else if self.reclaim_dead(&mut pool, 0) == 0 {
                 // Nothing free and nothing dead: the policy's victim goes, items and all.
                 let Some(victim) = self.take_victim(&mut pool) else {
                     break; // nothing left to take (cannot happen above two segments)

@@ -182,7 +182,15 @@ struct Pool {
     fifo: VecDeque<usize>,
     /// Where read items evicted from the FIFO's head get their second chance (`fifo` only).
     retained: Option<usize>,
+    /// Server time of the last flush that took effect: its segments wait [`DEAD_GRACE`].
+    flushed_at: u32,
 }
+
+/// Seconds of server time a segment that died by flush or expiry is left in place before a
+/// tick reclaims it, so that a read soon after finds its items and counts them flushed or
+/// expired (memcached's `get_flushed`, `get_expired`). A store that needs the space does not
+/// wait.
+const DEAD_GRACE: u32 = 2;
 
 /// Space reserved for one item.
 #[derive(Clone, Copy, Debug)]

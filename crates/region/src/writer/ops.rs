@@ -47,10 +47,11 @@ impl Writer {
         h.hold_gen.store(h.next_segment_gen.load(Ordering::Acquire), Ordering::Release);
     }
 
-    /// Publishes the curve's sampling threshold for local readers (0: sample nothing); the
-    /// header's line is written only when it changes (readers load it on every read).
+    /// Publishes the curve's sampling threshold for local readers (0: sample nothing), for
+    /// the spatial part of the probe hash ([`crate::key_hash`]); the header's line is written
+    /// only when it changes (readers load it on every read).
     pub fn publish_curve_threshold(&self, threshold: u32) {
-        let field = &self.region.header().curve_threshold;
+        let field = &self.region.header().probe_threshold;
         if field.load(Ordering::Relaxed) != threshold {
             field.store(threshold, Ordering::Relaxed);
         }
@@ -73,7 +74,7 @@ impl Writer {
         }
         h.clock.store(now, Ordering::Release);
         self.seal_expired_open_segments(&mut pool, now);
-        self.reclaim_dead(&mut pool);
+        self.reclaim_dead(&mut pool, DEAD_GRACE);
     }
 
     /// Seals open segments whose items have all expired, so that `reclaim_dead` frees them now
@@ -101,10 +102,10 @@ impl Writer {
         let h = self.region.header();
         match absolute_expiry(delay, self.clock()).filter(|&at| at != 0) {
             Some(at) => h.flush_at.store(at, Ordering::Release),
-            None => {
-                self.flush_now(&mut pool);
-                self.reclaim_dead(&mut pool);
-            }
+            // The flushed items stay where they are, as memcached leaves them, so that a read
+            // finds them and counts them flushed (`get_flushed`); the next tick, or the next
+            // segment a store needs, reclaims their segments.
+            None => self.flush_now(&mut pool),
         }
     }
 
@@ -486,6 +487,15 @@ impl Writer {
         (change, result): Plan<T>,
         expect: Expect,
     ) -> Result<Option<(T, Option<u64>)>, OpError> {
+        // An item that arrives expired is stored as memcached stores it, expiring now, so that
+        // a read finds it and counts it expired (`get_expired`); its segment is reclaimed with
+        // the dead ones.
+        let change = match change {
+            Change::Store(item @ NewItem { expiry: None, .. }) => {
+                Change::Store(NewItem { expiry: Some(self.clock().max(1)), ..item })
+            }
+            change => change,
+        };
         match change {
             Change::Keep => Ok(Some((result, None))),
             Change::Store(NewItem { expiry: None, .. }) | Change::Remove => {
@@ -534,7 +544,13 @@ impl Writer {
                 let mut linked = false;
                 let done = self.with_locked(key, hash, expect, |at| {
                     let new_key = at.is_none();
+                    // A dead (expired or flushed) version replaced is reclaimed here, as
+                    // memcached counts it; its segment's reclaim no longer finds it indexed.
+                    let dead = at.as_ref().filter(|f| self.region.judge(f).hit().is_none()).map(|f| f.word);
                     linked = self.link(hash, at, word, marks);
+                    if let Some(word) = dead.filter(|_| linked) {
+                        self.count_drop(word, false);
+                    }
                     if linked && new_key {
                         if let Some(observer) = self.observer.get() {
                             observer.key_added(key);

@@ -117,7 +117,7 @@ impl Writer {
             if let Some(s) = pool.free.pop() {
                 return Ok(s);
             }
-            if self.reclaim_dead(pool) > 0 {
+            if self.reclaim_dead(pool, 0) > 0 {
                 continue;
             }
             if !self.evict {
@@ -159,6 +159,7 @@ impl Writer {
     pub(super) fn flush_now(&self, pool: &mut Pool) {
         let h = self.region.header();
         h.flush_at.store(0, Ordering::Release);
+        pool.flushed_at = h.clock.load(Ordering::Acquire);
         self.seal_open(pool);
         h.flush_gen.store(h.next_segment_gen.load(Ordering::Acquire), Ordering::Release);
     }
@@ -181,11 +182,16 @@ impl Writer {
 
     /// Reclaims, whole, every sealed segment whose items are all dead: flushed, expired (by the
     /// segment's latest expiry, without looking at items one by one), or deleted. Returns how
-    /// many segments were freed.
-    pub(super) fn reclaim_dead(&self, pool: &mut Pool) -> usize {
+    /// many segments were freed. Those dead by flush or expiry go only once they have been
+    /// dead for `grace` seconds.
+    pub(super) fn reclaim_dead(&self, pool: &mut Pool, grace: u32) -> usize {
         let h = self.region.header();
-        let flush_gen = h.flush_gen.load(Ordering::Acquire);
         let now = h.clock.load(Ordering::Acquire);
+        let flush_gen = if pool.flushed_at.saturating_add(grace) <= now {
+            h.flush_gen.load(Ordering::Acquire)
+        } else {
+            0
+        };
         let dead = |s: &usize| {
             let m: &SegmentMeta = self.region.meta(*s);
             // In-flight first: once it reads 0, every reservation made before the seal has
@@ -194,7 +200,7 @@ impl Writer {
             let idle = m.in_flight.load(Ordering::Acquire) == 0;
             let max_expiry = m.max_expiry.load(Ordering::Acquire);
             m.generation.load(Ordering::Acquire) < flush_gen
-                || (idle && max_expiry != NEVER && max_expiry <= now)
+                || (idle && max_expiry != NEVER && max_expiry.saturating_add(grace) <= now)
                 || (idle && m.live_items.load(Ordering::Acquire) == 0)
         };
         let (dead, alive): (Vec<usize>, Vec<usize>) = pool.fifo.drain(..).partition(dead);

@@ -114,6 +114,8 @@ pub struct Config {
     /// The provisioning state files the pools follow, with the fingerprint of the bytes read
     /// (`None`: not written yet); the router reloads when one changes.
     pub followed: Vec<(PathBuf, Option<u64>)>,
+    /// Every pool route with `"hot_replicas"`: the pool's name and its hot keys (`stats`).
+    pub hot: Vec<(String, Arc<crate::route::hot::HotPool>)>,
 }
 
 /// What identifies a version of a file: its bytes' hash (`None` if it cannot be read).
@@ -210,6 +212,7 @@ impl Config {
             provisioned: builder.provisioned,
             pools: builder.described,
             followed: builder.followed,
+            hot: builder.hot,
         })
     }
 
@@ -298,12 +301,20 @@ struct Builder {
     provisioned: Vec<Arc<Provisioned>>,
     described: Vec<(String, Vec<String>, Option<usize>)>,
     followed: Vec<(PathBuf, Option<u64>)>,
+    hot: Vec<(String, Arc<crate::route::hot::HotPool>)>,
 }
 
 /// mcrouter's default timeouts.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Builder {
+    /// The hot keys of a route over `pool`, kept for `stats`.
+    fn hot(&mut self, pool: &PoolSpec) -> Option<Arc<crate::route::hot::HotPool>> {
+        let hot = pool.hot()?;
+        self.hot.push((pool.name.clone(), hot.clone()));
+        Some(hot)
+    }
+
     fn read_pools(&mut self, pools: &Value) -> Result<()> {
         let Value::Object(pools) = pools else { return error("pools", "an object of pools by name") };
         for (name, pool) in pools {
@@ -435,7 +446,7 @@ impl Builder {
             Some(Provisioning { active: Some(on), from_file: true, .. }) if hashing != Hashing::Proteus => {
                 let children = Self::pool_children(pool).into_iter().take(on).collect();
                 let placement = placed(&pool.servers[..on])?.into();
-                return Ok(Route::Hash { children, placement, provisioned: None, hot: pool.hot() });
+                return Ok(Route::Hash { children, placement, provisioned: None, hot: self.hot(pool) });
             }
             Some(_) if hashing != Hashing::Proteus => {
                 return error(
@@ -459,7 +470,7 @@ impl Builder {
                 Some(provisioned)
             }
         };
-        let (children, hot) = (Self::pool_children(pool), pool.hot());
+        let (children, hot) = (Self::pool_children(pool), self.hot(pool));
         Ok(Route::Hash { children, placement: placed(&pool.servers)?.into(), provisioned, hot })
     }
 

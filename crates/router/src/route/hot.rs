@@ -86,6 +86,17 @@ pub enum Plan {
     WriteAll(ReplicaSet),
 }
 
+/// A pool route's hot-key numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotCounts {
+    /// Keys in the hot set now.
+    pub hot_keys: u64,
+    /// Gets a copy answered.
+    pub copy_hits: u64,
+    /// Copies made after a copy missed.
+    pub copies_made: u64,
+}
+
 /// A pool route's hot keys.
 #[derive(Debug)]
 pub struct HotPool {
@@ -150,14 +161,27 @@ impl HotPool {
         }
     }
 
-    /// `stats` line for this pool: hot keys known, gets a copy answered, copies made.
+    /// `stats` line for this pool (after its name): replicas per hot key (`all`), hot keys
+    /// known, gets a copy answered, copies made.
     pub fn stats(&self) -> String {
+        let counts = self.counts();
+        let replicas = match self.options.replicas {
+            0 => "all".to_string(),
+            r => r.to_string(),
+        };
         format!(
-            "hot_keys={} copy_hits={} copies_made={}",
-            self.set.read().expect("hot set lock").len(),
-            self.copy_hits.load(Ordering::Relaxed),
-            self.copies_made.load(Ordering::Relaxed)
+            "replicas={replicas} hot_keys={} copy_hits={} copies_made={}",
+            counts.hot_keys, counts.copy_hits, counts.copies_made
         )
+    }
+
+    /// The numbers `stats` and `/metrics` show.
+    pub fn counts(&self) -> HotCounts {
+        HotCounts {
+            hot_keys: self.set.read().expect("hot set lock").len() as u64,
+            copy_hits: self.copy_hits.load(Ordering::Relaxed),
+            copies_made: self.copies_made.load(Ordering::Relaxed),
+        }
     }
 
     /// Starts the poller thread once; it stops when the pool (its configuration) is dropped.

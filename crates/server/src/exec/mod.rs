@@ -14,6 +14,7 @@ pub mod binary;
 pub mod crawler;
 pub mod lease;
 pub mod meta;
+pub mod near;
 pub mod ops;
 pub mod text;
 
@@ -36,6 +37,9 @@ pub enum Flow {
     Dump(crawler::Dump),
     /// Become a watcher of these kinds of log lines (`watch`): no more requests.
     Watch(u16),
+    /// Close at once, dropping the answers not sent yet: the connection held more than
+    /// `-o read_buf_mem_limit` allows (memcached closes it the same way).
+    Abort,
 }
 
 /// A worker's view while executing: the server, its own counters, and scratch space.
@@ -50,6 +54,10 @@ pub struct Context<'a> {
     pub value: Vec<u8>,
     /// The connection whose requests are executed ([`NO_CONNECTION`] for UDP).
     pub conn: u64,
+    /// Answers the connection `held_by` holds unsent, counted only under
+    /// `-o read_buf_mem_limit` ([`Context::hold_answers`]).
+    held: usize,
+    held_by: u64,
 }
 
 /// [`Context::conn`] for requests that came in datagrams.
@@ -65,6 +73,8 @@ impl<'a> Context<'a> {
             bound: None,
             value: Vec::new(),
             conn: NO_CONNECTION,
+            held: 0,
+            held_by: NO_CONNECTION,
         }
     }
 
@@ -95,6 +105,15 @@ impl<'a> Context<'a> {
 
     /// Executes one request, appending its answer (if any) to `out`.
     pub fn execute(&mut self, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
+        // Every request takes an answer, as every memcached request takes a response object.
+        if !self.hold_answers(1, out) {
+            return Flow::Abort;
+        }
+        if self.shared.upstream.is_some() {
+            if let Some(flow) = near::intercept(self, &request, out) {
+                return flow;
+            }
+        }
         match request {
             Request::Get(get) => text::get(self, get, out),
             Request::Store(store) => match store.cmd {
@@ -121,6 +140,22 @@ impl<'a> Context<'a> {
 
     /// Answers a request the parser refused; if it named a value that must go with the
     /// refusal (a `set` too large), removes it.
+    /// Under `-o read_buf_mem_limit`, takes `n` more answers for the connection: false (and
+    /// counted in `response_obj_oom`) if it would then hold more than the limit unsent. An
+    /// empty `out` means everything answered before was sent.
+    pub fn hold_answers(&mut self, n: usize, out: &[u8]) -> bool {
+        let Some(limit) = self.shared.settings.answers_held else { return true };
+        if out.is_empty() || self.held_by != self.conn {
+            (self.held, self.held_by) = (0, self.conn);
+        }
+        if self.held + n > limit {
+            Counters::bump(&self.counters.response_obj_oom);
+            return false;
+        }
+        self.held += n;
+        true
+    }
+
     pub fn refuse(&mut self, line: Option<&str>, forget: Option<Forget<'_>>, out: &mut Vec<u8>) {
         if let Some(f) = forget {
             self.forget(Some(f.key), f.base64);

@@ -76,6 +76,11 @@ fn prefetch_item(cx: &Context<'_>, ahead: &[Option<Placed>; AHEAD], n: usize) {
 
 /// `get`/`gets`/`gat`/`gats`: a `VALUE` block per key found, then `END`.
 pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
+    // Each key past the first takes an answer of its own, as in memcached.
+    if !cx.hold_answers(get.count.saturating_sub(1), out) {
+        reply(out, b"SERVER_ERROR out of memory writing get response");
+        return;
+    }
     if get.count > 1 {
         multiget(cx, &get, out);
     } else if let Some(key) = get.keys.clone().next() {
@@ -127,7 +132,8 @@ fn get_one(cx: &mut Context<'_>, get: &Get<'_>, key: &[u8], placed: &Placed, out
             Counters::bump(&c.cmd_get);
             let hit = read_counted(cx, key, placed, true, &mut block).is_some();
             Counters::bump(if hit { &c.get_hits } else { &c.get_misses });
-            hit
+            // A near cache (`--upstream`) looks a miss up upstream.
+            hit || super::near::fetch_miss(cx, key, &mut block)
         }
     };
     block.finish(hit);

@@ -184,7 +184,9 @@ impl Tenants {
                     slo_hit_ratio: None,
                     policy: shoal_region::Eviction::default(),
                 };
-                let curve = settings.hit_curve.then(|| CurveTracker::new(writer.stats().region_bytes as u64));
+                let curve = settings.hit_curve.then(|| {
+                    CurveTracker::new(writer.stats().region_bytes as u64, writer.layout().hash_seed)
+                });
                 return Ok(Tenants {
                     list: vec![Tenant { spec, writer, curve }],
                     default: 0,
@@ -222,7 +224,7 @@ impl Tenants {
             spec.size_bytes = spec.size_bytes.min(most);
             writer.set_eviction(spec.policy);
             writer.set_limit(spec.size_bytes).map_err(|e| format!("tenant {:?}: {e}", spec.name))?;
-            let curve = Some(CurveTracker::new(spec.max_bytes as u64));
+            let curve = Some(CurveTracker::new(spec.max_bytes as u64, writer.layout().hash_seed));
             list.push(Tenant { spec, writer, curve });
         }
         let prefixes = Prefixes::new(

@@ -106,7 +106,7 @@ impl KeepReading {
                     let k = key("red", r);
                     if !local_hits {
                         w.get(&k, &mut v).unwrap();
-                    } else if let (Lookup::Hit(_), Some(at)) = reader.get_located(&k, &mut v).unwrap() {
+                    } else if let (Lookup::Hit(_), Some(at), _) = reader.get_located(&k, &mut v).unwrap() {
                         w.mark_read(at);
                     }
                 }
@@ -290,7 +290,7 @@ fn after_heavy_eviction_under_lru_every_item_reads_back_exactly_or_misses() {
                 check(&k, hit, &latest);
             }
             7 | 8 => {
-                if let (Lookup::Hit(_), Some(at)) = reader.get_located(&k, &mut v).unwrap() {
+                if let (Lookup::Hit(_), Some(at), _) = reader.get_located(&k, &mut v).unwrap() {
                     check(&k, Some(&v), &latest);
                     w.mark_read(at);
                 }

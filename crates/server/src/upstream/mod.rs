@@ -1,0 +1,343 @@
+//! The near cache's way to its upstream (`shoal server --upstream`): a `shoal server` on an
+//! application host whose region local clients read through shared memory, and whose misses
+//! are fetched from a pool (through its router) and admitted. This module is the plain part —
+//! connections, admission, the delete epochs, counters; `exec::near` calls it from the request
+//! path (docs/design/near-cache.md).
+//!
+//! ```text
+//!  get/gets/mg miss ──► Upstream::fetch ── `gets <key>` ──► router or server (one Link per
+//!        │                 (deadline: --upstream-timeout;        worker at a time, pooled)
+//!        │                  down: 1 s of instant misses)
+//!        ▼
+//!  epoch(key) unchanged since before the fetch? ─no─► answered, not kept (a delete raced it)
+//!        │ yes
+//!  admits(key): all │ reuse (Ghost: second miss in the window) │ hot (this server's hot keys)
+//!        │ yes
+//!        ▼
+//!  region: the value, the upstream's flags and CAS unique, expiry now + --near-ttl
+//!
+//!  set/add/…/delete/incr/touch/gat/lease-set ──► invalidate(key) (epoch +1, local copy gone)
+//!        ──► forwarded, the upstream's answer relayed ──► invalidate(key) again
+//! ```
+
+pub mod admit;
+pub mod link;
+
+use admit::{key_hash, Ghost, HotSnapshot, Policy};
+use link::{parse_upstream, Address, Link};
+use shoal_proto::answer::{blocks, Limits, Shape, ValueHeader};
+use shoal_proto::{encode_retrieval, Op};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an upstream that could not be reached is left alone: reads miss and writes fail
+/// at once meanwhile, so a dead upstream costs each worker one timeout per second at most.
+pub const DOWN_FOR: Duration = Duration::from_secs(1);
+
+/// Idle connections kept for reuse (a worker holds one at a time, so this many workers).
+const MAX_IDLE: usize = 64;
+
+/// Slots of the delete epochs (and of the lease epochs): 512 KiB each.
+const EPOCH_SLOTS: usize = 1 << 16;
+
+/// Why `--upstream` refuses the binary protocol: the text commands are the ones forwarded.
+pub const TEXT_ONLY: &str = "--upstream: a near cache speaks the text protocol only (not -B binary or -S)";
+
+/// `shoal server`'s near-cache flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NearArgs {
+    /// be a near cache in front of this router or server (host:port, or a unix socket path):
+    /// a miss is fetched from it and admitted; writes and deletes go through to it
+    /// (docs/design/near-cache.md)
+    #[arg(long = "upstream", value_name = "ADDR")]
+    pub upstream: Option<String>,
+    /// which fetched values the near cache keeps: all, reuse (a key missed twice within a
+    /// window) or hot (this server's hot keys)
+    #[arg(long = "admit", value_name = "POLICY", default_value = "reuse", requires = "upstream")]
+    pub admit: String,
+    /// seconds an admitted value is kept at most: the bound on staleness if an invalidation
+    /// is lost
+    #[arg(long = "near-ttl", value_name = "SECONDS", default_value_t = 10, requires = "upstream",
+          value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub near_ttl: u32,
+    /// milliseconds an exchange with the upstream may take (connect included); a slower one
+    /// is a miss for a read, an error for a write
+    #[arg(long = "upstream-timeout", value_name = "MS", default_value_t = 1000, requires = "upstream",
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub timeout_ms: u64,
+}
+
+/// The near cache's settings, checked.
+#[derive(Clone, Debug)]
+pub struct NearSettings {
+    pub address: Address,
+    pub admit: Policy,
+    pub near_ttl: u32,
+    pub timeout: Duration,
+}
+
+impl NearArgs {
+    /// The settings, if `--upstream` was given.
+    pub fn settings(&self) -> Result<Option<NearSettings>, String> {
+        let Some(upstream) = &self.upstream else { return Ok(None) };
+        Ok(Some(NearSettings {
+            address: parse_upstream(upstream)?,
+            admit: Policy::parse(&self.admit)?,
+            near_ttl: self.near_ttl,
+            timeout: Duration::from_millis(self.timeout_ms),
+        }))
+    }
+}
+
+/// Why the upstream did not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpError {
+    /// It could not be reached (now, or within the last [`DOWN_FOR`]).
+    Unavailable(String),
+    /// It answered something that is no answer to the request.
+    BadAnswer(String),
+}
+
+impl std::fmt::Display for UpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpError::Unavailable(why) => write!(f, "upstream unavailable: {why}"),
+            UpError::BadAnswer(why) => write!(f, "bad answer from upstream: {why}"),
+        }
+    }
+}
+
+/// A value the upstream holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    pub flags: u32,
+    /// Its CAS unique upstream (0: the upstream has CAS off).
+    pub cas: u64,
+    pub value: Vec<u8>,
+}
+
+/// The near cache's counters (`stats shoal`).
+#[derive(Default)]
+pub struct NearCounters {
+    /// Misses looked up upstream, and those it held.
+    pub fetches: AtomicU64,
+    pub fetch_hits: AtomicU64,
+    /// Values stored in the region, and those the policy turned away.
+    pub admitted: AtomicU64,
+    pub not_admitted: AtomicU64,
+    /// Values not stored because a write or delete of their key came in meanwhile.
+    pub raced: AtomicU64,
+    /// Requests forwarded upstream (writes, deletes, leases, gat).
+    pub forwarded: AtomicU64,
+    /// Exchanges that failed: unreachable or too slow, and bad answers.
+    pub unavailable: AtomicU64,
+    pub bad_answers: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The upstream of a near cache.
+pub struct Upstream {
+    pub settings: NearSettings,
+    idle: Mutex<Vec<Link>>,
+    started: Instant,
+    /// Nanoseconds after `started` until which the upstream is left alone (0: not down).
+    down_until: AtomicU64,
+    limits: Limits,
+    ghost: Ghost,
+    hot: HotSnapshot,
+    /// Per slot of key hashes: bumped by every write or delete of a key in it.
+    epochs: Box<[AtomicU64]>,
+    /// Per slot: the epoch a `lease-get` forwarded for a key in it saw.
+    leases: Box<[AtomicU64]>,
+    pub counters: NearCounters,
+}
+
+impl Upstream {
+    /// The upstream of `settings`; values of up to `max_value` bytes are accepted from it.
+    pub fn new(settings: NearSettings, max_value: usize) -> Upstream {
+        let slots = || (0..EPOCH_SLOTS).map(|_| AtomicU64::new(0)).collect();
+        Upstream {
+            settings,
+            idle: Mutex::new(Vec::new()),
+            started: Instant::now(),
+            down_until: AtomicU64::new(0),
+            limits: Limits { stat_lines: 0, ..Limits::values(max_value) },
+            ghost: Ghost::default(),
+            hot: HotSnapshot::default(),
+            epochs: slots(),
+            leases: slots(),
+            counters: NearCounters::default(),
+        }
+    }
+
+    /// The upstream `--upstream` names, if any.
+    pub fn of(settings: Option<NearSettings>, max_value: usize) -> Option<Box<Upstream>> {
+        settings.map(|s| Box::new(Upstream::new(s, max_value)))
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    /// Sends `request` and returns its whole answer of `shape`, on a pooled connection.
+    pub fn exchange(&self, request: &[u8], shape: Shape) -> Result<Vec<u8>, UpError> {
+        let c = &self.counters;
+        let until = self.down_until.load(Ordering::Relaxed);
+        if until != 0 && self.now_ns() < until {
+            bump(&c.unavailable);
+            return Err(UpError::Unavailable(format!(
+                "{} did not answer a moment ago",
+                self.settings.address
+            )));
+        }
+        let deadline = Instant::now() + self.settings.timeout;
+        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let link = match pooled {
+            Some(link) => Ok(link),
+            None => Link::open(&self.settings.address, self.settings.timeout),
+        };
+        let result = link.and_then(|mut link| {
+            link.exchange(request, shape, &self.limits, deadline).map(|answer| (link, answer))
+        });
+        match result {
+            Ok((link, answer)) => {
+                self.down_until.store(0, Ordering::Relaxed);
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                if idle.len() < MAX_IDLE {
+                    idle.push(link);
+                }
+                Ok(answer)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                bump(&c.bad_answers);
+                Err(UpError::BadAnswer(e.to_string()))
+            }
+            Err(e) => {
+                bump(&c.unavailable);
+                let until = self.now_ns() + DOWN_FOR.as_nanos() as u64;
+                self.down_until.store(until, Ordering::Relaxed);
+                Err(UpError::Unavailable(format!("{}: {e}", self.settings.address)))
+            }
+        }
+    }
+
+    /// Looks `key` up upstream (`gets`): its value, flags and CAS unique, or `None`.
+    pub fn fetch(&self, key: &[u8]) -> Result<Option<Fetched>, UpError> {
+        bump(&self.counters.fetches);
+        let mut request = Vec::with_capacity(key.len() + 8);
+        encode_retrieval(Op::Gets, 0, [key], &mut request);
+        let answer = self.exchange(&request, Shape::Values)?;
+        let found = read_fetched(key, &answer).inspect_err(|_| bump(&self.counters.bad_answers))?;
+        if found.is_some() {
+            bump(&self.counters.fetch_hits);
+        }
+        Ok(found)
+    }
+
+    fn slot(key: &[u8]) -> usize {
+        (key_hash(key) >> 16) as usize & (EPOCH_SLOTS - 1)
+    }
+
+    /// The delete epoch of `key`'s slot: a fetched value is kept only if this did not move
+    /// while it was fetched.
+    pub fn epoch(&self, key: &[u8]) -> u64 {
+        self.epochs[Self::slot(key)].load(Ordering::Acquire)
+    }
+
+    /// Notes a write or delete of `key`: fetches in flight for it are not kept.
+    pub fn invalidate(&self, key: &[u8]) {
+        self.epochs[Self::slot(key)].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Notes that a `lease-get` of `key` went upstream now.
+    pub fn lease_taken(&self, key: &[u8]) {
+        let slot = Self::slot(key);
+        self.leases[slot].store(self.epochs[slot].load(Ordering::Acquire), Ordering::Release);
+    }
+
+    /// Whether no write or delete of `key` came through since its last forwarded `lease-get`.
+    pub fn lease_unchanged(&self, key: &[u8]) -> bool {
+        let slot = Self::slot(key);
+        self.leases[slot].load(Ordering::Acquire) == self.epochs[slot].load(Ordering::Acquire)
+    }
+
+    /// Whether the policy keeps a value of `key` that was just missed; `hot` lists this
+    /// server's hot keys (asked at most once a second).
+    pub fn admits(&self, key: &[u8], hot: impl FnOnce() -> Vec<Vec<u8>>) -> bool {
+        let admitted = match self.settings.admit {
+            Policy::All => true,
+            Policy::Reuse => self.ghost.seen_or_note(key_hash(key)),
+            Policy::Hot => self.hot.contains(key, hot),
+        };
+        bump(if admitted { &self.counters.admitted } else { &self.counters.not_admitted });
+        admitted
+    }
+
+    /// Counts a value not kept because its key changed while it was fetched.
+    pub fn raced(&self) {
+        bump(&self.counters.raced);
+    }
+
+    /// Counts a request forwarded.
+    pub fn forwarded(&self) {
+        bump(&self.counters.forwarded);
+    }
+
+    /// `stats settings` lines: where the upstream is (clients take a local miss to the
+    /// server when they see `near_upstream`), the policy and the TTL.
+    pub fn settings_stats(&self, out: &mut Vec<u8>) {
+        let s = &self.settings;
+        let line = format!(
+            "STAT near_upstream {}\r\nSTAT near_admit {}\r\nSTAT near_ttl {}\r\nSTAT near_upstream_timeout_ms {}\r\n",
+            s.address,
+            s.admit.name(),
+            s.near_ttl,
+            s.timeout.as_millis()
+        );
+        out.extend_from_slice(line.as_bytes());
+    }
+
+    /// `stats shoal` lines: the counters.
+    pub fn counter_stats(&self, out: &mut Vec<u8>) {
+        let c = &self.counters;
+        for (name, n) in [
+            ("near_fetches", &c.fetches),
+            ("near_fetch_hits", &c.fetch_hits),
+            ("near_admitted", &c.admitted),
+            ("near_not_admitted", &c.not_admitted),
+            ("near_raced", &c.raced),
+            ("near_forwarded", &c.forwarded),
+            ("near_upstream_unavailable", &c.unavailable),
+            ("near_upstream_bad_answers", &c.bad_answers),
+        ] {
+            out.extend_from_slice(format!("STAT {name} {}\r\n", n.load(Ordering::Relaxed)).as_bytes());
+        }
+    }
+}
+
+/// The value of `key` in a framed answer to `gets <key>`: nothing, or one block of that key.
+pub fn read_fetched(key: &[u8], answer: &[u8]) -> Result<Option<Fetched>, UpError> {
+    let bad = |why: &str| {
+        UpError::BadAnswer(format!("{why}: {:?}", String::from_utf8_lossy(&answer[..answer.len().min(120)])))
+    };
+    let first = shoal_proto::answer::lines(answer).next().unwrap_or_default();
+    if shoal_proto::answer::is_error_line(first) {
+        return Err(bad("an error"));
+    }
+    let mut found = None;
+    for block in blocks(answer) {
+        let header = ValueHeader::parse(block.line).ok_or_else(|| bad("not a VALUE line"))?;
+        if header.key != key || found.is_some() {
+            return Err(bad("a value of another key"));
+        }
+        found = Some(Fetched { flags: header.flags, cas: header.cas, value: block.data.to_vec() });
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+"""The fault harness over simulated hosts (issue #26 item 4; docs/design/faults.md, "The fault
+harness"). Data flow:
+
+    writers (region A hosts) --UPDATE + invalidation, one transaction--> PostgreSQL primary (a0)
+        primary --logical decoding--> invalidator A (a0) --deletes--> router a1, router a2
+        primary --Toxiproxy (the WAN)--> streaming replica (b0, recovery_min_apply_delay)
+        primary --Toxiproxy--> invalidator B (b0, waits for the replica) --deletes--> router b1
+    routers --PoolRoute--> servers (a1 a2 a3 | b1 b2), each `shoal server -e` on its host's /dev/shm
+    readers on every host: lease-get through the region's routers, fill from the region's database;
+        a local reader per server host: gets through the server's shared memory
+    every worker logs its operations --> checker.py (Polaris: no read older than commit + bound)
+    a seeded fault schedule meanwhile: kill -9 + warm restart, SIGSTOP/SIGCONT, a host's or the
+        region's link cut, a delay spike (Toxiproxy latency or `tc tbf`), a replica restart
+
+Each host is a network namespace joined to one bridge by a veth pair, with link-local
+addresses 169.254.N.x that exist only on these links, and a mount namespace with its own
+/dev/shm (a holder process keeps it; every process of the host enters both). Everything is named
+`shc<pid>-…` after the harness's process id, so a run that crashed is cleaned up by the next
+one (`cleanup_leftovers`): the processes in its namespaces killed, its links and namespaces
+deleted, its PostgreSQL directories removed.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import ROOT, Postgres, _stopped, wait_for  # noqa: E402
+
+
+PREFIX = "shc"
+TOXIPROXY_VERSION = "v2.9.0"
+TOXIPROXY = Path(os.environ.get("TOXIPROXY_BIN", ROOT / "target" / "toxiproxy" / TOXIPROXY_VERSION / "server"))
+WORKER = Path(__file__).resolve().parent / "worker.py"
+FAULT_KINDS = ("kill", "pause", "cut", "delay", "replica")
+
+
+def sh(*argv, check=True):
+    return subprocess.run(argv, check=check, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def ensure_toxiproxy():
+    """Shopify's Toxiproxy, built once from its Go module into target/toxiproxy/<version>/ (as
+    tests/exporter builds memcached_exporter); False when Go is missing."""
+    if TOXIPROXY.exists():
+        return True
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.path.exists(go):
+        return False
+    TOXIPROXY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([go, "install", f"github.com/Shopify/toxiproxy/v2/cmd/server@{TOXIPROXY_VERSION}"],
+                   env={**os.environ, "GOBIN": str(TOXIPROXY.parent)}, check=True)
+    return TOXIPROXY.exists()
+
+
+def missing_privileges():
+    """Why namespaces cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "not root"
+    for tool in ("ip", "nsenter", "unshare", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing"
+    probe = f"{PREFIX}{os.getpid()}-probe"
+    if sh("ip", "netns", "add", probe, check=False).returncode != 0:
+        return "ip netns add fails"
+    sh("ip", "netns", "del", probe, check=False)
+    return None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def cleanup(owner=None):
+    """Removes what the run of process `owner` made (every dead owner's when None)."""
+    def ours(name):
+        if not name.startswith(PREFIX):
+            return False
+        digits = name[len(PREFIX):].split("-", 1)[0]
+        if not digits.isdigit():
+            return False
+        return int(digits) == owner if owner is not None else not alive(int(digits))
+
+    for ns in sh("ip", "netns", "list").stdout.split("\n"):
+        name = ns.split(" ", 1)[0]
+        if name and ours(name):
+            for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            sh("ip", "netns", "del", name, check=False)
+    for line in sh("ip", "-o", "link", "show").stdout.split("\n"):
+        parts = line.split(": ")
+        if len(parts) > 1:
+            name = parts[1].split("@", 1)[0]
+            if ours(name):
+                sh("ip", "link", "del", name, check=False)
+    for path in Path("/tmp").glob(f"{PREFIX}*-pg-*"):
+        if ours(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class Host:
+    """A simulated host: a network namespace on the bridge and a mount namespace of its own
+    with a private /dev/shm."""
+
+    def __init__(self, net, name, region, number):
+        self.net, self.name, self.region = net, name, region
+        self.ns = f"{net.prefix}-{name}"
+        self.ip = f"169.254.{net.octet}.{number}"
+        self.holder = None
+
+    def start(self):
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "link", "add", self.ns, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
+        sh("ip", "link", "set", self.ns, "master", self.net.bridge, "up")
+        sh("ip", "-n", self.ns, "addr", "add", f"{self.ip}/24", "dev", "eth0")
+        sh("ip", "-n", self.ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        self.holder = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+             "mount -t tmpfs -o size=512m shoal-shm /dev/shm && exec sleep infinity"],
+            stdin=subprocess.DEVNULL)
+        own = os.readlink("/proc/self/ns/mnt")
+
+        def holding():
+            try:
+                return (os.readlink(f"/proc/{self.holder.pid}/ns/mnt") != own
+                        and Path(f"/proc/{self.holder.pid}/cmdline").read_bytes().startswith(b"sleep"))
+            except OSError:
+                return False
+        wait_for(f"host {self.name}'s /dev/shm", holding)
+
+    def argv(self, argv):
+        return ["nsenter", f"--net=/run/netns/{self.ns}", f"--mount=/proc/{self.holder.pid}/ns/mnt", "--", *argv]
+
+    def popen(self, argv, log):
+        with open(log, "ab") as f:
+            return subprocess.Popen(self.argv(argv), stdin=subprocess.DEVNULL, stdout=f, stderr=f)
+
+    def link(self, up):
+        sh("ip", "link", "set", self.ns, "up" if up else "down")
+
+    def rate_limit(self, on):
+        if on:
+            sh("tc", "qdisc", "replace", "dev", self.ns, "root", "tbf", "rate", "200kbit", "burst", "8kb",
+               "latency", "500ms")
+        else:
+            sh("tc", "qdisc", "del", "dev", self.ns, "root", check=False)
+
+
+class Net:
+    """The bridge and the hosts on it."""
+
+    def __init__(self):
+        self.prefix = f"{PREFIX}{os.getpid()}"
+        self.octet = 20 + os.getpid() % 200
+        self.bridge = f"{self.prefix}-br"
+        self.ip = f"169.254.{self.octet}.1"
+        self.hosts = {}
+
+    def start(self):
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{self.ip}/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+
+    def host(self, name, region, number):
+        host = Host(self, name, region, number)
+        self.hosts[name] = host
+        host.start()
+        return host
+
+
+def listening(ip, port):
+    try:
+        socket.create_connection((ip, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+class Proc:
+    """A restartable process on a host, ready when its port accepts connections."""
+
+    def __init__(self, name, host, argv, port, log):
+        self.name, self.host, self.argv, self.port, self.log = name, host, argv, port, log
+        self.proc = None
+        self.crashes = 0
+
+    def start(self):
+        self.proc = self.host.popen(self.argv, self.log)
+        wait_for(f"{self.name} listens", lambda: listening(self.host.ip, self.port) or self.proc.poll() is not None)
+        assert self.proc.poll() is None, f"{self.name} exited: see {self.log}"
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        if self.proc:
+            self.proc.wait()
+
+    def pause(self):
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        wait_for(f"{self.name} stops", lambda: all(_stopped(t) for t in tasks.iterdir()), poll=0.001)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+class HostPostgres(Postgres):
+    """harness.Postgres on a simulated host, listening on the host's address (trusting the
+    harness's link-local network)."""
+
+    def __init__(self, host, *settings):
+        super().__init__(*settings, "listen_addresses='*'", "max_wal_senders=8", "hot_standby=on")
+        self.host, self.port = host, 5432
+
+    @property
+    def conninfo(self):
+        return f"host={self.host.ip} port={self.port} user=postgres dbname=postgres connect_timeout=5"
+
+    def _run(self, program, *args):
+        argv = [str(self.bin / program), *args]
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        subprocess.run(self.host.argv(argv), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ctl(self, action):
+        options = " ".join(f"-c {s}" for s in self.settings) + f" -p {self.port} -k {self.dir}"
+        self._run("pg_ctl", "-D", f"{self.dir}/data", "-l", f"{self.dir}/log", "-o", options, "-m", "fast",
+                  "-t", "120", "-w", action)
+
+    def _scratch(self):
+        import tempfile
+        self.dir = tempfile.mkdtemp(prefix=f"{self.host.net.prefix}-pg-")
+        subprocess.run(["chown", "postgres", self.dir], check=True)
+
+    def trust_the_links(self):
+        with open(f"{self.dir}/data/pg_hba.conf", "a") as f:
+            f.write("host all all 169.254.0.0/16 trust\nhost replication all 169.254.0.0/16 trust\n")
+
+    def primary(self):
+        self._scratch()
+        self._run("initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U", "postgres")
+        self.trust_the_links()
+        self.ctl("start")
+        return self
+
+    def replica_of(self, ip, port):
+        self._scratch()
+        self._run("pg_basebackup", "-h", ip, "-p", str(port), "-U", "postgres", "-D", f"{self.dir}/data", "-R",
+                  "-X", "stream")
+        self.ctl("start")
+        return self
+
+
+class Toxiproxy:
+    """Shopify's Toxiproxy on a host of its own (so a crashed run's cleanup finds it too): the
+    WAN between the regions. Its proxies listen on that host's address."""
+
+    API = 8474
+
+    def __init__(self, work, host):
+        self.host = host
+        self.proc = host.popen([str(TOXIPROXY), "-host", host.ip, "-port", str(self.API)], work / "toxiproxy.log")
+        wait_for("Toxiproxy's API", lambda: listening(host.ip, self.API))
+        self.proxies = []
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://{self.host.ip}:{self.API}{path}", data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.read()
+
+    def proxy(self, name, port, upstream):
+        self.call("POST", "/proxies", {"name": name, "listen": f"{self.host.ip}:{port}", "upstream": upstream,
+                                       "enabled": True})
+        self.proxies.append(name)
+        return port
+
+    def enable(self, on):
+        for name in self.proxies:
+            self.call("POST", f"/proxies/{name}", {"enabled": on})
+
+    def latency(self, ms):
+        for name in self.proxies:
+            if ms:
+                self.call("POST", f"/proxies/{name}/toxics", {"name": "spike", "type": "latency",
+                                                              "attributes": {"latency": ms}})
+            else:
+                self.call("DELETE", f"/proxies/{name}/toxics/spike")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()

@@ -1,0 +1,293 @@
+"""The two-region cluster on simulated hosts (cluster.py), its workload (worker.py), the seeded
+fault schedule, and the checker's verdict: `run(...)` is what tests/cluster/test_faults.py and
+bench/faults/run.py call.
+
+    region A: a0 PostgreSQL primary + invalidator A | a1 server + router | a2 server + router
+              | a3 server
+    region B: b0 streaming replica + invalidator B   | b1 server + router | b2 server
+    wan: Toxiproxy, through which alone b0's replication and invalidator B's log reach a0
+"""
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checker  # noqa: E402
+from cluster import FAULT_KINDS, WORKER, HostPostgres, Net, Proc, Toxiproxy, cleanup, wait_for  # noqa: E402
+from harness import SHOAL  # noqa: E402
+
+SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
+REPLICA_DELAY_MS = 500
+# How often each kind of fault comes after the first of each (FAULT_KINDS' order).
+FAULT_WEIGHTS = (3, 2, 2, 2, 1)
+
+
+class Cluster:
+    def __init__(self, work: Path, keys=2000, rejoin_hold=3, control=False):
+        self.work, self.keys, self.control = work, keys, control
+        self.rejoin_hold = 0 if control else rejoin_hold
+        self.net = Net()
+        self.procs, self.servers, self.routers, self.invalidators = [], [], [], []
+        self.pgs, self.workers = [], []
+        self.toxi = None
+        self.replay_polls = []
+        self.stopping = threading.Event()
+
+    # --- building --------------------------------------------------------------------------
+    def start(self):
+        self.net.start()
+        hosts = {"a0": ("A", 10), "a1": ("A", 11), "a2": ("A", 12), "a3": ("A", 13),
+                 "b0": ("B", 20), "b1": ("B", 21), "b2": ("B", 22), "wan": ("-", 2)}
+        for name, (region, number) in hosts.items():
+            self.net.host(name, region, number)
+        h = self.net.hosts
+        self.toxi = Toxiproxy(self.work, h["wan"])
+        self.primary = HostPostgres(h["a0"], "wal_level=logical", "max_replication_slots=8")
+        self.pgs.append(self.primary)
+        self.primary.primary()
+        with psycopg.connect(self.primary.conninfo, autocommit=True) as db:
+            db.execute("CREATE TABLE kv (k int PRIMARY KEY, v bigint NOT NULL)")
+            db.execute("INSERT INTO kv SELECT g, 0 FROM generate_series(0, %s) g", (self.keys - 1,))
+        wan = self.toxi.proxy("wan-pg", 5432, f"{h['a0'].ip}:5432")
+        self.replica = HostPostgres(h["b0"], f"recovery_min_apply_delay={REPLICA_DELAY_MS}ms",
+                                    "wal_retrieve_retry_interval=500ms")
+        self.pgs.append(self.replica)
+        self.replica.replica_of(h["wan"].ip, wan)
+
+        for name in ("a1", "a2", "a3", "b1", "b2"):
+            self.servers.append(self.proc(f"server {name}", h[name], [
+                str(SHOAL), "server", "-l", h[name].ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "32", "-t", "2",
+                "-e", f"/dev/shm/shoal-{name}.region", "--rejoin-hold", str(self.rejoin_hold)], SERVER_PORT))
+        for name, pool in (("a1", ("a1", "a2", "a3")), ("a2", ("a1", "a2", "a3")), ("b1", ("b1", "b2"))):
+            config = self.work / f"router-{name}.json"
+            config.write_text(json.dumps({
+                "pools": {"main": {"servers": [f"{h[s].ip}:{SERVER_PORT}" for s in pool]}},
+                "route": {"type": "PoolRoute", "pool": "main"}}))
+            self.routers.append(self.proc(f"router {name}", h[name], [
+                str(SHOAL), "router", "-l", h[name].ip, "-p", str(ROUTER_PORT), "-t", "2", "-f", str(config),
+                "--spool-dir", str(self.work / f"spool-{name}")], ROUTER_PORT))
+        ack = ["--ack-rule", "off"] if self.control else []
+        self.invalidators.append(self.proc("invalidator a0", h["a0"], [
+            str(SHOAL), "invalidator", "--postgres", self.primary.conninfo, "-d", f"{h['a1'].ip}:{ROUTER_PORT}",
+            "-d", f"{h['a2'].ip}:{ROUTER_PORT}", "--state-dir", str(self.work / "invalidator-a"),
+            "--metrics-listen", f"{h['a0'].ip}:{METRICS_PORT}", *ack], METRICS_PORT))
+        self.invalidators.append(self.proc("invalidator b0", h["b0"], [
+            str(SHOAL), "invalidator", "--postgres", f"host={h['wan'].ip} port={wan} user=postgres dbname=postgres",
+            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, "-d", f"{h['b1'].ip}:{ROUTER_PORT}",
+            "--state-dir", str(self.work / "invalidator-b"), "--metrics-listen", f"{h['b0'].ip}:{METRICS_PORT}",
+            *ack], METRICS_PORT))
+        for p in self.procs:
+            p.start()
+        with psycopg.connect(self.primary.conninfo, autocommit=True) as db:
+            slots = "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ('shoal_invalidator', 'shoal_b')"
+            wait_for("both invalidators' slots", lambda: db.execute(slots).fetchone()[0] == 2)
+
+    def sites(self):
+        """The hosts of the two regions (not the WAN's)."""
+        return {n: x for n, x in self.net.hosts.items() if x.region in ("A", "B")}
+
+    def proc(self, name, host, argv, port):
+        p = Proc(name, host, argv, port, self.work / f"{name.replace(' ', '-')}.log")
+        self.procs.append(p)
+        return p
+
+    def start_workload(self, seed, writers_per_host=2):
+        out = self.work / "ops"
+        out.mkdir()
+        self.ops = out
+        h = self.net.hosts
+        for n, (name, host) in enumerate(sorted(self.sites().items())):
+            if host.region == "A":
+                routers = [f"{h['a1'].ip}:{ROUTER_PORT}", f"{h['a2'].ip}:{ROUTER_PORT}"]
+                read_dsn = self.primary.conninfo
+            else:
+                routers = [f"{h['b1'].ip}:{ROUTER_PORT}"]
+                read_dsn = self.replica.conninfo
+            settings = {"host": name, "out": str(out), "seed": seed * 100 + n, "keys": self.keys,
+                        "routers": routers, "read_dsn": read_dsn, "write_dsn": self.primary.conninfo,
+                        "writers": writers_per_host if host.region == "A" else 0,
+                        "local_server": f"{host.ip}:{SERVER_PORT}" if name[1] != "0" else None}
+            self.workers.append(host.popen([sys.executable, str(WORKER), json.dumps(settings)],
+                                           self.work / f"worker-{name}.log"))
+        threading.Thread(target=self.poll_replay, daemon=True).start()
+
+    def poll_replay(self):
+        """(time, replay time) of the replica every 50 ms, for region B's visibility."""
+        conn = None
+        while not self.stopping.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.replica.conninfo, autocommit=True)
+                r = conn.execute("SELECT extract(epoch FROM pg_last_xact_replay_timestamp())").fetchone()[0]
+                self.replay_polls.append((time.time(), None if r is None else float(r)))
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self.stopping.wait(0.05)
+
+    def counts(self):
+        total = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0}
+        for path in self.ops.glob("status-*.json"):
+            try:
+                for k, v in json.loads(path.read_text()).items():
+                    if k in total:
+                        total[k] += v
+            except (ValueError, OSError):
+                pass
+        return total
+
+    # --- faults ----------------------------------------------------------------------------
+    def fault(self, kind, rng, log):
+        """Injects one fault of `kind`, holds it, and undoes it; returns what it did."""
+        processes = self.servers + self.routers + self.invalidators
+        started = time.time()
+        if kind == "kill":
+            # Servers, routers and invalidators in turn: every class is killed in a short run.
+            self.kills = getattr(self, "kills", 0) + 1
+            p = rng.choice((self.servers, self.routers, self.invalidators)[self.kills % 3])
+            p.kill()
+            time.sleep(rng.uniform(0.2, 1.5))  # the fault's length, not synchronisation
+            p.start()
+            what, hosts = p.name, [p.host.name]
+        elif kind == "pause":
+            p = rng.choice(processes)
+            p.pause()
+            time.sleep(rng.uniform(0.2, 0.8))
+            p.resume()
+            what, hosts = p.name, [p.host.name]
+        elif kind == "cut":
+            if rng.random() < 0.5:
+                host = rng.choice(list(self.sites().values()))
+                host.link(False)
+                time.sleep(rng.uniform(0.5, 3.0))
+                host.link(True)
+                what, hosts = f"host {host.name}", [host.name]
+            else:
+                self.toxi.enable(False)
+                time.sleep(rng.uniform(0.5, 3.0))
+                self.toxi.enable(True)
+                what, hosts = "region B from A", []
+        elif kind == "delay":
+            if rng.random() < 0.5:
+                ms = rng.randrange(200, 1500)
+                self.toxi.latency(ms)
+                time.sleep(rng.uniform(1.0, 3.0))
+                self.toxi.latency(0)
+                what, hosts = f"WAN latency {ms} ms", []
+            else:
+                host = rng.choice(list(self.sites().values()))
+                host.rate_limit(True)
+                time.sleep(rng.uniform(1.0, 3.0))
+                host.rate_limit(False)
+                what, hosts = f"host {host.name} tbf 200kbit", [host.name]
+        else:
+            self.replica.ctl("restart")
+            what, hosts = "replica restart", ["b0"]
+        entry = {"kind": kind, "what": what, "hosts": hosts, "start": round(started, 3), "end": round(time.time(), 3)}
+        log.append(entry)
+        return entry
+
+    def supervise(self, log):
+        """A process that died without being killed is a finding: logged, and restarted."""
+        for p in self.procs:
+            if p.proc.poll() is not None:
+                p.crashes += 1
+                log.append({"kind": "crash", "what": p.name, "hosts": [p.host.name], "start": time.time(),
+                            "end": time.time(), "code": p.proc.returncode})
+                p.start()
+
+    # --- ending ----------------------------------------------------------------------------
+    def stop_workload(self):
+        if not self.workers:
+            return
+        (self.ops / "stop").touch()
+        deadline = time.time() + 60
+        for w in self.workers:
+            try:
+                w.wait(timeout=max(1, deadline - time.time()))
+            except Exception:
+                w.kill()
+                w.wait()
+        self.stopping.set()
+
+    def stop(self):
+        self.stopping.set()
+        for w in self.workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        for p in self.procs:
+            try:
+                p.kill()
+            except Exception:
+                pass
+        for pg in reversed(self.pgs):
+            try:
+                pg.__exit__(None, None, None)
+            except Exception:
+                pass
+        if self.toxi:
+            self.toxi.stop()
+
+
+def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control=False, progress=None,
+        rejoin_hold=3, gap=(2.0, 4.0), kinds=FAULT_KINDS, bound=1.0, max_seconds=None):
+    """Builds the cluster, runs the workload under a seeded fault schedule until `seconds` have
+    passed and at least `writes` writes and `faults` faults were made (each kind at least once
+    first, in a shuffled order) — or `max_seconds` have passed — tears everything down and returns the checker's verdict."""
+    cleanup()  # what a crashed run left
+    work.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    cluster = Cluster(work, keys=keys, rejoin_hold=rejoin_hold, control=control)
+    fault_log = []
+    try:
+        cluster.start()
+        cluster.start_workload(seed)
+        started = time.time()
+        first = list(kinds)
+        rng.shuffle(first)
+        last_progress = 0.0
+        while True:
+            counts = cluster.counts()
+            elapsed = time.time() - started
+            if elapsed >= seconds and counts["writes"] >= writes and len(fault_log) >= (max(faults, len(kinds)) if kinds else 0):
+                break
+            if max_seconds is not None and elapsed >= max_seconds:
+                break
+            if first:
+                cluster.fault(first.pop(0), rng, fault_log)
+            elif kinds:
+                weights = [FAULT_WEIGHTS[FAULT_KINDS.index(k)] for k in kinds]
+                cluster.fault(rng.choices(kinds, weights=weights)[0], rng, fault_log)
+            cluster.supervise(fault_log)
+            time.sleep(rng.uniform(*gap))  # the calm between faults, not synchronisation
+            if progress and time.time() - last_progress >= 5:
+                last_progress = time.time()
+                progress(f"{elapsed:6.0f} s  {counts['writes']} writes  {counts['reads']} reads "
+                         f"({counts['local_reads']} local)  {len(fault_log)} faults")
+        cluster.stop_workload()
+        wall = time.time() - started
+    finally:
+        cluster.stop()
+        cleanup(owner=os.getpid())
+    (work / "replay-polls.json").write_text(json.dumps(cluster.replay_polls))
+    regions = {name: host.region for name, host in cluster.net.hosts.items()}
+    verdict = checker.check(cluster.ops, regions, cluster.replay_polls, bound=bound,
+                            faults=[(f["start"], f["end"]) for f in fault_log])
+    verdict["availability_per_minute"] = checker.availability(
+        cluster.ops, regions, [(f["start"], f["end"], set(f["hosts"])) for f in fault_log])
+    kinds_done = {}
+    for f in fault_log:
+        kinds_done[f["kind"]] = kinds_done.get(f["kind"], 0) + 1
+    verdict.update({"seed": seed, "control": control, "seconds": round(wall, 1), "faults": len(fault_log),
+                    "fault_kinds": kinds_done, "fault_log": fault_log,
+                    "crashes": {p.name: p.crashes for p in cluster.procs if p.crashes}})
+    return verdict

@@ -1,0 +1,164 @@
+"""One simulated host's workload (run by tests/cluster/cluster.py inside the host's network and
+mount namespaces): look-aside readers with leases through the region's routers, a reader of the
+host's own server through shared memory, and (region A) writers that update PostgreSQL rows and
+name the changed key in the same transaction.
+
+Every thread appends its history to a file of its own under the output directory, one line an
+operation, for the checker (tests/cluster/checker.py):
+
+    W <key> <version> <ack time>                 a committed write (acknowledged at that time)
+    R <key> <start time> <version|-1|E> <source>  a read: h hit through a router, d filled
+                                                  from the database, l a local hit, m a miss
+                                                  (local), E an error (not answered)
+
+Times are wall-clock seconds (time.time(): one clock for every namespace of the machine). It
+runs until the file `stop` appears in the output directory; `status-<host>.json` holds its
+counts, rewritten every half second.
+
+    python3 worker.py '<json settings>'
+"""
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import shoal
+
+
+# The pause after each read: the readers leave the machine's CPU to the system under test (a
+# read unpaced takes a microsecond locally, and seven hosts of them would starve the invalidator).
+PACE = 0.005
+# The pause after each write: the invalidation pipeline's lag stays well under the bound.
+WRITE_PACE = 0.01
+
+
+def key_name(k):
+    return f"k:{k}"
+
+
+class Worker:
+    def __init__(self, settings):
+        self.s = settings
+        self.out = Path(settings["out"])
+        self.stop = threading.Event()
+        self.counts = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0}
+        self.lock = threading.Lock()
+
+    def count(self, **deltas):
+        with self.lock:
+            for name, delta in deltas.items():
+                self.counts[name] += delta
+
+    def log(self, name):
+        return open(self.out / f"{self.s['host']}-{name}.log", "a", buffering=1 << 16)
+
+    def db(self, dsn):
+        while not self.stop.is_set():
+            try:
+                return psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+            except psycopg.Error:
+                time.sleep(0.2)
+        return None
+
+    def writer(self, n, rng):
+        log, conn = self.log(f"w{n}"), None
+        while not self.stop.is_set():
+            if conn is None or conn.closed:
+                conn = self.db(self.s["write_dsn"])
+                continue
+            k = rng.randrange(self.s["keys"])
+            try:
+                with conn.transaction():
+                    cur = conn.cursor()
+                    version = cur.execute("UPDATE kv SET v = v + 1 WHERE k = %s RETURNING v", (k,)).fetchone()[0]
+                    shoal.invalidate(cur, [key_name(k)])
+            except psycopg.Error:
+                # A commit whose outcome is unknown is not recorded: a later read of its
+                # version is then only newer than what the checker knows, never flagged.
+                conn.close()
+                continue
+            log.write(f"W {k} {version} {time.time():.6f}\n")
+            self.count(writes=1)
+            self.stop.wait(WRITE_PACE)
+        log.close()
+
+    def router_reader(self, n, rng, router):
+        log = self.log(f"r{n}")
+        cache, conn = shoal.Client(router, connect_timeout=2.0, timeout=2.0, local=False), None
+        while not self.stop.is_set():
+            if conn is None or conn.closed:
+                conn = self.db(self.s["read_dsn"])
+                continue
+            k = rng.randrange(self.s["keys"])
+            key = key_name(k)
+            start = time.time()
+            try:
+                kind, value, token = cache.lease_get(key)
+                if kind == "hit":
+                    log.write(f"R {k} {start:.6f} {int(value)} h\n")
+                else:
+                    version = conn.execute("SELECT v FROM kv WHERE k = %s", (k,)).fetchone()[0]
+                    if kind == "token":
+                        cache.lease_set(key, token, str(version).encode())
+                    log.write(f"R {k} {start:.6f} {version} d\n")
+                self.count(reads=1, answered=1)
+                self.stop.wait(PACE)
+            except shoal.Error:
+                log.write(f"R {k} {start:.6f} E h\n")
+                self.count(reads=1)
+                self.stop.wait(0.01)
+            except psycopg.Error:
+                conn.close()
+        log.close()
+
+    def local_reader(self, rng, server):
+        log = self.log("l")
+        cache = shoal.Client(server, connect_timeout=2.0, timeout=2.0)
+        while not self.stop.is_set():
+            k = rng.randrange(self.s["keys"])
+            start = time.time()
+            try:
+                local = cache.is_local()
+                value = cache.get(key_name(k))
+                source = "l" if local else "n"
+                log.write(f"R {k} {start:.6f} {-1 if value is None else int(value)} {source if value else 'm'}\n")
+                self.count(reads=1, answered=1, local_reads=int(local))
+                self.stop.wait(PACE / 5)
+            except shoal.Error:
+                log.write(f"R {k} {start:.6f} E l\n")
+                self.count(reads=1)
+                self.stop.wait(0.01)
+        log.close()
+
+    def run(self):
+        s, rng = self.s, random.Random(self.s["seed"])
+        threads = []
+        for n in range(s.get("writers", 0)):
+            threads.append(threading.Thread(target=self.writer, args=(n, random.Random(rng.random()))))
+        for n, router in enumerate(s["routers"] * s.get("readers_per_router", 1)):
+            threads.append(threading.Thread(target=self.router_reader, args=(n, random.Random(rng.random()), router)))
+        if s.get("local_server"):
+            threads.append(threading.Thread(target=self.local_reader, args=(random.Random(rng.random()), s["local_server"])))
+        for t in threads:
+            t.start()
+        status = self.out / f"status-{s['host']}.json"
+        while not (self.out / "stop").exists():
+            with self.lock:
+                text = json.dumps(self.counts)
+            status.with_suffix(".tmp").write_text(text)
+            os.replace(status.with_suffix(".tmp"), status)
+            time.sleep(0.5)
+        self.stop.set()
+        for t in threads:
+            t.join()
+        with self.lock:
+            status.write_text(json.dumps({**self.counts, "done": True}))
+
+
+if __name__ == "__main__":
+    Worker(json.loads(sys.argv[1])).run()

@@ -1,0 +1,70 @@
+"""Hot keys in a Python pool's multiget (issue #28): `shoal.Client(servers=[...],
+hot_replicas=R)` reads a hot key of a `get_many` from each of its replicas in turn, as single
+gets do, with the same rule: a copy answers with CAS unique 0, and a write is seen by every
+batch after it."""
+
+import contextlib
+
+import pytest
+import shoal
+
+from harness import Server, eventually, talk
+
+
+@pytest.fixture
+def servers():
+    with contextlib.ExitStack() as stack:
+        # Every read counted by detection, so a few hundred make a key hot.
+        yield [stack.enter_context(Server.shoal("-o", "hotkeys_sample=1")) for _ in range(3)]
+
+
+def addresses(servers):
+    return [f"127.0.0.1:{s.port}" for s in servers]
+
+
+def get_hits(servers):
+    """Each server's `get_hits`, asked directly."""
+    hits = []
+    for s in servers:
+        with s.connect() as sock:
+            stats = talk(sock, b"stats\r\n", b"END\r\n").decode()
+        hits.append(next(int(line.split()[2]) for line in stats.splitlines() if line.startswith("STAT get_hits ")))
+    return hits
+
+
+def test_a_hot_key_in_get_many_is_read_from_every_replica(servers):
+    # Network reads: reads from shared memory are not seen by the servers' detection.
+    client = shoal.Client(servers=addresses(servers), hashing="jump", local=False, hot_replicas=0,
+                          hot_refresh=3600.0)
+    hot, cold = b"hot:py:batch", b"cold:py:batch"
+    client.set(hot, b"h1")
+    client.set(cold, b"c1")
+
+    def learned():
+        for _ in range(200):
+            client.get(hot)
+        return hot in [k for k, _ in client.refresh_hot_keys()]
+    eventually(learned)
+    assert len(client.replicas_for(hot)) == 3
+    for _ in range(3):  # the first batches fill the copies from the owner
+        client.get_many([hot, cold])
+
+    before = get_hits(servers)
+    uniques = []
+    for _ in range(30):
+        found = client.gets_many([cold, hot, b"absent:py:batch"])
+        assert sorted(found) == [cold, hot]
+        assert found[cold][0] == b"c1" and found[hot][0] == b"h1"
+        uniques.append(found[hot][1])
+    after = get_hits(servers)
+    cold_owner = addresses(servers).index(client.server_for(cold))
+    hot_reads = [a - b - (30 if i == cold_owner else 0) for i, (b, a) in enumerate(zip(before, after))]
+    assert hot_reads == [10, 10, 10], "each replica answers a third of the hot key's reads"
+    assert uniques.count(0) == 20, "a copy answers with CAS unique 0, the owner with its own"
+
+    client.set(hot, b"h2")
+    for _ in range(6):
+        assert client.get_many([hot, cold]) == {hot: b"h2", cold: b"c1"}
+    client.delete(hot)
+    for _ in range(3):
+        assert client.get_many([hot]) == {}
