@@ -151,10 +151,11 @@ fn with_90_per_cent_of_reads_local_the_curve_stays_within_0_005_of_exact() {
     // The sample is the keys whose region hash (random seed per region) falls under the
     // threshold, so each run is one draw of it: SHARDS' error depends on which keys it holds
     // (4 runs of the deletes workload: 0.0043-0.0065). The target holds on the mean of the
-    // five; no single draw may stray far.
+    // five; no single draw may stray far (0.01: half again above the worst draw seen, so an
+    // unlucky draw does not fail a run while a broken curve, 0.02 and more, still does).
     let mean = errors.iter().map(|(_, e)| e).sum::<f64>() / errors.len() as f64;
     assert!(mean <= 0.005, "mean absolute error {mean} over {errors:?}");
     for (name, error) in errors {
-        assert!(error <= 0.008, "{name}: mean absolute error {error}");
+        assert!(error <= 0.01, "{name}: mean absolute error {error}");
     }
 }

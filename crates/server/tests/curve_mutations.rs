@@ -234,10 +234,12 @@ fn a_tenant_sized_at_its_curves_cliff_holds_its_scan() {
     let hits = scan(&mut c, keys, 3);
     eprintln!("cliff {} MiB: sized {} MiB, a pass hits {hits}", cliff as f64 / MIB as f64, at / MIB);
     assert!(hits > 0.98, "at the cliff ({} MiB) a pass hits {hits}", at / MIB);
-    // A segment under it, the scan no longer fits: the cliff is no further either.
-    resize(at - MIB);
+    // Two segments under it, the scan no longer fits: the cliff is no further either. (The
+    // curve's cliff is estimated from a sample the region's random seed draws, so it may sit
+    // up to a segment past the items' true 17.85 MiB: one segment under it can still hold them.)
+    resize(at - 2 * MIB);
     let hits = scan(&mut c, keys, 3);
-    assert!(hits < 0.5, "under the cliff ({} MiB) a pass hits {hits}", at / MIB - 1);
+    assert!(hits < 0.5, "under the cliff ({} MiB) a pass hits {hits}", at / MIB - 2);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
