@@ -103,13 +103,15 @@ fn is_live(e: &Entry, clock: u32) -> bool {
     e.expiry == 0 || e.expiry > clock
 }
 
-/// A storage outcome: removed if `expiry` is `None`, too large, or stored.
+/// A storage outcome: too large (checked first, as memcached sizes the item before it looks
+/// at its exptime), removed if `expiry` is `None` (already expired: stored expiring now, so
+/// gone to every read), or stored.
 fn store(key: &[u8], value: Vec<u8>, flags: u32, expiry: Option<u32>, max_item: usize) -> (Outcome, Effect) {
+    if item_bytes(key.len(), value.len(), false) > max_item {
+        return (Outcome::TooLarge, Effect::Nothing);
+    }
     match expiry {
         None => (Outcome::Store(Store::Stored), Effect::Remove),
-        Some(_) if item_bytes(key.len(), value.len(), false) > max_item => {
-            (Outcome::TooLarge, Effect::Nothing)
-        }
         Some(expiry) => (Outcome::Store(Store::Stored), Effect::Put { value, flags, expiry }),
     }
 }
