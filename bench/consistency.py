@@ -17,7 +17,6 @@ look-aside race leases exist for.
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from harness import SHOAL, Postgres, Server, free_port  # noqa: E402
+from harness import SHOAL, Postgres, free_port  # noqa: E402
 
 import psycopg  # noqa: E402
 import shoal  # noqa: E402

@@ -16,7 +16,6 @@ import sys
 import time
 
 import pylibmc
-import pymemcache
 from pymemcache.client.hash import HashClient
 
 import shoal

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The long run of the fault harness over simulated hosts (issue #26; docs/design/faults.md,
-"The fault harness"): two regions on seven network namespaces, writers and look-aside readers
-on every host, a seeded schedule of faults, and the Polaris-style checker's verdict.
+"The fault harness"): two regions on nine network namespaces (Gutter in each), writers and
+look-aside readers on every host, a seeded schedule of faults, and the Polaris-style checker's
+verdict.
 
     nice -n 19 bench/faults/run.py --writes 1000000 --faults 300 --seed 1 --json out.json
-    bench/faults/run.py --seconds 60 --control      # the spool/hold/ack rule off: must find some
+    bench/faults/run.py --seconds 30 --kinds kill --control   # hold and ack rule off: must find some
 
 Root is needed (namespaces). A progress line goes to standard error every 5 s; the verdict
 (without the fault log and key histories, which --json keeps) to standard output. Exits 1 when

@@ -136,6 +136,21 @@ def check(out: Path, regions: dict, replay_polls, bound=1.0, faults=()):
     }
 
 
+def outside_faulted_hosts(reads, faults):
+    """The reads a host made while no fault on that host lasted (`faults`: (start, end, hosts,
+    …)): what availability is judged on."""
+    spans = defaultdict(list)  # per host, its faults' (start, end), sorted (they do not overlap)
+    for s, e, hosts, *_ in sorted(faults, key=lambda f: f[0]):
+        for host in hosts:
+            spans[host].append((s, e))
+    starts = {host: [s for s, _ in v] for host, v in spans.items()}
+    for read in reads:
+        host, start = read[1], read[3]
+        i = bisect.bisect_right(starts.get(host, ()), start) - 1
+        if not (i >= 0 and spans[host][i][1] >= start):
+            yield read
+
+
 def availability(out: Path, regions: dict, faults=()):
     """Share of reads answered (hit or miss, not error) per minute of the run, leaving out the
     reads a host made while a fault on that host lasted (`faults`: (start, end, hosts))."""
@@ -143,17 +158,30 @@ def availability(out: Path, regions: dict, faults=()):
     if not reads:
         return []
     t0 = min(r[3] for r in reads)
-    spans = defaultdict(list)  # per host, its faults' (start, end), sorted (they do not overlap)
-    for s, e, hosts in sorted(faults, key=lambda f: f[0]):
-        for host in hosts:
-            spans[host].append((s, e))
-    starts = {host: [s for s, _ in v] for host, v in spans.items()}
     minutes = defaultdict(lambda: [0, 0])
-    for region, host, key, start, version, source in reads:
-        i = bisect.bisect_right(starts.get(host, ()), start) - 1
-        if i >= 0 and spans[host][i][1] >= start:
-            continue
+    for region, host, key, start, version, source in outside_faulted_hosts(reads, faults):
         minute = int((start - t0) // 60)
         minutes[minute][0] += 1
         minutes[minute][1] += version is not None
     return [{"minute": m, "reads": n, "answered_share": round(a / n, 5)} for m, (n, a) in sorted(minutes.items())]
+
+
+def unanswered_by_fault(out: Path, regions: dict, faults=()):
+    """Where the unanswered reads outside the faulted hosts come from: counted by the fault
+    last begun before each (`faults`: (start, end, hosts, what)), while it lasted or after it
+    ended, and by the kind of reader (`h` through a router, `l` local), most first."""
+    _, reads = parse(out, regions)
+    faults = sorted(faults, key=lambda f: f[0])
+    starts = [f[0] for f in faults]
+    counts = defaultdict(int)
+    for region, host, key, start, version, source in outside_faulted_hosts(reads, faults):
+        if version is not None:
+            continue
+        i = bisect.bisect_right(starts, start) - 1
+        if i < 0:
+            counts[("before any fault", "", source)] += 1
+        else:
+            _, end, _, what = faults[i]
+            counts[(what, "during" if start <= end else "after", source)] += 1
+    return [{"fault": what, "when": when, "reader": source, "reads": n}
+            for (what, when, source), n in sorted(counts.items(), key=lambda x: -x[1])]

@@ -4,9 +4,11 @@ harness"). Data flow:
     writers (region A hosts) --UPDATE + invalidation, one transaction--> PostgreSQL primary (a0)
         primary --logical decoding--> invalidator A (a0) --deletes--> router a1, router a2
         primary --Toxiproxy (the WAN)--> streaming replica (b0, recovery_min_apply_delay)
-        primary --Toxiproxy--> invalidator B (b0, waits for the replica) --deletes--> router b1
-    routers --PoolRoute--> servers (a1 a2 a3 | b1 b2), each `shoal server -e` on its host's /dev/shm
-    readers on every host: lease-get through the region's routers, fill from the region's database;
+        primary --Toxiproxy--> invalidator B (b0, waits for the replica) --deletes--> router b1, b2
+    routers --FailoverWithExptimeRoute--> servers (a1 a2 a3 | b1 b2), each `shoal server -e` on its
+        host's /dev/shm; a failed server's reads go to the region's Gutter (ag | bg), deletes to both
+    readers on every host: lease-get through the region's routers (the other router when one
+        does not answer), fill from the region's database;
         a local reader per server host: gets through the server's shared memory
     every worker logs its operations --> checker.py (Polaris: no read older than commit + bound)
     a seeded fault schedule meanwhile: kill -9 + warm restart, SIGSTOP/SIGCONT, a host's or the
@@ -260,8 +262,9 @@ class HostPostgres(Postgres):
 
     def replica_of(self, ip, port):
         self._scratch()
+        # `-c fast`: the primary checkpoints at once (a spread checkpoint took seconds of CI's set-up).
         self._run("pg_basebackup", "-h", ip, "-p", str(port), "-U", "postgres", "-D", f"{self.dir}/data", "-R",
-                  "-X", "stream")
+                  "-X", "stream", "-c", "fast")
         self.ctl("start")
         return self
 

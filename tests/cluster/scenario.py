@@ -3,9 +3,14 @@ fault schedule, and the checker's verdict: `run(...)` is what tests/cluster/test
 bench/faults/run.py call.
 
     region A: a0 PostgreSQL primary + invalidator A | a1 server + router | a2 server + router
-              | a3 server
-    region B: b0 streaming replica + invalidator B   | b1 server + router | b2 server
+              | a3 server | ag Gutter
+    region B: b0 streaming replica + invalidator B   | b1 server + router | b2 server + router
+              | bg Gutter
     wan: Toxiproxy, through which alone b0's replication and invalidator B's log reach a0
+
+Each router reads its region's servers through `FailoverWithExptimeRoute` (a server that
+fails, times out, is TKO or catching up is read from the region's Gutter, whose copies live
+`GUTTER_TTL` seconds), and sends every delete to the Gutter as well (`router_config`).
 """
 
 import json
@@ -25,6 +30,11 @@ from harness import SHOAL  # noqa: E402
 
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
 REPLICA_DELAY_MS = 500
+# Gutter's copies live this long (Scaling Memcache at Facebook, section 3.3; examples/router/gutter.json).
+GUTTER_TTL = 10
+# The Gutter hosts, one per region: they run no workload (a Gutter machine serves only what
+# the routers send it).
+GUTTER_HOSTS = ("ag", "bg")
 # How often each kind of fault comes after the first of each (FAULT_KINDS' order).
 FAULT_WEIGHTS = (3, 2, 2, 2, 1)
 
@@ -34,7 +44,7 @@ class Cluster:
         self.work, self.keys, self.control = work, keys, control
         self.rejoin_hold = 0 if control else rejoin_hold
         self.net = Net()
-        self.procs, self.servers, self.routers, self.invalidators = [], [], [], []
+        self.procs, self.servers, self.routers, self.invalidators, self.gutters = [], [], [], [], []
         self.pgs, self.workers = [], []
         self.toxi = None
         self.replay_polls = []
@@ -43,8 +53,8 @@ class Cluster:
     # --- building --------------------------------------------------------------------------
     def start(self):
         self.net.start()
-        hosts = {"a0": ("A", 10), "a1": ("A", 11), "a2": ("A", 12), "a3": ("A", 13),
-                 "b0": ("B", 20), "b1": ("B", 21), "b2": ("B", 22), "wan": ("-", 2)}
+        hosts = {"a0": ("A", 10), "a1": ("A", 11), "a2": ("A", 12), "a3": ("A", 13), "ag": ("A", 14),
+                 "b0": ("B", 20), "b1": ("B", 21), "b2": ("B", 22), "bg": ("B", 23), "wan": ("-", 2)}
         for name, (region, number) in hosts.items():
             self.net.host(name, region, number)
         h = self.net.hosts
@@ -65,22 +75,35 @@ class Cluster:
             self.servers.append(self.proc(f"server {name}", h[name], [
                 str(SHOAL), "server", "-l", h[name].ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "32", "-t", "2",
                 "-e", f"/dev/shm/shoal-{name}.region", "--rejoin-hold", str(self.rejoin_hold)], SERVER_PORT))
-        for name, pool in (("a1", ("a1", "a2", "a3")), ("a2", ("a1", "a2", "a3")), ("b1", ("b1", "b2"))):
+        for name in GUTTER_HOSTS:
+            # Gutter restarts empty (no `-e`): the assumption of Facebook's design holds for it.
+            self.gutters.append(self.proc(f"gutter {name}", h[name], [
+                str(SHOAL), "server", "-l", h[name].ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "32", "-t", "1"],
+                SERVER_PORT))
+        a_pool, b_pool = ("a1", "a2", "a3"), ("b1", "b2")
+        # In this order, the kills' turn (`fault`) reaches router b1 at the fourth kill: the
+        # control run's region B deletes are lost then.
+        for name, pool, gutter in (("a1", a_pool, "ag"), ("b1", b_pool, "bg"), ("a2", a_pool, "ag"),
+                                   ("b2", b_pool, "bg")):
             config = self.work / f"router-{name}.json"
-            config.write_text(json.dumps({
-                "pools": {"main": {"servers": [f"{h[s].ip}:{SERVER_PORT}" for s in pool]}},
-                "route": {"type": "PoolRoute", "pool": "main"}}))
+            config.write_text(json.dumps(router_config([f"{h[s].ip}:{SERVER_PORT}" for s in pool],
+                                                       f"{h[gutter].ip}:{SERVER_PORT}"), indent=1))
             self.routers.append(self.proc(f"router {name}", h[name], [
                 str(SHOAL), "router", "-l", h[name].ip, "-p", str(ROUTER_PORT), "-t", "2", "-f", str(config),
                 "--spool-dir", str(self.work / f"spool-{name}")], ROUTER_PORT))
         ack = ["--ack-rule", "off"] if self.control else []
+        # Invalidator B delivers through both region B routers; the control run's through b1's
+        # alone, so that its kill loses what is sent meanwhile (a kill of one of two routers
+        # loses nothing: the other delivers).
+        b_routers = [arg for r in (("b1",) if self.control else ("b1", "b2"))
+                     for arg in ("-d", f"{h[r].ip}:{ROUTER_PORT}")]
         self.invalidators.append(self.proc("invalidator a0", h["a0"], [
             str(SHOAL), "invalidator", "--postgres", self.primary.conninfo, "-d", f"{h['a1'].ip}:{ROUTER_PORT}",
             "-d", f"{h['a2'].ip}:{ROUTER_PORT}", "--state-dir", str(self.work / "invalidator-a"),
             "--metrics-listen", f"{h['a0'].ip}:{METRICS_PORT}", *ack], METRICS_PORT))
         self.invalidators.append(self.proc("invalidator b0", h["b0"], [
             str(SHOAL), "invalidator", "--postgres", f"host={h['wan'].ip} port={wan} user=postgres dbname=postgres",
-            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, "-d", f"{h['b1'].ip}:{ROUTER_PORT}",
+            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, *b_routers,
             "--state-dir", str(self.work / "invalidator-b"), "--metrics-listen", f"{h['b0'].ip}:{METRICS_PORT}",
             *ack], METRICS_PORT))
         for p in self.procs:
@@ -103,12 +126,13 @@ class Cluster:
         out.mkdir()
         self.ops = out
         h = self.net.hosts
-        for n, (name, host) in enumerate(sorted(self.sites().items())):
+        workload = {n: x for n, x in self.sites().items() if n not in GUTTER_HOSTS}
+        for n, (name, host) in enumerate(sorted(workload.items())):
             if host.region == "A":
                 routers = [f"{h['a1'].ip}:{ROUTER_PORT}", f"{h['a2'].ip}:{ROUTER_PORT}"]
                 read_dsn = self.primary.conninfo
             else:
-                routers = [f"{h['b1'].ip}:{ROUTER_PORT}"]
+                routers = [f"{h['b1'].ip}:{ROUTER_PORT}", f"{h['b2'].ip}:{ROUTER_PORT}"]
                 read_dsn = self.replica.conninfo
             settings = {"host": name, "out": str(out), "seed": seed * 100 + n, "keys": self.keys,
                         "routers": routers, "read_dsn": read_dsn, "write_dsn": self.primary.conninfo,
@@ -134,7 +158,7 @@ class Cluster:
             self.stopping.wait(0.05)
 
     def counts(self):
-        total = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0}
+        total = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0, "router_failovers": 0}
         for path in self.ops.glob("status-*.json"):
             try:
                 for k, v in json.loads(path.read_text()).items():
@@ -147,12 +171,15 @@ class Cluster:
     # --- faults ----------------------------------------------------------------------------
     def fault(self, kind, rng, log):
         """Injects one fault of `kind`, holds it, and undoes it; returns what it did."""
-        processes = self.servers + self.routers + self.invalidators
+        servers = self.servers + self.gutters
+        processes = servers + self.routers + self.invalidators
         started = time.time()
         if kind == "kill":
-            # Servers, routers and invalidators in turn: every class is killed in a short run.
+            # Servers, routers and invalidators in turn, and each class's processes in turn:
+            # every process is killed in a run of 3 × 7 kills, both invalidators in five.
             self.kills = getattr(self, "kills", 0) + 1
-            p = rng.choice((self.servers, self.routers, self.invalidators)[self.kills % 3])
+            group = (servers, self.routers, self.invalidators)[self.kills % 3]
+            p = group[(self.kills // 3) % len(group)]
             p.kill()
             time.sleep(rng.uniform(0.2, 1.5))  # the fault's length, not synchronisation
             p.start()
@@ -238,6 +265,22 @@ class Cluster:
             self.toxi.stop()
 
 
+def router_config(servers, gutter):
+    """A region's router: reads (and every change) go to the server that owns the key, or to
+    Gutter when it fails (`FailoverWithExptimeRoute`, Gutter's copies clamped to GUTTER_TTL).
+    Deletes go to Gutter as well, so that a copy Gutter filled during one outage cannot be read
+    stale in the next: in the background (`AllInitialRoute`: the answer is the owner's, or
+    Gutter's when the owner fails), so that a Gutter that is down does not fail the
+    invalidators' deletes (the router spools what Gutter missed, rule 1, and reads none of
+    Gutter's answers until it has caught up, rule 2)."""
+    failover = {"type": "FailoverWithExptimeRoute", "normal": "PoolRoute|main", "failover": "PoolRoute|gutter",
+                "failover_exptime": GUTTER_TTL}
+    return {"pools": {"main": {"servers": servers}, "gutter": {"servers": [gutter]}},
+            "route": {"type": "OperationSelectorRoute", "default_policy": failover,
+                      "operation_policies": {"delete": {"type": "AllInitialRoute",
+                                                        "children": [failover, "PoolRoute|gutter"]}}}}
+
+
 def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control=False, progress=None,
         rejoin_hold=3, gap=(2.0, 4.0), kinds=FAULT_KINDS, bound=1.0, max_seconds=None):
     """Builds the cluster, runs the workload under a seeded fault schedule until `seconds` have
@@ -248,6 +291,7 @@ def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control
     rng = random.Random(seed)
     cluster = Cluster(work, keys=keys, rejoin_hold=rejoin_hold, control=control)
     fault_log = []
+    began = time.time()
     try:
         cluster.start()
         cluster.start_workload(seed)
@@ -276,18 +320,25 @@ def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control
         cluster.stop_workload()
         wall = time.time() - started
     finally:
+        stopping = time.time()
         cluster.stop()
         cleanup(owner=os.getpid())
     (work / "replay-polls.json").write_text(json.dumps(cluster.replay_polls))
     regions = {name: host.region for name, host in cluster.net.hosts.items()}
     verdict = checker.check(cluster.ops, regions, cluster.replay_polls, bound=bound,
                             faults=[(f["start"], f["end"]) for f in fault_log])
-    verdict["availability_per_minute"] = checker.availability(
-        cluster.ops, regions, [(f["start"], f["end"], set(f["hosts"])) for f in fault_log])
+    spans = [(f["start"], f["end"], set(f["hosts"])) for f in fault_log]
+    verdict["availability_per_minute"] = checker.availability(cluster.ops, regions, spans)
+    verdict["unanswered_by_fault"] = checker.unanswered_by_fault(
+        cluster.ops, regions, [(*span, f["what"]) for span, f in zip(spans, fault_log)])
+    verdict["router_failovers"] = cluster.counts()["router_failovers"]
     kinds_done = {}
     for f in fault_log:
         kinds_done[f["kind"]] = kinds_done.get(f["kind"], 0) + 1
-    verdict.update({"seed": seed, "control": control, "seconds": round(wall, 1), "faults": len(fault_log),
+    verdict.update({"seed": seed, "control": control, "seconds": round(wall, 1),
+                    "setup_seconds": round(started - began, 1),
+                    "teardown_and_check_seconds": round(time.time() - stopping, 1),
+                    "faults": len(fault_log),
                     "fault_kinds": kinds_done, "fault_log": fault_log,
                     "crashes": {p.name: p.crashes for p in cluster.procs if p.crashes}})
     return verdict

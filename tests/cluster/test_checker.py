@@ -50,3 +50,11 @@ def test_availability_leaves_out_a_faulted_host_while_its_fault_lasts(tmp_path):
     out = logs(tmp_path, [], [(1, 10.0, 0), (1, 11.0, "E"), (1, 12.0, "E"), (1, 13.0, 0)])
     assert checker.availability(out, REGIONS, [(10.5, 11.5, {"a1"})]) == [
         {"minute": 0, "reads": 3, "answered_share": 0.66667}]
+
+
+def test_unanswered_reads_are_told_by_the_fault_last_begun_outside_its_host(tmp_path):
+    out = logs(tmp_path, [], [(1, 10.0, "E"), (1, 10.2, "E"), (1, 11.0, 0), (1, 12.5, "E"), (1, 1020.0, "E")])
+    faults = [(9.5, 12.0, {"b1"}, "router b1"), (19.0, 21.0, {"b1"}, "host b1")]
+    assert checker.unanswered_by_fault(out, REGIONS, faults) == [
+        {"fault": "router b1", "when": "during", "reader": "h", "reads": 2},
+        {"fault": "router b1", "when": "after", "reader": "h", "reads": 1}]

@@ -1,10 +1,11 @@
 """The fault harness over simulated hosts, CI's run (issue #26; docs/design/faults.md, "The
-fault harness"): two regions on seven network namespaces, each with its own /dev/shm, writers
-and look-aside readers (leases through the routers, local reads through shared memory) on every
-host, about 60 s of a fixed-seed fault schedule with every kind of fault, and the Polaris-style
-checker: no read returns a value older than a write acknowledged before it by more than the
-bound (1 s in region A; the replica's measured lag plus 1 s in region B), counted after each
-fault has ended. The control run turns the fixes off and must be caught.
+fault harness"): two regions on nine network namespaces (Gutter on a host of its own in each),
+each with its own /dev/shm, writers and look-aside readers (leases through the routers, local
+reads through shared memory) on every host, about 60 s of a fixed-seed fault schedule with
+every kind of fault, and the Polaris-style checker: no read returns a value older than a write
+acknowledged before it by more than the bound (CI_BOUND in region A; the replica's measured lag
+plus CI_BOUND in region B), counted after each fault has ended. The control run (30 s of kills)
+turns the fixes off and must be caught.
 
 Needs root (namespaces, veths, tc); without it the tests skip with a loud reason: CI runs as
 root and must not skip them. Toxiproxy is built once from its Go module into
@@ -39,6 +40,8 @@ def summary(verdict):
 # measures against it); CI runs at a load average of 8 and more, where the invalidator itself
 # is sometimes scheduled more than a second late with no fault at all, so CI allows 2 s.
 CI_BOUND = 2.0
+# The least share of reads answered in any minute, outside the faulted host, that CI accepts.
+AVAILABILITY_FLOOR = 0.99
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,9 +50,9 @@ def toxiproxy():
     assert cluster.ensure_toxiproxy(), f"Toxiproxy is missing at {cluster.TOXIPROXY} and Go is missing to build it"
 
 
-def run(tmp_path, **kwargs):
+def run(tmp_path, seconds=60, **kwargs):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    verdict = scenario.run(tmp_path / "run", seed=26, seconds=60, bound=CI_BOUND, **kwargs)
+    verdict = scenario.run(tmp_path / "run", seed=26, seconds=seconds, bound=CI_BOUND, **kwargs)
     (tmp_path / "verdict.json").write_text(json.dumps(verdict, indent=1))
     return verdict
 
@@ -70,10 +73,20 @@ def test_no_read_is_stale_after_any_fault_across_two_regions(tmp_path):
     assert verdict["writes"] > 1000 and verdict["local_hits"] > 0, summary(verdict)
     assert not verdict["crashes"], summary(verdict)
     assert verdict["fault_log"] and verdict["availability_per_minute"], summary(verdict)
+    # Reads outside the faulted host are answered (Gutter for a failed server, the region's
+    # other router for a failed router): ≥ 99.9 % per minute is the long run's target; CI
+    # guards the read path with room for its load (runs here: 99.999 % and more).
+    assert min(m["answered_share"] for m in verdict["availability_per_minute"]) >= AVAILABILITY_FLOOR, \
+        summary(verdict)
     assert verdict["inconsistent_reads"] == 0, summary(verdict)
 
 
 def test_the_checker_catches_the_control_run_without_the_fixes(tmp_path):
-    verdict = run(tmp_path, control=True)
+    # Kills only, 30 s: they take the processes in turn (scenario.Cluster.fault), and the
+    # fourth is router b1's, through which alone the control's region B invalidator
+    # delivers; with `--ack-rule off` the deletes it sends meanwhile are lost, and no hold
+    # covers the servers' warm restarts.
+    verdict = run(tmp_path, seconds=30, control=True, kinds=("kill",))
+    assert "router b1" in [f["what"] for f in verdict["fault_log"]], summary(verdict)
     assert verdict["writes"] > 1000, summary(verdict)
     assert verdict["inconsistent_reads"] > 0, summary(verdict)

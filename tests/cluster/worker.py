@@ -1,7 +1,8 @@
 """One simulated host's workload (run by tests/cluster/cluster.py inside the host's network and
-mount namespaces): look-aside readers with leases through the region's routers, a reader of the
-host's own server through shared memory, and (region A) writers that update PostgreSQL rows and
-name the changed key in the same transaction.
+mount namespaces): look-aside readers with leases, one per router of the region, each falling
+back on the region's other router when its own does not answer; a reader of the host's own
+server through shared memory; and (region A) writers that update PostgreSQL rows and name the
+changed key in the same transaction.
 
 Every thread appends its history to a file of its own under the output directory, one line an
 operation, for the checker (tests/cluster/checker.py):
@@ -35,6 +36,8 @@ import shoal
 PACE = 0.005
 # The pause after each write: the invalidation pipeline's lag stays well under the bound.
 WRITE_PACE = 0.01
+# How long a reader passes over a router that failed to answer (then asks it first again).
+DEAD_TIMEOUT = 1.0
 
 
 def key_name(k):
@@ -42,12 +45,25 @@ def key_name(k):
 
 
 class Worker:
+    """A host's threads, their logs and counts. Other workloads (tests/near/near_zipf_worker.py)
+    extend it: they choose keys (`draw_key`), pace writes (`write_pacer`) and start their own
+    readers (`threads`)."""
+
+    COUNTS = ("reads", "answered", "writes", "local_reads", "router_failovers")
+
     def __init__(self, settings):
         self.s = settings
         self.out = Path(settings["out"])
         self.stop = threading.Event()
-        self.counts = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0}
+        self.counts = dict.fromkeys(self.COUNTS, 0)
         self.lock = threading.Lock()
+
+    def draw_key(self, rng):
+        return rng.randrange(self.s["keys"])
+
+    def write_pacer(self):
+        """What a writer calls after each write."""
+        return lambda: self.stop.wait(WRITE_PACE)
 
     def count(self, **deltas):
         with self.lock:
@@ -67,11 +83,12 @@ class Worker:
 
     def writer(self, n, rng):
         log, conn = self.log(f"w{n}"), None
+        pause = self.write_pacer()
         while not self.stop.is_set():
             if conn is None or conn.closed:
                 conn = self.db(self.s["write_dsn"])
                 continue
-            k = rng.randrange(self.s["keys"])
+            k = self.draw_key(rng)
             try:
                 with conn.transaction():
                     cur = conn.cursor()
@@ -84,43 +101,70 @@ class Worker:
                 continue
             log.write(f"W {k} {version} {time.time():.6f}\n")
             self.count(writes=1)
-            self.stop.wait(WRITE_PACE)
+            pause()
         log.close()
 
-    def router_reader(self, n, rng, router):
+    def router_reader(self, n, rng, routers):
+        """Look-aside reads with leases through `routers[0]`; a read the router does not answer
+        (refused, reset, timed out) is asked of the region's next router at once, as a client
+        configured with several routers does, and a router that failed is passed over for
+        DEAD_TIMEOUT (pymemcache's `dead_timeout`). A read's start is that of the attempt that
+        answered it (the checker judges it from then)."""
         log = self.log(f"r{n}")
-        cache, conn = shoal.Client(router, connect_timeout=2.0, timeout=2.0, local=False), None
+        caches = [shoal.Client(r, connect_timeout=2.0, timeout=2.0, local=False) for r in routers]
+        dead_until = [0.0] * len(caches)
+        conn = None
         while not self.stop.is_set():
             if conn is None or conn.closed:
                 conn = self.db(self.s["read_dsn"])
                 continue
-            k = rng.randrange(self.s["keys"])
+            k = self.draw_key(rng)
             key = key_name(k)
-            start = time.time()
+            now = time.time()
+            order = sorted(range(len(caches)), key=lambda i: dead_until[i] > now)
+            line, first_start = None, None
             try:
-                kind, value, token = cache.lease_get(key)
-                if kind == "hit":
-                    log.write(f"R {k} {start:.6f} {int(value)} h\n")
-                else:
-                    version = conn.execute("SELECT v FROM kv WHERE k = %s", (k,)).fetchone()[0]
-                    if kind == "token":
-                        cache.lease_set(key, token, str(version).encode())
-                    log.write(f"R {k} {start:.6f} {version} d\n")
-                self.count(reads=1, answered=1)
-                self.stop.wait(PACE)
-            except shoal.Error:
-                log.write(f"R {k} {start:.6f} E h\n")
-                self.count(reads=1)
-                self.stop.wait(0.01)
+                for i in order:
+                    start = time.time()
+                    first_start = first_start or start
+                    try:
+                        line = self.lease_read(caches[i], conn, k, key, start)
+                        break
+                    except shoal.Error:
+                        dead_until[i] = time.time() + DEAD_TIMEOUT
+                        self.count(router_failovers=1)
             except psycopg.Error:
                 conn.close()
+                continue
+            if line is None:
+                log.write(f"R {k} {first_start:.6f} E h\n")
+                self.count(reads=1)
+                self.stop.wait(0.01)
+            else:
+                log.write(line)
+                self.count(reads=1, answered=1)
+                self.stop.wait(PACE)
         log.close()
+
+    def lease_read(self, cache, conn, k, key, start):
+        """One look-aside read: the cache's hit, or the database's row (filled under the lease
+        when this read holds it); its log line. A fill that fails is only a fill lost."""
+        kind, value, token = cache.lease_get(key)
+        if kind == "hit":
+            return f"R {k} {start:.6f} {int(value)} h\n"
+        version = conn.execute("SELECT v FROM kv WHERE k = %s", (k,)).fetchone()[0]
+        if kind == "token":
+            try:
+                cache.lease_set(key, token, str(version).encode())
+            except shoal.Error:
+                pass
+        return f"R {k} {start:.6f} {version} d\n"
 
     def local_reader(self, rng, server):
         log = self.log("l")
         cache = shoal.Client(server, connect_timeout=2.0, timeout=2.0)
         while not self.stop.is_set():
-            k = rng.randrange(self.s["keys"])
+            k = self.draw_key(rng)
             start = time.time()
             try:
                 local = cache.is_local()
@@ -135,18 +179,25 @@ class Worker:
                 self.stop.wait(0.01)
         log.close()
 
-    def run(self):
-        s, rng = self.s, random.Random(self.s["seed"])
-        threads = []
+    def threads(self, rng):
+        """The host's threads, each with its own random stream drawn from `rng`."""
+        s, threads = self.s, []
         for n in range(s.get("writers", 0)):
             threads.append(threading.Thread(target=self.writer, args=(n, random.Random(rng.random()))))
-        for n, router in enumerate(s["routers"] * s.get("readers_per_router", 1)):
-            threads.append(threading.Thread(target=self.router_reader, args=(n, random.Random(rng.random()), router)))
+        routers = s["routers"]
+        for n in range(len(routers)):
+            # One reader per router of the region, each with the others to fall back on.
+            mine = routers[n:] + routers[:n]
+            threads.append(threading.Thread(target=self.router_reader, args=(n, random.Random(rng.random()), mine)))
         if s.get("local_server"):
             threads.append(threading.Thread(target=self.local_reader, args=(random.Random(rng.random()), s["local_server"])))
+        return threads
+
+    def run(self):
+        threads = self.threads(random.Random(self.s["seed"]))
         for t in threads:
             t.start()
-        status = self.out / f"status-{s['host']}.json"
+        status = self.out / f"status-{self.s['host']}.json"
         while not (self.out / "stop").exists():
             with self.lock:
                 text = json.dumps(self.counts)

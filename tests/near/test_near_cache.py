@@ -287,3 +287,64 @@ def test_the_example_router_configuration_is_valid():
     done = subprocess.run([str(SHOAL), "router", "--validate", str(example)], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert b"pool near: 2 servers" in done.stdout
+
+
+def test_a_multigets_misses_are_fetched_in_one_exchange():
+    """An upstream that answers nothing until it has every key's meta get: a near cache asking
+    one key at a time would get no answer (and time out, answering misses)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    seen = []
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while data.count(b"\r\n") < 3:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            seen.append(data)
+            conn.sendall(b"VA 1 f1 t-1 c11 ka\r\nA\r\nEN kb\r\nVA 2 f3 t-1 c33 kc\r\nCC\r\n")
+            conn.recv(65536)  # until the near cache closes
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        with Server.shoal("--upstream", f"127.0.0.1:{port}", *TIMEOUT, "--admit", "all") as n:
+            answer = ask(n, b"get a b c a\r\n", b"END\r\n")
+            assert answer == b"VALUE a 1 1\r\nA\r\nVALUE c 3 2\r\nCC\r\nVALUE a 1 1\r\nA\r\nEND\r\n"
+            assert seen == [b"mg a v f t c k\r\nmg b v f t c k\r\nmg c v f t c k\r\n"]
+            assert stats(n)["curr_items"] == "2"
+            assert shoal_stat(n, "near_fetches") == 3 and shoal_stat(n, "near_fetch_hits") == 2
+    finally:
+        listener.close()
+
+
+def test_a_multiget_through_a_real_upstream_answers_and_admits_every_key():
+    with Server.shoal() as upstream, near(upstream.port, "--admit", "all") as n:
+        ask(upstream, b"set a 0 0 1\r\nA\r\nset c 5 0 2\r\nCC\r\n", b"STORED\r\nSTORED\r\n")
+        expected = b"VALUE a 0 1\r\nA\r\nVALUE c 5 2\r\nCC\r\nEND\r\n"
+        assert ask(n, b"get a b c\r\n", b"END\r\n") == expected
+        assert stats(n)["curr_items"] == "2"
+        upstream.stop()
+        assert ask(n, b"get a b c\r\n", b"END\r\n") == expected, "from the near copies"
+
+
+def test_a_near_copy_expires_no_later_than_the_upstreams():
+    with Server.shoal() as upstream, near(upstream.port, "--admit", "all", "--near-ttl", "600") as n:
+        ask(upstream, b"set short 0 5 1\r\ns\r\nset long 0 0 1\r\nl\r\n", b"STORED\r\nSTORED\r\n")
+        assert ask(n, b"get short long\r\n", b"END\r\n").count(b"VALUE") == 2
+
+        def ttl(key):
+            line = ask(n, b"mg " + key + b" t\r\n")
+            assert line.startswith(b"HD t"), line
+            return int(line.split(b"t")[1])
+        assert 0 < ttl(b"short") <= 5, "the upstream's remaining TTL"
+        assert 500 < ttl(b"long") <= 600, "no expiry upstream: --near-ttl"
+        # A lease-set's exptime caps the near copy too.
+        token = ask(n, b"lease-get fresh\r\n", b"END\r\n").split(b" ")[2]
+        assert ask(n, b"lease-set fresh " + token + b" 0 7 1\r\nf\r\n") == b"STORED\r\n"
+        assert 0 < ttl(b"fresh") <= 7

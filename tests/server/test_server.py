@@ -30,7 +30,7 @@ def test_help_and_version_exit_zero_and_name_the_unix_socket():
     (["-o", "no_such_option"], 'Illegal suboption "no_such_option"'),
     (["-m", "64", "-I", "40m"], "Cannot set item size limit higher than 1/2 of memory max."),
     (["-m", "64", "-I", "1000"], "Item max size cannot be less than 1024 bytes."),
-    (["-m", "1024", "-I", "64m"], "between 1k and 8m"),
+    (["-m", "4096", "-I", "1500m"], "Cannot set item size limit higher than a gigabyte."),
 ])
 def test_bad_flags_fail_with_the_fix(argv, message):
     run = subprocess.run([SHOAL, "server", "-p", str(free_port()), *argv], capture_output=True, text=True,
@@ -38,7 +38,7 @@ def test_bad_flags_fail_with_the_fix(argv, message):
     assert run.returncode != 0 and message in run.stderr
 
 
-@pytest.mark.parametrize("argv", [["-m", "64", "-I", "40m"], ["-m", "64", "-I", "1000"]])
+@pytest.mark.parametrize("argv", [["-m", "64", "-I", "40m"], ["-m", "64", "-I", "1000"], ["-m", "4096", "-I", "1500m"]])
 def test_item_size_limits_are_refused_as_memcached_refuses_them(argv):
     """The same flags, the same message from Debian's memcached and from shoal."""
     runs = [subprocess.run([*command, "-p", str(free_port()), "-U", "0", *argv], capture_output=True, text=True,

@@ -414,6 +414,35 @@ impl Client {
         rest
     }
 
+    /// [`Client::local_get_each`] into `gather` (each value copied once, straight from the
+    /// region), for a caller that holds a lock of its own meanwhile: nothing here waits on the
+    /// network, so a region that is no longer current, or a near cache's (whose misses go to
+    /// the server), leaves every key to the network path (which rediscovers the region).
+    pub(crate) fn local_gather(
+        &mut self,
+        keys: &[&[u8]],
+        wanted: &[usize],
+        gather: &mut dyn crate::hits::Gather,
+    ) -> Vec<usize> {
+        let current = match (self.local.as_mut(), self.conn.as_mut()) {
+            (Some(local), Some(conn)) => !local.is_near() && local.is_current(conn),
+            _ => false,
+        };
+        let Some(local) = self.local.as_mut().filter(|_| current) else { return wanted.to_vec() };
+        let mut rest = Vec::new();
+        for &i in wanted {
+            match local.get_with(keys[i], gather) {
+                Some(Some((flags, cas))) => gather.hit(i, flags, cas),
+                Some(None) => gather.discard(),
+                None => {
+                    gather.discard();
+                    rest.push(i);
+                }
+            }
+        }
+        rest
+    }
+
     /// Sends a request whose answer is one line, and interprets that line.
     pub(crate) fn exchange<T>(
         &mut self,

@@ -1,8 +1,23 @@
 //! [`Hits`]: the items of a batch gathered in one place — values back to back in one buffer —
 //! so that a batch of small values costs no allocation per item, and a buffer kept from one
-//! batch to the next costs none at all.
+//! batch to the next costs none at all. [`Gather`]: where a batch's local reads put each value
+//! straight from the region, for a caller that keeps values its own way (Python's `bytes`).
 
 use crate::client::ItemRef;
+use shoal_region::ValueSink;
+
+/// The receiver of [`Pool::get_many_local`](crate::Pool::get_many_local)'s reads. Each key is
+/// looked up with the gatherer as the region's [`ValueSink`]: the lookup copies the value into
+/// what the sink gives it (again on every retry, each copy replacing the last), and only once
+/// the copy is validated and judged a hit does [`Gather::hit`] say whose value the last copy
+/// was. Anything else ends in [`Gather::discard`]: the last copy may be torn, or the value of an
+/// expired item, and must be dropped unseen.
+pub trait Gather: ValueSink {
+    /// Key `index` is a hit: the value last given to the sink is its, whole.
+    fn hit(&mut self, index: usize, flags: u32, cas: u64);
+    /// The value last given to the sink, if any, is no hit's: drop it.
+    fn discard(&mut self);
+}
 
 /// Items gathered from a batch, each named by its key's index in the batch.
 #[derive(Debug, Default)]

@@ -25,7 +25,7 @@ use shoal_proto::handoff;
 use shoal_proto::Shape;
 use shoal_region::hints::{HintsWriter, SampledRead};
 use shoal_region::layout::COOKIE_OFFSET;
-use shoal_region::{Lookup, Reader};
+use shoal_region::{Lookup, Reader, ValueSink};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -155,20 +155,33 @@ impl Local {
     /// the next read reuses (so a batch of reads allocates nothing per key).
     #[inline]
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
-        let (lookup, location, hash) = self.reader.get_located(key, &mut self.value).ok()?;
+        let mut value = std::mem::take(&mut self.value);
+        let found = self.get_with(key, &mut value);
+        self.value = value;
+        Some(found?.map(|(flags, cas)| ItemRef { value: &self.value, flags, cas }))
+    }
+
+    /// The lookup under [`Local::get_ref`], the value going to `sink` (which may be handed
+    /// torn copies that the lookup then retries: it is whole only on a hit): a hit's flags and
+    /// CAS, `Some(None)` for a miss, `None` when the region could not answer (ask the server).
+    #[inline]
+    pub fn get_with(&mut self, key: &[u8], sink: &mut dyn ValueSink) -> Option<Option<(u32, u64)>> {
+        let (lookup, location, hash) = self.reader.get_located(key, sink).ok()?;
         self.hints.record(&lookup, location, self.reader.clock());
         // Threshold 0 (no curve) samples nothing.
         if KeyHash::from_raw(hash).spatial() < u64::from(self.reader.curve_threshold()) {
             self.hints.record_sampled(hash, SampledRead::of(&lookup, key.len()));
         }
         Some(match lookup {
-            Lookup::Hit(info) => {
-                let cas = if self.cas_enabled { info.cas } else { 0 };
-                Some(ItemRef { value: &self.value, flags: info.flags, cas })
-            }
+            Lookup::Hit(info) => Some((info.flags, if self.cas_enabled { info.cas } else { 0 })),
             _ if self.near => return None,
             _ => None,
         })
+    }
+
+    /// Whether the server is a near cache, whose misses are asked of it (it fetches them).
+    pub fn is_near(&self) -> bool {
+        self.near
     }
 }
 

@@ -79,11 +79,10 @@ impl State {
 
     /// Reads the state file, if there is one.
     pub fn load(path: &Path) -> Result<Option<State>, String> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("--state {}: {e}", path.display())),
-        };
+        if matches!(std::fs::metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            return Ok(None);
+        }
+        let text = shoal_textfile::read_text(path, "--state", shoal_textfile::DEFAULT_MAX_BYTES)?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| format!("--state {}: not JSON ({e}); remove it to start afresh", path.display()))?;
         State::from_json(&value)

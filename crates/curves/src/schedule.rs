@@ -20,7 +20,7 @@ pub struct Schedule {
 impl Schedule {
     /// Reads a schedule file (`option` names the flag in errors).
     pub fn read(path: &Path, option: &str) -> Result<Schedule, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{option} {}: {e}", path.display()))?;
+        let text = shoal_textfile::read_text(path, option, shoal_textfile::DEFAULT_MAX_BYTES)?;
         Schedule::parse(&text, &format!("{option} {}", path.display()))
     }
 

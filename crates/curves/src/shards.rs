@@ -36,12 +36,13 @@ use xxhash_rust::xxh3::xxh3_64;
 /// The spatial hash's range: its top 24 bits.
 const MODULUS: u64 = 1 << 24;
 
-/// Keys tracked by default: on the test traces (200 000 keys, 1 000 000 accesses, the mean of
-/// five seeds) curves within 0.0018 mean absolute error of the exact ones on Zipf 1.0 and
-/// within the target of 0.005 on Zipf 0.9 with a scan, but 0.006 on Zipf 0.8. 16 384 gave
-/// about 0.002 there but costs twice the server CPU where the sample is a large share of the
-/// keys (every sampled get takes a lock, a hash-map probe and two tree walks); 4 096 gave
-/// 0.008. About 1 MiB per tracker.
+/// Keys tracked by default: on the test traces (200 000 keys, 1 000 000 accesses, ten
+/// independent draws of the sample) curves within 0.0036 mean absolute error of the exact
+/// ones on Zipf 0.8 (single draws up to 0.0073) and 0.0017 on Zipf 1.0. SHARDS' error is the
+/// variance of which keys the sample holds and falls with the sample's share of the keys:
+/// 16 384 gave 0.0026 and 0.0014, but a larger share of gets sampled where keys are many,
+/// whose server CPU could not be shown within issue 27's 5 % (docs/BENCHMARKS.md, "Curve
+/// accuracy and cost"); 4 096 gave 0.008. About 1 MiB per tracker.
 pub const DEFAULT_MAX_SAMPLES: usize = 8 * 1024;
 
 /// How a tracker measures.
@@ -426,14 +427,16 @@ mod tests {
         };
         (0..accesses)
             .map(|i| {
+                // The seed is in the keys' names: each seed is a new draw of the sampled keys
+                // (with `key:{rank}` alone, every seed sampled the same ranks).
                 if scan && i % 10 == 0 {
-                    return (format!("scan:{i}").into_bytes(), 1024);
+                    return (format!("scan:{seed}:{i}").into_bytes(), 1024);
                 }
                 // One draw per sample: the rank whose cumulative weight first reaches it.
                 let drawn = uniform() * sum;
                 let rank = cdf.partition_point(|&c| c < drawn);
                 let size = 64 + (xxh3_64(&rank.to_le_bytes()) % 4096);
-                (format!("key:{rank}").into_bytes(), size)
+                (format!("key:{seed}:{rank}").into_bytes(), size)
             })
             .collect()
     }
@@ -523,14 +526,15 @@ mod tests {
     }
 
     /// SHARDS' error depends on which keys the sample happens to hold, so one trace is one
-    /// draw: the bound is on the mean over five seeds, and no seed may stray far. Zipf 0.8 over
-    /// 200 000 keys misses the 0.005 target at the default sample (a mean of about 0.006; 16 384
-    /// keys give about 0.002): its bound here is what the default measures, so that a change
-    /// that makes it worse fails (docs/BENCHMARKS.md has the figures).
+    /// draw (each seed names its keys apart, so each is a new draw of the sample, and the
+    /// figures are fixed by the seeds: the hash is unseeded): issue 27's target, 0.005, is on
+    /// the mean over five seeds, and no seed may stray far (docs/BENCHMARKS.md has the figures).
+    /// Zipf 0.8 misses it at the default sample (a mean of 0.0054 over these five draws; 16 384
+    /// keys give 0.0030): its bound is what the default measures, so that worse fails.
     #[test]
     fn shards_stays_within_0_005_of_exact_at_the_default_sample_size() {
         for (alpha, scan, mean_bound, worst_bound) in
-            [(0.8, false, 0.0075, 0.012), (1.0, false, 0.005, 0.008), (0.9, true, 0.005, 0.008)]
+            [(0.8, false, 0.0065, 0.01), (1.0, false, 0.005, 0.01), (0.9, true, 0.005, 0.01)]
         {
             let errors: Vec<f64> = (1..=5)
                 .map(|seed| {
@@ -561,8 +565,8 @@ mod tests {
     /// Look-aside traffic over a Zipf(0.9) key space: a get, and a set after its miss (a TTL
     /// of 0, 5 or 30 s by key); 3 % deletes; the clock steps a second every 2 000 operations
     /// and, with `flush`, a `flush_all` every 200 000.
-    fn mutations(keys: usize, ops: usize, flush: bool) -> Vec<(u32, Vec<u8>, u64, Op)> {
-        let zipf = trace(keys, 0.9, ops, false, 11);
+    fn mutations(keys: usize, ops: usize, flush: bool, seed: u64) -> Vec<(u32, Vec<u8>, u64, Op)> {
+        let zipf = trace(keys, 0.9, ops, false, seed);
         let mut stored: HashMap<Vec<u8>, u32> = HashMap::new();
         let mut out = Vec::new();
         for (i, (key, size)) in zipf.into_iter().enumerate() {
@@ -683,7 +687,7 @@ mod tests {
 
     #[test]
     fn with_mutations_the_exact_simulation_matches_a_naive_ttl_aware_lru() {
-        let ops = mutations(300, 20_000, true);
+        let ops = mutations(300, 20_000, true, 11);
         let mut exact = Shards::exact(4096, 64);
         replay(&mut exact, &ops);
         let curve = exact.curve();
@@ -701,15 +705,23 @@ mod tests {
     #[test]
     fn with_sets_deletes_and_ttls_shards_stays_within_0_005_of_exact() {
         for flush in [false, true] {
-            let ops = mutations(200_000, 1_000_000, flush);
-            let config =
-                ShardsConfig { max_samples: DEFAULT_MAX_SAMPLES, bucket_bytes: 1 << 20, buckets: 256 };
-            let (mut sampled, mut exact) = (Shards::new(config), Shards::exact(1 << 20, 256));
-            replay(&mut sampled, &ops);
-            replay(&mut exact, &ops);
-            let error = sampled.curve().mean_absolute_error(&exact.curve());
-            eprintln!("sets, deletes, TTLs (flushes {flush}): mean absolute error {error:.5}");
-            assert!(error <= 0.005, "flushes {flush}: mean absolute error {error}");
+            let errors: Vec<f64> = (11..=13)
+                .map(|seed| {
+                    let ops = mutations(200_000, 1_000_000, flush, seed);
+                    let config = ShardsConfig {
+                        max_samples: DEFAULT_MAX_SAMPLES,
+                        bucket_bytes: 1 << 20,
+                        buckets: 256,
+                    };
+                    let (mut sampled, mut exact) = (Shards::new(config), Shards::exact(1 << 20, 256));
+                    replay(&mut sampled, &ops);
+                    replay(&mut exact, &ops);
+                    sampled.curve().mean_absolute_error(&exact.curve())
+                })
+                .collect();
+            let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+            eprintln!("sets, deletes, TTLs (flushes {flush}): mean absolute error {mean:.5} (seeds 11-13: {errors:.5?})");
+            assert!(mean <= 0.005, "flushes {flush}: mean absolute error {mean} ({errors:?})");
         }
     }
 

@@ -10,9 +10,10 @@
 //! error when it falls behind and when it catches up, in `/metrics` and in `/status`.
 
 use crate::source::Commit;
+use crate::watch::Progress;
 use hdrhistogram::Histogram;
 use shoal_client::invalidation::remote_marker_key;
-use shoal_spool::{Delivered, Spools};
+use shoal_spool::{Activity, Delivered, Spools};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,6 +92,8 @@ pub struct Options {
     pub cold: Vec<String>,
     /// The hold-off of deletes to cold destinations, in seconds.
     pub cold_hold: u32,
+    /// Told of every acknowledgement (for the stall watch).
+    pub progress: Arc<Progress>,
 }
 
 /// Where deletes go and how they are doing.
@@ -110,7 +113,9 @@ impl Delivery {
         let stats: Arc<HashMap<String, DestinationStats>> =
             Arc::new(destinations.iter().map(|d| (d.clone(), DestinationStats::default())).collect());
         let observed = stats.clone();
+        let progress = options.progress.clone();
         let observer = Arc::new(move |address: &str, delivered: Delivered| {
+            progress.delivered();
             let Some(stats) = observed.get(address) else { return };
             stats.delivered.fetch_add(u64::from(delivered.answers), Ordering::Relaxed);
             if delivered.stamp > 0 {
@@ -290,6 +295,12 @@ impl Delivery {
             }
             _ => {}
         }
+    }
+
+    /// What `destination`'s delivery thread is doing, for how long, and the deletes it holds
+    /// to send again.
+    pub fn activity(&self, destination: &str) -> Option<(Activity, Duration, u64)> {
+        self.spools.activity(destination)
     }
 
     /// The destinations, in the order given.

@@ -31,6 +31,7 @@ mod replication;
 mod rules;
 mod source;
 mod sqlite;
+mod watch;
 
 pub use decoding::{parse as parse_decoding_row, Row};
 pub use rules::Rule;
@@ -193,6 +194,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
              a destination that is down loses them"
         );
     }
+    let progress = Arc::new(watch::Progress::default());
     let delivery = Arc::new(Delivery::open(
         &state_dir.join("spools"),
         &destinations,
@@ -205,13 +207,17 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
             remote_markers: args.remote_markers,
             cold: args.cold_destinations.clone(),
             cold_hold: args.cold_hold,
+            progress: progress.clone(),
         },
     )?);
     if ack_rule {
         delivery.clone().watch().map_err(|e| format!("could not start a thread: {e}"))?;
+        watch::spawn(progress.clone(), delivery.clone())
+            .map_err(|e| format!("could not start a thread: {e}"))?;
     }
     let counters = Arc::new(Counters::default());
     let mut source = open_source(&args, rules, &state_dir)?;
+    source.set_progress(progress.clone());
     // Served once the source is open (the slot exists), so a script that waits for /status
     // knows commits from then on are followed.
     if let Some(address) = &args.metrics_listen {
@@ -219,7 +225,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     }
     eprintln!("shoal invalidator: following {followed} into {}", delivery.destinations().join(", "));
     let stop = AtomicBool::new(false);
-    follow(source.as_mut(), &delivery, &counters, &args, ack_rule, &stop)
+    follow(source.as_mut(), &delivery, &counters, &args, ack_rule, &stop, &progress)
 }
 
 /// Where state lives without `--state-dir`: the directory systemd made for the service
@@ -269,6 +275,7 @@ fn follow(
     args: &InvalidatorArgs,
     ack_rule: bool,
     stop: &AtomicBool,
+    progress: &watch::Progress,
 ) -> Result<(), String> {
     let idle = Duration::from_millis(args.poll_ms);
     let mut replica = args.wait_for_replica.as_deref().map(replica::ReplicaGate::new);
@@ -276,15 +283,19 @@ fn follow(
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
         let step = (|| -> Result<(), Fault> {
+            progress.enter(watch::Stage::Reading, 0);
             let batch = source.read(args.read_changes, idle)?;
+            let in_hand = batch.commits.iter().map(|c| c.keys.len()).sum();
             for problem in &batch.problems {
                 counters.problem(problem);
                 eprintln!("shoal invalidator: {problem}");
             }
             let Some(upto) = batch.upto else { return Ok(()) };
             if let (Some(gate), source::Position::Lsn(lsn, _)) = (replica.as_mut(), &upto) {
+                progress.enter(watch::Stage::Replica, in_hand);
                 gate.wait_for(*lsn, stop)?;
             }
+            progress.enter(watch::Stage::Spooling, in_hand);
             if !ack_rule {
                 source.confirm(&upto)?;
             }

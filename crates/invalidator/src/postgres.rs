@@ -16,17 +16,22 @@
 //! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
 
 use crate::decoding::{self, Row};
-use crate::replication::Stream;
+use crate::replication::{lsn_text, Stream};
 use crate::rules::Rule;
 use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
+use crate::watch::{Progress, Stage};
 use postgres::{Client, NoTls, SimpleQueryMessage};
 use shoal_client::invalidation::POSTGRES_PREFIX;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a decoded commit may stay invisible to new snapshots before the batch is read
 /// again (a transient fault: nothing is confirmed meanwhile).
 const VISIBLE_WITHIN: Duration = Duration::from_secs(10);
+
+/// How long the stream may send nothing before the primary is asked whether it should have.
+const QUIET_LOOK: Duration = Duration::from_secs(5);
 
 /// A replication slot's commit log.
 pub struct Postgres {
@@ -40,7 +45,16 @@ pub struct Postgres {
     /// The state directory's record that this slot was created.
     marker: PathBuf,
     recreate: bool,
+    /// Told when a batch waits for visibility.
+    progress: Option<Arc<Progress>>,
+    /// While the stream sends nothing: since when, and the last look at the primary (its
+    /// newest transaction id, `xmax`, and when), for [`Postgres::quiet_stream`].
+    quiet: Option<Quiet>,
 }
+
+/// A silence of the stream: since when, the last look at the primary (its `xmax`, and when),
+/// and whether it was said.
+type Quiet = (Instant, Option<(u64, Instant)>, bool);
 
 fn transient(what: &str) -> impl Fn(postgres::Error) -> Fault + '_ {
     move |e| Fault::Transient(format!("PostgreSQL: {what}: {}", why(&e)))
@@ -115,6 +129,8 @@ impl Postgres {
             open: None,
             marker: state_dir.join(format!("slot-{slot}.created")),
             recreate,
+            progress: None,
+            quiet: None,
         };
         source.reconnect()?;
         Ok(source)
@@ -205,6 +221,42 @@ impl Postgres {
         }
     }
 
+    /// The stream has sent nothing for a while: every [`QUIET_LOOK`] the primary is asked
+    /// whether write transactions committed meanwhile; when they did and the stream still
+    /// sends nothing (test_decoding sends every transaction of the slot's database, even one
+    /// with no keys), it is said once per silence, so that a stalled walsender explains itself.
+    fn quiet_stream(&mut self) -> Result<(), Fault> {
+        let Some((since, last, said)) = self.quiet else {
+            self.quiet = Some((Instant::now(), None, false));
+            return Ok(());
+        };
+        if said || last.is_some_and(|(_, at)| at.elapsed() < QUIET_LOOK) || since.elapsed() < QUIET_LOOK {
+            return Ok(());
+        }
+        let answer = self
+            .client()?
+            .simple_query("SELECT pg_current_snapshot()::text, pg_current_wal_flush_lsn()::text")
+            .map_err(transient("look at the primary"))?;
+        let Some((snapshot, flushed)) = answer.iter().find_map(|message| match message {
+            SimpleQueryMessage::Row(row) => Some((row.get(0)?.to_string(), row.get(1)?.to_string())),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        let xmax = snapshot.split(':').nth(1).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        let sent = self.stream.as_ref().map_or(0, Stream::sent);
+        let stalled = last.is_some_and(|(before, _)| xmax > before);
+        if stalled {
+            eprintln!(
+                "shoal invalidator: the commit log stream has sent nothing for {:.1} s while write transactions                  committed on PostgreSQL (newest id {xmax}, WAL flushed to {flushed}; the walsender's last                  position {}): its walsender is behind or stuck (a starved primary?), or the writes were in                  another database",
+                since.elapsed().as_secs_f64(),
+                lsn_text(sent)
+            );
+        }
+        self.quiet = Some((since, Some((xmax, Instant::now())), stalled));
+        Ok(())
+    }
+
     /// Keys of one decoded row, into the open transaction's list.
     fn keys_of_row(&self, row: Row<'_>, keys: &mut Vec<String>, problems: &mut Vec<Problem>) {
         match row {
@@ -236,6 +288,11 @@ impl Source for Postgres {
         let stream =
             self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
         let rows = stream.rows(wait, max).map_err(Fault::Transient)?;
+        if rows.is_empty() {
+            self.quiet_stream()?;
+        } else {
+            self.quiet = None;
+        }
         let mut batch = Batch::default();
         let mut xids = Vec::new();
         for row in rows {
@@ -280,6 +337,9 @@ impl Source for Postgres {
                 }
             }
         }
+        if let (Some(progress), false) = (&self.progress, xids.is_empty()) {
+            progress.enter(Stage::Visibility, batch.commits.iter().map(|c| c.keys.len()).sum());
+        }
         self.wait_visible(&xids)?;
         Ok(batch)
     }
@@ -293,8 +353,12 @@ impl Source for Postgres {
         stream.confirm(lsn + u64::from(*past)).map_err(Fault::Transient)
     }
 
+    fn set_progress(&mut self, progress: Arc<Progress>) {
+        self.progress = Some(progress);
+    }
+
     fn reconnect(&mut self) -> Result<(), Fault> {
-        (self.client, self.stream, self.open) = (None, None, None);
+        (self.client, self.stream, self.open, self.quiet) = (None, None, None, None);
         let client = Client::connect(&self.conninfo, NoTls).map_err(|e| {
             use std::error::Error;
             // The cause alone: "error connecting to server" adds nothing to what is said first.

@@ -67,6 +67,8 @@ pub struct Stream {
     buffer: Vec<u8>,
     flushed: u64,
     last_status: Instant,
+    /// The furthest WAL position the server said it has sent (its `walEnd`).
+    sent: u64,
 }
 
 /// Why the stream failed: a message for the operator.
@@ -98,7 +100,8 @@ impl Stream {
         if let Socket::Tcp(s) = &socket {
             s.set_nodelay(true).map_err(io_failure("set TCP_NODELAY"))?;
         }
-        let mut stream = Stream { socket, buffer: Vec::new(), flushed: 0, last_status: Instant::now() };
+        let mut stream =
+            Stream { socket, buffer: Vec::new(), flushed: 0, last_status: Instant::now(), sent: 0 };
         stream.socket.set_read_timeout(Some(Duration::from_secs(10))).map_err(io_failure("set a timeout"))?;
         let user = config
             .get_user()
@@ -192,7 +195,16 @@ impl Stream {
                 self.buffer.extend_from_slice(&chunk[..n]);
                 Ok(true)
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            // A read with a timeout fails with EINTR when the process is stopped and continued
+            // (SIGSTOP/SIGCONT, signal(7)): nothing came, the connection is fine.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
                 Ok(false)
             }
             Err(e) => Err(io_failure("read")(e)),
@@ -258,6 +270,10 @@ impl Stream {
                 if tag != b'd' || body.is_empty() {
                     continue;
                 }
+                if matches!(body[0], b'w' | b'k') && body.len() >= 17 {
+                    let end = if body[0] == b'w' { &body[9..17] } else { &body[1..9] };
+                    self.sent = self.sent.max(u64::from_be_bytes(end.try_into().expect("8 bytes")));
+                }
                 match body[0] {
                     b'w' if body.len() >= 25 => {
                         let lsn = u64::from_be_bytes(body[1..9].try_into().expect("8 bytes"));
@@ -278,6 +294,11 @@ impl Stream {
             self.status()?;
         }
         Ok(rows)
+    }
+
+    /// The furthest WAL position the server has said it sent (rows and keepalives).
+    pub fn sent(&self) -> u64 {
+        self.sent
     }
 
     /// Confirms everything before `lsn`: PostgreSQL may forget it and never sends it again.

@@ -108,6 +108,8 @@ pub trait Source: Send {
     fn confirm(&mut self, upto: &Position) -> Result<(), Fault>;
     /// Reconnects after a transient fault.
     fn reconnect(&mut self) -> Result<(), Fault>;
+    /// Where to say what a read is waiting for (a source that waits inside `read` says so).
+    fn set_progress(&mut self, _progress: std::sync::Arc<crate::watch::Progress>) {}
 }
 
 /// The keys of one message's payload, with its problems noted.

@@ -11,6 +11,9 @@
 //!   value / None ◄── bytes object ◄── attach ◄──────────────────────┴─► socket (network)
 //! ```
 //!
+//! Multigets (`many.rs`) read what shared memory answers first, with the lock held: each value
+//! is copied from the region straight into its `bytes` object; the rest go as above.
+//!
 //! `mr` is `shoal.mr`'s native half: MapReduce jobs whose map and combine are Python
 //! functions, on shoal-mapreduce's elastic engine (docs/MAPREDUCE.md, "From Python").
 
@@ -19,8 +22,8 @@ use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use shoal_client::{
-    Error as ClientError, FillOptions, Hashing, Hits, Item, ItemRef, Lease, LeaseStored, Options, Pool,
-    PoolOptions, Stored,
+    Error as ClientError, FillOptions, Hashing, Hits, Item, Lease, LeaseStored, Options, Pool, PoolOptions,
+    Stored,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -28,6 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 mod invalidation;
+mod many;
 mod mr;
 
 create_exception!(shoal, Error, PyException, "Base class of every error shoal.Client raises.");
@@ -337,12 +341,12 @@ impl Client {
 
     /// `{key: value}` for the keys that exist, keyed as given.
     fn get_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
-        self.many(py, keys, |py, item| Ok(bytes(py, item.value)))
+        self.many(py, keys, |value, _, _| Ok(value.into_any()))
     }
 
     /// `{key: (value, cas)}` for the keys that exist, keyed as given.
     fn gets_many<'py>(&self, py: Python<'py>, keys: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyDict>> {
-        self.many(py, keys, |py, item| Ok((bytes(py, item.value), item.cas).into_pyobject(py)?.into_any()))
+        self.many(py, keys, |value, _, cas| Ok((value, cas).into_pyobject(py)?.into_any()))
     }
 
     /// `(value, flags)` for `key`, or None: the value with the client flags it was stored with,
@@ -363,7 +367,7 @@ impl Client {
         py: Python<'py>,
         keys: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        self.many(py, keys, |py, item| Ok((bytes(py, item.value), item.flags).into_pyobject(py)?.into_any()))
+        self.many(py, keys, |value, flags, _| Ok((value, flags).into_pyobject(py)?.into_any()))
     }
 
     /// Stores `value` under `key`; True.
@@ -721,32 +725,6 @@ impl Client {
         _tb: Bound<'_, PyAny>,
     ) {
         self.close(py);
-    }
-}
-
-impl Client {
-    /// A multiget's hits as a dict keyed by the caller's own key objects.
-    fn many<'py>(
-        &self,
-        py: Python<'py>,
-        keys: Vec<Bound<'py, PyAny>>,
-        entry: impl Fn(Python<'py>, ItemRef<'_>) -> PyResult<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let raw: Vec<Cow<'_, [u8]>> = keys.iter().map(key_bytes).collect::<PyResult<_>>()?;
-        let mut hits = std::mem::take(&mut *self.hits.lock().unwrap_or_else(|p| p.into_inner()));
-        hits.clear();
-        self.call(py, |c| {
-            let refs: Vec<&[u8]> = raw.iter().map(|k| &**k).collect();
-            c.get_many_each(&refs, |i, item| hits.push(i, item))
-        })?;
-        let dict = PyDict::new(py);
-        for (i, item) in hits.iter() {
-            dict.set_item(&keys[i], entry(py, item)?)?;
-        }
-        if hits.worth_keeping() {
-            *self.hits.lock().unwrap_or_else(|p| p.into_inner()) = hits;
-        }
-        Ok(dict)
     }
 }
 

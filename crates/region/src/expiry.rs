@@ -29,6 +29,10 @@ pub fn is_expired(expiry: u32, now: u32) -> bool {
 /// Number of fine time classes: "never" plus four per power of two of the remaining lifetime.
 const FINE_CLASSES: usize = 1 + 4 * 32;
 
+/// The most classes a region has (its largest [`TimeClasses`]), so the class memcached's
+/// `-o temporary_ttl` items go to ([`TimeClasses::TEMPORARY`]) comes after every other.
+pub(crate) const MAX_CLASSES: usize = FINE_CLASSES;
+
 /// The fine time class of an item: "never" is 0, then four classes per power of two of the
 /// remaining lifetime.
 #[inline]
@@ -50,20 +54,34 @@ fn fine_class(expiry: u32, now: u32) -> usize {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TimeClasses {
     merge: usize,
-    count: usize,
 }
 
 impl TimeClasses {
-    /// The classes of a region with `segments` segments.
+    /// The class of items whose lifetime is within memcached's `temporary_ttl`: its segments
+    /// are never evicted, only reclaimed when their items expire. Past every other class.
+    pub const TEMPORARY: usize = MAX_CLASSES;
+
+    /// The classes of a region with `segments` segments (in use: the memory limit's).
     pub fn for_segments(segments: usize) -> TimeClasses {
         let limit = (segments / 8).clamp(2, FINE_CLASSES);
-        let merge = (FINE_CLASSES - 1).div_ceil(limit - 1);
-        TimeClasses { merge, count: 1 + (FINE_CLASSES - 1).div_ceil(merge) }
+        TimeClasses::merging((FINE_CLASSES - 1).div_ceil(limit - 1))
+    }
+
+    /// The classes that merge `merge` neighbouring fine classes into one (1 or more).
+    pub fn merging(merge: usize) -> TimeClasses {
+        let merge = merge.clamp(1, FINE_CLASSES - 1);
+        TimeClasses { merge }
+    }
+
+    /// How many fine classes each class merges ([`TimeClasses::merging`] gives them back).
+    pub fn merge(&self) -> usize {
+        self.merge
     }
 
     /// Number of classes.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
-        self.count
+        1 + (FINE_CLASSES - 1).div_ceil(self.merge)
     }
 
     /// The class of an item with stored expiry `expiry` at server time `now`.
@@ -108,5 +126,11 @@ mod tests {
             assert_eq!(classes.of(0, now), 0);
         }
         assert_eq!(TimeClasses::for_segments(100_000).count(), FINE_CLASSES);
+        for segments in [2, 16, 59, 500, 100_000] {
+            let classes = TimeClasses::for_segments(segments);
+            let again = TimeClasses::merging(classes.merge());
+            assert_eq!((again.count(), again.merge()), (classes.count(), classes.merge()));
+            assert!(classes.count() <= MAX_CLASSES && TimeClasses::TEMPORARY >= classes.count());
+        }
     }
 }

@@ -173,9 +173,11 @@ pub enum SampledRead {
 const KIND_HIT: u64 = 1;
 const KIND_MISS: u64 = 2;
 const KIND_DEAD: u64 = 3;
-/// A hit's size field: 24 bits, room for the largest item a region holds.
+/// A hit's size field: 24 bits, room for every item of a region of the default layout
+/// (`layout::SMALL_ITEM_LIMIT`); an item past 16 MiB counts as 16 MiB less 8 bytes (a size
+/// items can have).
 const SIZE_BITS: u32 = 24;
-const _: () = assert!(crate::layout::MAX_ITEM_LIMIT < 1 << SIZE_BITS);
+const _: () = assert!(crate::layout::SMALL_ITEM_LIMIT < 1 << SIZE_BITS);
 
 impl SampledRead {
     /// What a lookup of a key of `key_len` bytes found.
@@ -183,7 +185,8 @@ impl SampledRead {
     pub fn of(lookup: &Lookup, key_len: usize) -> SampledRead {
         match lookup {
             Lookup::Hit(info) => SampledRead::Hit {
-                bytes: crate::layout::item_bytes(key_len, info.value_len, false) as u32,
+                bytes: crate::layout::item_bytes(key_len, info.value_len, false).min((1 << SIZE_BITS) - 8)
+                    as u32,
                 expiry: info.expiry,
             },
             Lookup::Expired | Lookup::Flushed => SampledRead::Dead,

@@ -16,8 +16,16 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// First 8 bytes of every region file.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHOALRGN");
-/// Version of the layout described in this file. Readers refuse any other.
-pub const LAYOUT_VERSION: u32 = 2;
+/// Newest version of the layout described in this file: version 2 and items past 8 MiB (an
+/// extended value length, and slots whose segment/offset split follows the segment size). A
+/// region is written as version 3 only if it needs it ([`Layout::version`]); readers accept
+/// both and refuse any other, so readers built before version 3 still read regions of small
+/// items, and refuse a region of large ones with a clear error rather than misread it.
+pub const LAYOUT_VERSION: u32 = 3;
+/// The layout of regions whose items all fit [`SMALL_ITEM_LIMIT`]: the same bytes as before
+/// large items existed (no item in it has an extended length, and its segments are short
+/// enough for the default slot split).
+pub const SMALL_ITEMS_LAYOUT_VERSION: u32 = 2;
 /// Hash function identifier stored in the header: XXH3-64 with the header's seed.
 pub const HASH_XXH3_64: u32 = 1;
 
@@ -39,8 +47,11 @@ pub const MAX_KEY_LEN: usize = shoal_proto::KEY_MAX;
 pub const ITEM_HEADER_BYTES: usize = 12;
 /// Bytes of the optional explicit CAS that follows the header of a relocated item.
 pub const ITEM_CAS_BYTES: usize = 8;
-/// Largest item size a region may be configured for (values' length field has 23 bits).
-pub const MAX_ITEM_LIMIT: usize = 8 << 20;
+/// Largest item size a region may be configured for: memcached's ceiling for `-I`, 1 GiB.
+/// Values of [`VALUE_LEN_ESCAPE`] bytes or more carry an extended length.
+pub const MAX_ITEM_LIMIT: usize = 1 << 30;
+/// Largest item size of a [`SMALL_ITEMS_LAYOUT_VERSION`] region: no value reaches the escape.
+pub const SMALL_ITEM_LIMIT: usize = 8 << 20;
 /// Smallest maximum item size: room for the longest key and a little value.
 pub const MIN_ITEM_LIMIT: usize = 512;
 /// Index load the bucket count is planned for: two-choice placement keeps buckets from
@@ -244,6 +255,8 @@ pub struct Layout {
     pub hash_seed: u64,
     /// Random locality cookie.
     pub cookie: u64,
+    /// How index slots split segment and offset (follows `segment_bytes`).
+    pub(crate) slot_bits: SlotBits,
 }
 
 fn round_up(n: usize, to: usize) -> usize {
@@ -288,9 +301,11 @@ impl Layout {
                 need.div_ceil(1 << 20)
             )));
         }
-        if segment_count > MAX_SEGMENTS {
+        let slot_bits = SlotBits::for_segment(segment_bytes);
+        if segment_count > slot_bits.max_segments() {
             return Err(RegionError::Config(format!(
-                "{segment_count} segments exceed the index's limit of {MAX_SEGMENTS}"
+                "{segment_count} segments exceed the index's limit of {} for segments of {segment_bytes} bytes",
+                slot_bits.max_segments()
             )));
         }
         let bucket_count = ((segment_count as f64 * buckets_per_segment).ceil() as usize).max(1);
@@ -308,6 +323,7 @@ impl Layout {
             max_item_bytes,
             hash_seed: 0,
             cookie: 0,
+            slot_bits,
         };
         debug_assert!(layout.check().is_ok());
         Ok(layout)
@@ -322,7 +338,11 @@ impl Layout {
         {
             return bad("segment size");
         }
-        if self.segment_count == 0 || self.segment_count > MAX_SEGMENTS || self.bucket_count == 0 {
+        if self.segment_count == 0
+            || self.segment_count > self.slot_bits.max_segments()
+            || self.bucket_count == 0
+            || self.slot_bits != SlotBits::for_segment(self.segment_bytes)
+        {
             return bad("counts");
         }
         if !(MIN_ITEM_LIMIT..=MAX_ITEM_LIMIT).contains(&self.max_item_bytes)
@@ -354,10 +374,20 @@ impl Layout {
         }
     }
 
+    /// The layout version a region of this geometry is written with: the oldest that holds
+    /// its items, so that readers built before large items read regions of small ones.
+    pub fn version(&self) -> u32 {
+        if self.max_item_bytes <= SMALL_ITEM_LIMIT {
+            SMALL_ITEMS_LAYOUT_VERSION
+        } else {
+            LAYOUT_VERSION
+        }
+    }
+
     /// Writes the geometry into a fresh header; the magic is stored last, by the caller.
     pub(crate) fn store(&self, h: &RawHeader) {
         let r = Ordering::Relaxed;
-        h.layout_version.store(LAYOUT_VERSION, r);
+        h.layout_version.store(self.version(), r);
         h.hash_id.store(HASH_XXH3_64, r);
         h.region_bytes.store(self.region_bytes as u64, r);
         h.segment_bytes.store(self.segment_bytes as u32, r);
@@ -379,7 +409,7 @@ impl Layout {
             return Err(RegionError::BadMagic);
         }
         let version = h.layout_version.load(r);
-        if version != LAYOUT_VERSION {
+        if version != LAYOUT_VERSION && version != SMALL_ITEMS_LAYOUT_VERSION {
             return Err(RegionError::UnsupportedVersion { found: version, supported: LAYOUT_VERSION });
         }
         let hash = h.hash_id.load(r);
@@ -390,9 +420,10 @@ impl Layout {
         if region_bytes > file_bytes || (exact && region_bytes != file_bytes) {
             return Err(RegionError::SizeMismatch { header: region_bytes, file: file_bytes });
         }
+        let segment_bytes = h.segment_bytes.load(r) as usize;
         let layout = Layout {
             region_bytes,
-            segment_bytes: h.segment_bytes.load(r) as usize,
+            segment_bytes,
             segment_count: h.segment_count.load(r) as usize,
             bucket_count: h.bucket_count.load(r) as usize,
             index_offset: h.index_offset.load(r) as usize,
@@ -401,8 +432,15 @@ impl Layout {
             max_item_bytes: h.max_item_bytes.load(r) as usize,
             hash_seed: h.hash_seed.load(r),
             cookie: h.cookie.load(r),
+            slot_bits: SlotBits::for_segment(segment_bytes),
         };
         layout.check().map_err(RegionError::Corrupt)?;
+        if layout.version() != version {
+            return Err(RegionError::Corrupt(format!(
+                "layout version {version} with a maximum item size of {} bytes",
+                layout.max_item_bytes
+            )));
+        }
         Ok(layout)
     }
 
@@ -428,6 +466,27 @@ impl Layout {
     pub fn index_bytes(&self) -> usize {
         self.bucket_count * BUCKET_BYTES
     }
+
+    /// The slot stored in `word`, if one is present.
+    #[inline]
+    pub(crate) fn slot(&self, word: u64) -> Option<Slot> {
+        Slot::decode(word, self.slot_bits)
+    }
+
+    /// The index word of `slot` (present, not marked read).
+    #[inline]
+    pub(crate) fn slot_word(&self, slot: Slot) -> u64 {
+        slot.encode(self.slot_bits)
+    }
+
+    /// The CAS unique of an item at `offset` in a segment of generation `segment_gen` that
+    /// carries no explicit one: unique because no two items ever share a (segment generation,
+    /// offset) pair, increasing in write order within a segment, and free: it costs no bytes
+    /// in the item.
+    #[inline]
+    pub(crate) fn derived_cas(&self, segment_gen: u64, offset: usize) -> u64 {
+        (segment_gen << self.slot_bits.offset_bits) | (offset as u64 >> 3)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -435,20 +494,45 @@ impl Layout {
 //
 //  63       62        61..46   45..21        20..0
 //  present  accessed  tag(16)  segment(25)   offset/8 (21)
+//
+// for segments up to 16 MiB; a region of larger segments (items past 16 MiB) gives the offset
+// the bits its segments need (27 for 1 GiB) and the segment field the rest ([`SlotBits`]).
 
 const SLOT_PRESENT: u64 = 1 << 63;
 /// Set by the writer when the item is read; gives it a second chance at eviction.
 pub(crate) const SLOT_ACCESSED: u64 = 1 << 62;
 const TAG_SHIFT: u32 = 46;
-const SEG_SHIFT: u32 = 21;
-const SEG_BITS: u32 = 25;
+/// Offset bits of the default split.
 const OFF_BITS: u32 = 21;
-/// Most segments a slot can name.
-pub const MAX_SEGMENTS: usize = 1 << SEG_BITS;
-/// Largest segment a slot can address (offsets are in 8-byte units).
-pub const MAX_SEGMENT_BYTES: usize = 8 << OFF_BITS;
+/// Most segments a slot can name in a region of segments up to [`DEFAULT_SPLIT_SEGMENT_BYTES`].
+pub const MAX_SEGMENTS: usize = 1 << (TAG_SHIFT - OFF_BITS);
+/// Largest segment the default slot split addresses (offsets are in 8-byte units).
+pub const DEFAULT_SPLIT_SEGMENT_BYTES: usize = 8 << OFF_BITS;
+/// Largest segment of any region: one that holds the largest item.
+pub const MAX_SEGMENT_BYTES: usize = MAX_ITEM_LIMIT;
 
-const _: () = assert!(TAG_SHIFT + 16 == 62 && SEG_SHIFT + SEG_BITS == TAG_SHIFT && OFF_BITS == SEG_SHIFT);
+const _: () = assert!(TAG_SHIFT + 16 == 62 && MAX_SEGMENT_BYTES.is_power_of_two());
+
+/// How a slot's 46 location bits split between segment number and offset: the offset (in
+/// 8-byte units) gets what the region's segment size needs, never fewer than 21 bits, so
+/// every region of segments up to 16 MiB has the same slots as before large items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotBits {
+    offset_bits: u32,
+}
+
+impl SlotBits {
+    /// The split for segments of `segment_bytes`.
+    pub fn for_segment(segment_bytes: usize) -> SlotBits {
+        let units = (segment_bytes.max(8) / 8 - 1) as u64;
+        SlotBits { offset_bits: (u64::BITS - units.leading_zeros()).max(OFF_BITS) }
+    }
+
+    /// Most segments the segment field can name.
+    pub fn max_segments(self) -> usize {
+        1 << (TAG_SHIFT - self.offset_bits)
+    }
+}
 
 /// A decoded index slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -461,58 +545,95 @@ pub(crate) struct Slot {
 
 impl Slot {
     #[inline]
-    pub fn encode(self) -> u64 {
+    fn encode(self, bits: SlotBits) -> u64 {
         debug_assert!(
-            self.segment < MAX_SEGMENTS && self.offset.is_multiple_of(8) && self.offset < MAX_SEGMENT_BYTES
+            self.segment < bits.max_segments()
+                && self.offset.is_multiple_of(8)
+                && (self.offset as u64 >> 3) < 1 << bits.offset_bits
         );
         SLOT_PRESENT
             | (self.tag as u64) << TAG_SHIFT
-            | (self.segment as u64) << SEG_SHIFT
+            | (self.segment as u64) << bits.offset_bits
             | (self.offset as u64 >> 3)
     }
 
     /// The slot stored in `word`, if one is present.
     #[inline]
-    pub fn decode(word: u64) -> Option<Slot> {
+    fn decode(word: u64, bits: SlotBits) -> Option<Slot> {
+        let location = word & ((1 << TAG_SHIFT) - 1);
         (word & SLOT_PRESENT != 0).then_some(Slot {
             tag: (word >> TAG_SHIFT) as u16,
-            segment: ((word >> SEG_SHIFT) & ((1 << SEG_BITS) - 1)) as usize,
-            offset: ((word & ((1 << OFF_BITS) - 1)) << 3) as usize,
+            segment: (location >> bits.offset_bits) as usize,
+            offset: ((location & ((1 << bits.offset_bits) - 1)) << 3) as usize,
         })
     }
-}
-
-/// The CAS unique of an item that carries no explicit one: unique because no two items ever
-/// share a (segment generation, offset) pair, increasing in write order within a segment, and
-/// free: it costs no bytes in the item.
-#[inline]
-pub(crate) fn derived_cas(segment_gen: u64, offset: usize) -> u64 {
-    (segment_gen << OFF_BITS) | (offset as u64 >> 3)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Items
 //
 // [len word: key_len(8) | explicit_cas(1) | value_len(23)] [expiry u32] [client flags u32]
-// [explicit cas u64, only if flagged] [key] [value] [padding to 8]
+// [explicit cas u64, only if flagged] [value length u32, only if extended] [key] [value]
+// [padding to 8]
+//
+// A value of VALUE_LEN_ESCAPE (2^23 - 1) bytes or more is extended: its 23-bit field holds the
+// escape and its length follows (a u32). Only regions of items past 8 MiB hold such items (a
+// value in an 8 MiB item is shorter than the escape), so every item of a small-items region is
+// laid out as before, and decoding a small item costs one compare more.
 //
 // A filler (space given up by an abandoned reservation) has key_len 0 and its size in 8-byte
-// units in the upper 24 bits, so walking a segment can skip it.
+// units in the upper 24 bits, so walking a segment can skip it; space larger than one filler
+// can say ([`MAX_FILLER_BYTES`]) is given up as a run of fillers.
 
 /// Offset of the expiry inside an item (4-aligned: `touch` updates it in place).
 pub(crate) const ITEM_EXPIRY_OFFSET: usize = 4;
+/// The 23-bit value length field's escape: the value's length is in the extension.
+pub const VALUE_LEN_ESCAPE: usize = (1 << 23) - 1;
+/// Bytes of the extended value length that follows the header (and explicit CAS) of an item
+/// whose value is [`VALUE_LEN_ESCAPE`] bytes or more.
+pub const ITEM_EXT_LEN_BYTES: usize = 4;
+/// Largest space one filler word can skip.
+pub(crate) const MAX_FILLER_BYTES: usize = ((1 << 24) - 1) * 8;
+
+const _: () =
+    assert!(MAX_ITEM_LIMIT <= u32::MAX as usize && SMALL_ITEM_LIMIT - ITEM_HEADER_BYTES < VALUE_LEN_ESCAPE);
+
+/// Bytes between the header (and explicit CAS) and the key: the extended value length.
+#[inline]
+const fn ext_bytes(value_len: usize) -> usize {
+    if value_len >= VALUE_LEN_ESCAPE {
+        ITEM_EXT_LEN_BYTES
+    } else {
+        0
+    }
+}
 
 /// Bytes an item with these lengths occupies in a segment.
 #[inline]
 pub const fn item_bytes(key_len: usize, value_len: usize, explicit_cas: bool) -> usize {
     let cas = if explicit_cas { ITEM_CAS_BYTES } else { 0 };
-    (ITEM_HEADER_BYTES + cas + key_len + value_len).div_ceil(8) * 8
+    (ITEM_HEADER_BYTES + cas + ext_bytes(value_len) + key_len + value_len).div_ceil(8) * 8
+}
+
+/// Longest value an item of at most `item_limit` bytes holds under a key of `key_len` bytes.
+pub const fn max_value_len(item_limit: usize, key_len: usize, explicit_cas: bool) -> usize {
+    let cas = if explicit_cas { ITEM_CAS_BYTES } else { 0 };
+    let room = item_limit.saturating_sub(ITEM_HEADER_BYTES + cas + key_len);
+    if room >= VALUE_LEN_ESCAPE + ITEM_EXT_LEN_BYTES {
+        room - ITEM_EXT_LEN_BYTES
+    } else if room >= VALUE_LEN_ESCAPE {
+        VALUE_LEN_ESCAPE - 1
+    } else {
+        room
+    }
 }
 
 /// The fixed part of an item, as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ItemHeader {
     pub key_len: usize,
+    /// The value's length; [`ItemHeader::decode`] leaves [`VALUE_LEN_ESCAPE`] here for an
+    /// extended item, which [`ItemHeader::extend`] then replaces with the extension's.
     pub value_len: usize,
     pub explicit_cas: bool,
     pub expiry: u32,
@@ -521,12 +642,19 @@ pub(crate) struct ItemHeader {
 
 impl ItemHeader {
     pub fn encode(&self) -> [u8; ITEM_HEADER_BYTES] {
-        let len_word = self.key_len as u32 | (self.explicit_cas as u32) << 8 | (self.value_len as u32) << 9;
+        let field = self.value_len.min(VALUE_LEN_ESCAPE) as u32;
+        let len_word = self.key_len as u32 | (self.explicit_cas as u32) << 8 | field << 9;
         let mut out = [0; ITEM_HEADER_BYTES];
         out[0..4].copy_from_slice(&len_word.to_le_bytes());
         out[4..8].copy_from_slice(&self.expiry.to_le_bytes());
         out[8..12].copy_from_slice(&self.flags.to_le_bytes());
         out
+    }
+
+    /// The extension that follows the header (at [`ItemHeader::ext_offset`]) if the value is
+    /// long enough to need one.
+    pub fn encode_ext(&self) -> Option<[u8; ITEM_EXT_LEN_BYTES]> {
+        self.is_extended().then(|| (self.value_len as u32).to_le_bytes())
     }
 
     pub fn decode(b: &[u8; ITEM_HEADER_BYTES]) -> ItemHeader {
@@ -540,9 +668,30 @@ impl ItemHeader {
         }
     }
 
-    /// Bytes from the item start to its key.
-    pub fn key_offset(&self) -> usize {
+    /// Whether the value's length is in an extension after the header.
+    #[inline]
+    pub fn is_extended(&self) -> bool {
+        self.value_len >= VALUE_LEN_ESCAPE
+    }
+
+    /// Bytes from the item start to its extended value length.
+    #[inline]
+    pub fn ext_offset(&self) -> usize {
         ITEM_HEADER_BYTES + if self.explicit_cas { ITEM_CAS_BYTES } else { 0 }
+    }
+
+    /// The decoded header of an extended item with the value length its extension `ext`
+    /// gives; `None` if that length could not have been extended (a torn or damaged item).
+    #[inline]
+    pub fn extend(self, ext: [u8; ITEM_EXT_LEN_BYTES]) -> Option<ItemHeader> {
+        let value_len = u32::from_le_bytes(ext) as usize;
+        (value_len >= VALUE_LEN_ESCAPE).then_some(ItemHeader { value_len, ..self })
+    }
+
+    /// Bytes from the item start to its key.
+    #[inline]
+    pub fn key_offset(&self) -> usize {
+        self.ext_offset() + ext_bytes(self.value_len)
     }
 
     /// Bytes the whole item occupies.
@@ -551,9 +700,9 @@ impl ItemHeader {
     }
 }
 
-/// The length word of a filler of `bytes` (a multiple of 8).
+/// The length word of a filler of `bytes` (a multiple of 8, at most [`MAX_FILLER_BYTES`]).
 pub(crate) fn filler_word(bytes: usize) -> u32 {
-    debug_assert!(bytes.is_multiple_of(8) && bytes >= 8);
+    debug_assert!(bytes.is_multiple_of(8) && (8..=MAX_FILLER_BYTES).contains(&bytes));
     ((bytes / 8) as u32) << 8
 }
 
@@ -562,30 +711,94 @@ pub(crate) fn filler_size(word: u32) -> Option<usize> {
     (word & 0xff == 0).then_some(((word >> 8) as usize) * 8)
 }
 
+/// The fillers that give up `bytes` (a multiple of 8): (offset from the start, length word)
+/// of each, every one but the last as long as a filler can be.
+pub(crate) fn fillers(bytes: usize) -> impl Iterator<Item = (usize, u32)> {
+    (0..bytes).step_by(MAX_FILLER_BYTES).map(move |at| (at, filler_word((bytes - at).min(MAX_FILLER_BYTES))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn slot_round_trips() {
-        let s = Slot { tag: 0xbeef, segment: MAX_SEGMENTS - 1, offset: MAX_SEGMENT_BYTES - 8 };
-        assert_eq!(Slot::decode(s.encode()), Some(s));
-        assert_eq!(Slot::decode(s.encode() | SLOT_ACCESSED), Some(s));
-        assert_eq!(Slot::decode(0), None);
+        let bits = SlotBits::for_segment(DEFAULT_SPLIT_SEGMENT_BYTES);
+        assert_eq!(bits, SlotBits::for_segment(DEFAULT_SEGMENT_BYTES), "small segments share one split");
+        let s = Slot { tag: 0xbeef, segment: MAX_SEGMENTS - 1, offset: DEFAULT_SPLIT_SEGMENT_BYTES - 8 };
+        assert_eq!(Slot::decode(s.encode(bits), bits), Some(s));
+        assert_eq!(Slot::decode(s.encode(bits) | SLOT_ACCESSED, bits), Some(s));
+        assert_eq!(Slot::decode(0, bits), None);
+        // The default split is the one every region had before large items.
+        let word = Slot { tag: 1, segment: 3, offset: 40 }.encode(bits);
+        assert_eq!(word, 1 << 63 | 1 << 46 | 3 << 21 | 5);
+    }
+
+    #[test]
+    fn large_segments_take_offset_bits_from_the_segment_field() {
+        for segment_bytes in [32 << 20, (32 << 20) + (1 << 20), MAX_SEGMENT_BYTES] {
+            let bits = SlotBits::for_segment(segment_bytes);
+            assert!((8usize << bits.offset_bits) >= segment_bytes);
+            assert!((4usize << bits.offset_bits) < segment_bytes, "no bit more than needed");
+            let s = Slot { tag: 0xffff, segment: bits.max_segments() - 1, offset: segment_bytes - 8 };
+            assert_eq!(Slot::decode(s.encode(bits), bits), Some(s));
+        }
+        assert_eq!(SlotBits::for_segment(MAX_SEGMENT_BYTES).max_segments(), 1 << 19);
     }
 
     #[test]
     fn item_header_round_trips() {
         let h = ItemHeader {
             key_len: 250,
-            value_len: (1 << 23) - 1,
+            value_len: VALUE_LEN_ESCAPE - 1,
             explicit_cas: true,
             expiry: 7,
             flags: u32::MAX,
         };
         assert_eq!(ItemHeader::decode(&h.encode()), h);
+        assert_eq!((h.encode_ext(), h.key_offset()), (None, ITEM_HEADER_BYTES + ITEM_CAS_BYTES));
         assert_eq!(filler_size(filler_word(4096)), Some(4096));
         assert_eq!(filler_size(u32::from_le_bytes(h.encode()[0..4].try_into().unwrap())), None);
+    }
+
+    #[test]
+    fn a_long_value_has_its_length_in_an_extension() {
+        for value_len in [VALUE_LEN_ESCAPE, VALUE_LEN_ESCAPE + 1, 20 << 20, MAX_ITEM_LIMIT - 300] {
+            for explicit_cas in [false, true] {
+                let h = ItemHeader { key_len: 9, value_len, explicit_cas, expiry: 1, flags: 2 };
+                let decoded = ItemHeader::decode(&h.encode());
+                assert_eq!(decoded.value_len, VALUE_LEN_ESCAPE);
+                assert_eq!(decoded.key_offset(), h.key_offset(), "the escape alone places the key");
+                assert_eq!(decoded.extend(h.encode_ext().unwrap()), Some(h));
+                assert_eq!(h.key_offset(), h.ext_offset() + ITEM_EXT_LEN_BYTES);
+                assert_eq!(h.size(), (h.key_offset() + 9 + value_len).div_ceil(8) * 8);
+            }
+        }
+        let h = ItemHeader::decode(
+            &ItemHeader { key_len: 1, value_len: 1 << 24, explicit_cas: false, expiry: 0, flags: 0 }.encode(),
+        );
+        assert_eq!(h.extend(5u32.to_le_bytes()), None, "a short length behind the escape is damage");
+        for limit in [SMALL_ITEM_LIMIT, (1 << 23) + 8, (1 << 23) + 16, 32 << 20, MAX_ITEM_LIMIT] {
+            for (key_len, cas) in [(1, false), (4, false), (250, true)] {
+                let max = max_value_len(limit, key_len, cas);
+                assert!(item_bytes(key_len, max, cas) <= limit, "{limit} {key_len}");
+                assert!(item_bytes(key_len, max + 1, cas) > limit, "{limit} {key_len}");
+            }
+        }
+        // The largest item of a small-items region never reaches the escape.
+        assert_eq!(item_bytes(1, SMALL_ITEM_LIMIT - ITEM_HEADER_BYTES - 1, false), SMALL_ITEM_LIMIT);
+    }
+
+    #[test]
+    fn fillers_cover_any_space_in_runs() {
+        for bytes in [8, 4096, MAX_FILLER_BYTES, MAX_FILLER_BYTES + 8, 3 * MAX_FILLER_BYTES + 64] {
+            let mut next = 0;
+            for (at, word) in fillers(bytes) {
+                assert_eq!(at, next);
+                next += filler_size(word).filter(|&n| n >= 8).unwrap();
+            }
+            assert_eq!(next, bytes);
+        }
     }
 
     #[test]
@@ -598,6 +811,11 @@ mod tests {
         let big = Layout::plan(64 << 20, 4 << 20, 128).unwrap();
         assert!(big.segment_bytes >= 4 << 20);
         assert!(Layout::plan(64 << 20, MAX_ITEM_LIMIT + 8, 128).is_err());
+        assert_eq!((l.version(), big.version()), (SMALL_ITEMS_LAYOUT_VERSION, SMALL_ITEMS_LAYOUT_VERSION));
+        let large = Layout::plan(256 << 20, 32 << 20, 128).unwrap();
+        assert_eq!((large.segment_bytes, large.version()), (32 << 20, LAYOUT_VERSION));
+        let largest = Layout::plan(2 * MAX_ITEM_LIMIT + (256 << 20), MAX_ITEM_LIMIT, 128).unwrap();
+        assert_eq!((largest.segment_bytes, largest.segment_count), (MAX_ITEM_LIMIT, 2));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use crate::error::{OpError, RegionError};
 use crate::expiry::is_expired;
 use crate::layout::{
-    derived_cas, Bucket, ItemHeader, Layout, Marks, RawHeader, SegmentMeta, Slot, BUCKET_SLOTS,
-    ITEM_CAS_BYTES, ITEM_HEADER_BYTES, MAX_KEY_LEN, SLOT_ACCESSED,
+    Bucket, ItemHeader, Layout, Marks, RawHeader, SegmentMeta, Slot, BUCKET_SLOTS, ITEM_CAS_BYTES,
+    ITEM_EXT_LEN_BYTES, ITEM_HEADER_BYTES, MAX_KEY_LEN, SLOT_ACCESSED,
 };
 use crate::mapping::Mapping;
 use crate::seqlock::{backoff, read_begin, read_validate, Patience};
@@ -151,6 +151,14 @@ pub trait ValueSink {
     /// report a miss (expired, flushed, a lease record, or gone when it retried), in which case
     /// the caller takes back whatever the sink wrote.
     fn append_to(&mut self, item: &ItemInfo) -> &mut Vec<u8>;
+
+    /// Takes the copy in hand instead, for a sink that keeps each value in a buffer of its own
+    /// (a Python `bytes` object): `copy` fills a buffer of exactly `item.value_len` bytes with
+    /// the value, unvalidated, like [`ValueSink::append_to`]'s vector. `false` (the default):
+    /// the value is appended to [`ValueSink::append_to`]'s vector instead.
+    fn fill(&mut self, _item: &ItemInfo, _copy: &mut dyn FnMut(&mut [u8])) -> bool {
+        false
+    }
 }
 
 /// The plain sink: the vector holds the value and nothing else.
@@ -248,7 +256,7 @@ impl Region {
     pub fn prefetch_items(&self, hash: &KeyHash) {
         for &b in hash.candidates() {
             for cell in &self.bucket(b).slots {
-                match Slot::decode(cell.load(Ordering::Relaxed)) {
+                match self.layout.slot(cell.load(Ordering::Relaxed)) {
                     Some(slot) if slot.tag == hash.tag && slot.segment < self.layout.segment_count => {
                         let at = self.item_offset(slot);
                         self.map.prefetch(at);
@@ -280,7 +288,15 @@ impl Region {
     fn copy_value(&self, found: &Found, sink: &mut dyn ValueSink) {
         let h = &found.header;
         let value_at = self.item_offset(found.slot) + h.key_offset() + h.key_len;
-        self.map.read_append(value_at, h.value_len, sink.append_to(&found.info()));
+        let info = found.info();
+        // A sink's buffer longer than the value gets the value's bytes only: never a read past it.
+        let fill = &mut |buf: &mut [u8]| {
+            let n = buf.len().min(h.value_len);
+            self.map.read(value_at, &mut buf[..n]);
+        };
+        if !sink.fill(&info, fill) {
+            self.map.read_append(value_at, h.value_len, sink.append_to(&info));
+        }
     }
 
     /// Offset in the region of the item a slot points to (the slot must be in bounds).
@@ -304,8 +320,24 @@ impl Region {
         let mut raw = [0u8; ITEM_HEADER_BYTES];
         raw[..8].copy_from_slice(&self.map.u64_at(at).load(Ordering::Relaxed).to_le_bytes());
         raw[8..].copy_from_slice(&self.map.u32_at(at + 8).load(Ordering::Relaxed).to_le_bytes());
-        let h = ItemHeader::decode(&raw);
+        let h = self.extended(ItemHeader::decode(&raw), slot.offset, at)?;
         (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
+    }
+
+    /// `h`, decoded from the item at region offset `at` (`offset` into its segment), with the
+    /// value length of its extension if it has one; `None` if the extension would lie past
+    /// the segment or holds a length that needs none (a stale slot or a damaged item).
+    #[inline]
+    pub fn extended(&self, h: ItemHeader, offset: usize, at: usize) -> Option<ItemHeader> {
+        if !h.is_extended() {
+            return Some(h);
+        }
+        if offset + h.key_offset() > self.layout.segment_bytes {
+            return None;
+        }
+        let mut ext = [0u8; ITEM_EXT_LEN_BYTES];
+        self.map.read(at + h.ext_offset(), &mut ext);
+        h.extend(ext)
     }
 
     /// The CAS unique of an item: stored explicitly if it was relocated, else derived from
@@ -317,7 +349,7 @@ impl Region {
             self.map.read(self.item_offset(slot) + ITEM_HEADER_BYTES, &mut b);
             u64::from_le_bytes(b)
         } else {
-            derived_cas(segment_gen, slot.offset)
+            self.layout.derived_cas(segment_gen, slot.offset)
         }
     }
 
@@ -336,7 +368,7 @@ impl Region {
         let marks = bucket.marks.load(Ordering::Relaxed);
         for (slot_index, cell) in bucket.slots.iter().enumerate() {
             let word = cell.load(Ordering::Relaxed);
-            let Some(slot) = Slot::decode(word) else { continue };
+            let Some(slot) = self.layout.slot(word) else { continue };
             if slot.tag != tag {
                 continue;
             }

@@ -113,7 +113,7 @@ pub struct RouterArgs {
 /// Reads and checks a configuration file (and the provisioning state files its pools follow,
 /// found relative to its directory).
 pub fn load(path: &Path) -> Result<Config, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = shoal_textfile::read_text(path, "", shoal_textfile::DEFAULT_MAX_BYTES)?;
     let base = path.parent().unwrap_or(Path::new("."));
     Config::parse_in(&text, base).map_err(|e| format!("{}: {e}", path.display()))
 }

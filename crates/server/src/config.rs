@@ -8,35 +8,6 @@ use std::path::PathBuf;
 /// memcached's default TCP port.
 pub const DEFAULT_PORT: u16 = 11211;
 
-/// `-o` sub-options memcached has that tune machinery Shoal does not have (slab classes, LRU
-/// crawler, hash table growth, extstore): accepted so existing command lines keep working, and
-/// ignored (listed in docs/PROTOCOL.md).
-const IGNORED_SUBOPTIONS: &[&str] = &[
-    "hashpower",
-    "tail_repair_time",
-    "lru_crawler_sleep",
-    "lru_crawler_tocrawl",
-    "lru_segmented",
-    "hot_lru_pct",
-    "warm_lru_pct",
-    "hot_max_factor",
-    "warm_max_factor",
-    "temporary_ttl",
-    "watcher_logbuf_size",
-    "worker_logbuf_size",
-    "track_sizes",
-    "no_inline_ascii_resp",
-    "no_chunked_items",
-    "slab_automove",
-    "slab_automove_ratio",
-    "slab_automove_window",
-    "slab_chunk_max",
-    "no_hashexpand",
-    "hash_algorithm",
-    "relaxed_privileges",
-    "resp_obj_mem_limit",
-];
-
 /// `shoal server`: a drop-in memcached server whose items live in a shared-memory region.
 ///
 /// Takes memcached's flags with the same meanings (`shoal server -h` lists them).
@@ -64,6 +35,11 @@ pub struct ServerArgs {
     /// item memory in megabytes: the whole region, index included (default: 64)
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64, value_name = "MB")]
     pub memory_mb: usize,
+    /// the most memory `cache_memlimit` may raise -m to, in megabytes: the region file is
+    /// created this large, sparse, and uses -m of it (default: 4 × -m, at least 64; a device
+    /// region: -m)
+    #[arg(long = "memory-max", value_name = "MB")]
+    pub memory_max_mb: Option<usize>,
     /// return error on memory exhausted instead of evicting
     #[arg(short = 'M', long = "disable-evictions")]
     pub disable_evictions: bool,
@@ -77,7 +53,7 @@ pub struct ServerArgs {
     /// others (default: 20)
     #[arg(short = 'R', long = "max-reqs-per-event", default_value_t = 20)]
     pub reqs_per_event: usize,
-    /// largest item stored, e.g. 1m, 512k, 2097152 (default: 1m; 512 bytes to 8m)
+    /// largest item stored, e.g. 1m, 512k, 2097152 (default: 1m; 1k to 1024m, at most half of -m)
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_name = "SIZE")]
     pub max_item_size: String,
     /// disable CAS (gets answers 0; cas never matches)
@@ -232,7 +208,13 @@ pub struct Settings {
     /// UDP port (None = off).
     pub udp: Option<(String, u16)>,
     pub unix_socket: Option<(PathBuf, u32)>,
+    /// The region `-m` asks for (header, index and segments): the memory limit at start.
     pub region_bytes: usize,
+    /// The memory `cache_memlimit` may grow the limit to (`--memory-max`; [`crate::memory`]).
+    pub memory_max_bytes: usize,
+    /// memcached's `-o temporary_ttl` (its TEMP LRU on): items living at most this many
+    /// seconds are never evicted, only expired.
+    pub temporary_ttl: Option<u32>,
     pub evict: bool,
     pub max_connections: usize,
     pub threads: usize,
@@ -311,6 +293,26 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The region `-m` alone would make.
+    fn base_region(&self) -> shoal_region::Config {
+        shoal_region::Config {
+            region_bytes: self.region_bytes,
+            max_item_bytes: self.max_item_bytes,
+            avg_item_bytes: self.avg_item_bytes,
+        }
+    }
+
+    /// The region the server creates: `-m`'s, with room for `--memory-max` (`memory.rs`).
+    pub fn region_config(&self) -> shoal_region::Config {
+        crate::memory::region_config(self.base_region(), self.memory_max_bytes)
+    }
+
+    /// Sets what the settings ask of a region the server opened: the memory limit `-m` gives,
+    /// and memcached's `temporary_ttl` (`memory.rs`).
+    pub fn prepare_region(&self, writer: &shoal_region::Writer) -> Result<(), String> {
+        crate::memory::prepare_region(writer, &self.base_region(), self.temporary_ttl)
+    }
+
     /// Whether connections must authenticate before anything else.
     pub fn auth_required(&self) -> bool {
         self.sasl || self.auth_file.is_some()
@@ -323,27 +325,6 @@ impl Settings {
         } else {
             0
         }
-    }
-}
-
-/// The region for `-m` (`asked` bytes): memcached runs in as little as `-m 2`, a region needs
-/// two segments that each hold the largest item, and its index; a smaller `-m` is raised to
-/// the smallest region that works, in whole MiB (at most by eight times the largest item; a
-/// region that fails for another reason keeps `asked`, and the start says why).
-fn region_bytes_for(asked: usize, max_item_bytes: usize, avg_item_bytes: usize) -> usize {
-    let works = |bytes| {
-        let config = shoal_region::Config { region_bytes: bytes, max_item_bytes, avg_item_bytes };
-        config.layout().is_ok()
-    };
-    let ceiling = asked.saturating_add(max_item_bytes.saturating_mul(8));
-    let mut bytes = asked;
-    while !works(bytes) && bytes < ceiling {
-        bytes += 1 << 20;
-    }
-    if works(bytes) {
-        bytes
-    } else {
-        asked
     }
 }
 
@@ -378,70 +359,19 @@ pub fn parse_size(text: &str) -> Option<usize> {
 impl ServerArgs {
     /// Checks the flags and turns them into settings; the error says what to fix.
     pub fn settings(&self) -> Result<Settings, String> {
-        let mut idle_timeout = None;
-        let (mut lru_crawler, mut lru_maintainer, mut slab_reassign) = (true, true, true);
-        let mut maxconns_fast = true;
-        let mut read_buf_mem_limit = 0usize;
-        let (mut hotkeys, mut hotkeys_sample) = (crate::hotkeys::DEFAULT_TOP, crate::hotkeys::DEFAULT_SAMPLE);
-        let mut tls = TlsOptions { enabled: self.enable_ssl, ..TlsOptions::default() };
-        let mut io = crate::uring_options::IoOptions::from_env()?;
-        for opts in &self.extended {
-            for opt in opts.split(',').filter(|o| !o.is_empty()) {
-                let (name, value) = opt.split_once('=').unwrap_or((opt, ""));
-                if let Some(taken) = tls.suboption(name, opt.split_once('=').map(|(_, v)| v)) {
-                    taken?;
-                    continue;
-                }
-                if let Some(taken) = io.suboption(name, value) {
-                    taken?;
-                    continue;
-                }
-                match name {
-                    "idle_timeout" => {
-                        let seconds: u32 = value.parse().map_err(|_| {
-                            format!("-o idle_timeout={value}: seconds, e.g. idle_timeout=600")
-                        })?;
-                        idle_timeout = (seconds > 0).then_some(seconds);
-                    }
-                    "lru_crawler" => lru_crawler = true,
-                    "no_lru_crawler" => lru_crawler = false,
-                    "lru_maintainer" => lru_maintainer = true,
-                    "no_lru_maintainer" => lru_maintainer = false,
-                    "slab_reassign" => slab_reassign = true,
-                    "no_slab_reassign" => slab_reassign = false,
-                    // memcached 1.6's defaults are the modern ones already.
-                    "modern" => {}
-                    "maxconns_fast" => maxconns_fast = true,
-                    "no_maxconns_fast" => maxconns_fast = false,
-                    "no_modern" => {
-                        (lru_crawler, lru_maintainer, slab_reassign, maxconns_fast) =
-                            (false, false, false, false)
-                    }
-                    "read_buf_mem_limit" => {
-                        read_buf_mem_limit =
-                            value.parse::<usize>().ok().and_then(|mb| mb.checked_mul(1 << 20)).ok_or_else(
-                                || {
-                                    format!(
-                                    "-o read_buf_mem_limit={value}: megabytes, e.g. read_buf_mem_limit=64"
-                                )
-                                },
-                            )?;
-                    }
-                    "hotkeys" => {
-                        hotkeys = value.parse().ok().filter(|&k| k <= shoal_proto::MAX_HOTKEYS).ok_or_else(
-                            || format!("-o hotkeys={value}: keys to list, 0 (off) to 1024, e.g. hotkeys=64"),
-                        )?;
-                    }
-                    "hotkeys_sample" => {
-                        hotkeys_sample = value.parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
-                            format!("-o hotkeys_sample={value}: count one read in N, N ≥ 1, e.g. hotkeys_sample=64")
-                        })?;
-                    }
-                    _ if IGNORED_SUBOPTIONS.contains(&name) => {}
-                    _ => return Err(format!("Illegal suboption \"{opt}\"")),
-                }
-            }
-        }
+        let crate::suboptions::Suboptions {
+            idle_timeout,
+            lru_crawler,
+            lru_maintainer,
+            slab_reassign,
+            maxconns_fast,
+            read_buf_mem_limit,
+            hotkeys,
+            hotkeys_sample,
+            temporary_ttl,
+            tls,
+            io,
+        } = crate::suboptions::parse(&self.extended, self.enable_ssl)?;
         let near = self.near.settings()?;
         let protocol = match (near.is_some(), self.protocol()?) {
             (true, Protocol::Binary) => return Err(crate::upstream::TEXT_ONLY.into()),
@@ -497,18 +427,15 @@ impl ServerArgs {
         let max_item_bytes = parse_size(&self.max_item_size).ok_or_else(|| {
             format!("-I {}: expected a size such as 1m, 512k or 2097152", self.max_item_size)
         })?;
-        // memcached's limits and messages, then Shoal's own ceiling (a 23-bit value length).
+        // memcached's limits and messages, in its order.
         if max_item_bytes < 1024 {
             return Err("Item max size cannot be less than 1024 bytes.".into());
         }
         if max_item_bytes > self.memory_mb.saturating_mul(1 << 20) / 2 {
             return Err("Cannot set item size limit higher than 1/2 of memory max.".into());
         }
-        if max_item_bytes > 8 << 20 {
-            return Err(format!(
-                "-I {}: the item size limit must be between 1k and 8m (Shoal's largest item)",
-                self.max_item_size
-            ));
+        if max_item_bytes > shoal_region::layout::MAX_ITEM_LIMIT {
+            return Err("Cannot set item size limit higher than a gigabyte.".into());
         }
         if self.memory_mb == 0 {
             return Err("-m 0: the memory limit must be at least a few megabytes".into());
@@ -533,16 +460,21 @@ impl ServerArgs {
         if self.conn_limit == 0 {
             return Err("-c 0: allow at least one connection".into());
         }
+        let region_path = self.memory_file.clone().or_else(|| self.region_path.clone());
+        let memory_max_bytes =
+            crate::memory::max_bytes(self.memory_mb, self.memory_max_mb, region_path.as_deref())?;
         Ok(Settings {
             tcp,
             notls,
             udp,
             unix_socket,
-            region_bytes: region_bytes_for(
+            region_bytes: crate::memory::region_bytes_for(
                 self.memory_mb.checked_mul(1 << 20).ok_or("-m: too large")?,
                 max_item_bytes,
                 self.avg_item_bytes,
             ),
+            memory_max_bytes,
+            temporary_ttl,
             evict: !self.disable_evictions,
             max_connections: self.conn_limit,
             threads: self.threads,
@@ -552,7 +484,7 @@ impl ServerArgs {
             backlog: self.backlog,
             enable_shutdown: self.enable_shutdown,
             enable_flush: !self.disable_flush_all,
-            region_path: self.memory_file.clone().or_else(|| self.region_path.clone()),
+            region_path,
             avg_item_bytes: self.avg_item_bytes,
             verbose: self.verbose,
             pidfile: self.pidfile.clone(),
@@ -734,7 +666,12 @@ mod tests {
         assert!(settings(&["-Y", "/f", "-B", "binary"]).unwrap_err().contains("BINARY protocol"));
         assert!(settings(&["--region-mode", "999"]).unwrap_err().contains("octal"));
         assert!(settings(&["--region-group", "no-such-group-here"]).unwrap_err().contains("no such group"));
-        assert!(settings(&["-m", "64", "-I", "16m"]).unwrap_err().contains("between 1k and 8m"));
+        assert_eq!(
+            settings(&["-m", "4096", "-I", "1025m"]).unwrap_err(),
+            "Cannot set item size limit higher than a gigabyte."
+        );
+        assert_eq!(settings(&["-m", "2048", "-I", "1024m"]).unwrap().max_item_bytes, 1 << 30);
+        assert_eq!(settings(&["-m", "64", "-I", "32m"]).unwrap().max_item_bytes, 32 << 20);
         assert_eq!(settings(&["-I", "1000"]).unwrap_err(), "Item max size cannot be less than 1024 bytes.");
         assert_eq!(
             settings(&["-m", "64", "-I", "40m"]).unwrap_err(),

@@ -23,7 +23,6 @@ use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, Args, Command, FromArgMatches};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::Path;
 
 /// A config file is a few dozen lines; anything past this is not one (and is not read whole).
@@ -50,17 +49,7 @@ pub fn settings_from(
 
 /// Reads the file, bounded, as UTF-8 text.
 fn read(file: &Path) -> Result<String, String> {
-    let name = file.display();
-    let opened = std::fs::File::open(file).map_err(|e| format!("--config {name}: {e}"))?;
-    let mut bytes = Vec::new();
-    opened.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("--config {name}: {e}"))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("--config {name}: larger than {MAX_FILE_BYTES} bytes; not a config file"));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        let line = e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|b| **b == b'\n').count() + 1;
-        format!("{name}:{line}: not UTF-8 text")
-    })
+    shoal_textfile::read_text(file, "--config", MAX_FILE_BYTES)
 }
 
 /// The command line `text` (a config file called `name` in messages) stands for, every line
@@ -284,7 +273,7 @@ mod tests {
         std::fs::write(&file, b"-m 32\n-l \xff\n").unwrap();
         assert_eq!(settings(&file, []).unwrap_err(), format!("{}:2: not UTF-8 text", file.display()));
         std::fs::write(&file, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
-        assert!(settings(&file, []).unwrap_err().contains("not a config file"));
+        assert!(settings(&file, []).unwrap_err().contains("larger than 1048576 bytes"));
         assert!(settings(&dir.join("missing.conf"), []).unwrap_err().contains("No such file"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

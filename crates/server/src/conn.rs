@@ -551,6 +551,13 @@ impl Conn {
         status
     }
 
+    /// What `stats conns` shows once answers were handed to a send (a completion-driven loop):
+    /// `conn_mwrite` while the kernel still has some (`true`), else the resting state.
+    pub fn show_sending(&self, sending: bool) {
+        let state = if sending { conn_state::MWRITE } else { self.resting_state() };
+        self.info.state.store(state, Ordering::Relaxed);
+    }
+
     /// Hands the answers waiting to be sent to `sending` (which must be empty), where they stay
     /// in place until the kernel has sent them; the connection keeps producing answers into
     /// `sending`'s old allocation meanwhile. `false`: nothing to send.

@@ -92,8 +92,10 @@ pub fn render(shared: &Shared) -> String {
     );
     register(&mut registry, "local_hits", "hits among the local gets", local_hits, false);
     let store = shared.tenants.store_stats();
-    let fill = if store.region_bytes == 0 { 0.0 } else { store.bytes as f64 / store.region_bytes as f64 };
-    register(&mut registry, "region_fill_ratio", "item bytes over the region's size", fill, true);
+    // Over the segments the memory limit allows, not the room past it (`crate::memory`).
+    let limit = store.segments.saturating_sub(store.segments_parked) * store.segment_bytes;
+    let fill = if limit == 0 { 0.0 } else { store.bytes as f64 / limit as f64 };
+    register(&mut registry, "region_fill_ratio", "item bytes over the memory limit's segments", fill, true);
     register_tenants(&mut registry, shared);
     register_hotkeys(&mut registry, shared);
     shoal_metrics::text(&registry)

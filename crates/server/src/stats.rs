@@ -350,9 +350,13 @@ pub fn settings(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "warm_lru_pct", 0);
     line(out, "hot_max_factor", "0.00");
     line(out, "warm_max_factor", "0.00");
+    // memcached's TEMP LRU: Shoal's temporary time class (`-o temporary_ttl`).
+    line(out, "temp_lru", on(s.temporary_ttl.is_some()));
+    line(out, "temporary_ttl", s.temporary_ttl.unwrap_or(crate::suboptions::DEFAULT_TEMPORARY_TTL));
     s.tls.settings_lines(|name, value| line(out, name, value));
     line(out, "memory_file", shared.tenants.default_tenant().writer.path().display());
     line(out, "region_bytes", s.region_bytes);
+    line(out, "memory_max", s.memory_max_bytes);
     line(out, "avg_item_bytes", s.avg_item_bytes);
     line(out, "lease_ttl", s.lease_ttl);
     line(out, "stale_ttl", s.stale_ttl);

@@ -62,7 +62,15 @@ fn error_of(w: &Workload) -> f64 {
         sum += 1.0 / (rank as f64).powf(w.alpha);
         cdf.push(sum);
     }
-    let step = (64u64 << 20) / 256;
+    // The curve's steps as the server measures them (its region's bytes over 256 steps: not
+    // exactly `-m`, which the region's own overheads may come out of).
+    let first = String::from_utf8(server.raw(b"curve\r\n", b"END\r\n")).unwrap();
+    let step: u64 = first
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT step_bytes "))
+        .expect("the curve answer has its step")
+        .parse()
+        .unwrap();
     let mut exact = Shards::exact(step, 256);
     let mut expiries: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut dice = Dice(0x5eed ^ w.alpha.to_bits());

@@ -184,6 +184,39 @@ fn an_exhausted_buffer_ring_still_serves_every_request() {
     assert_eq!(number(&shoal, "uring_buffers_lent"), 0);
 }
 
+#[test]
+fn answers_larger_than_the_socket_takes_arrive_whole_and_in_order() {
+    // 16 values of 512 KiB, asked twice in one write: an answer of 16 MiB cannot go in one
+    // send, so the first try (which does not wait) stops short and the rest waits for room.
+    let server = uring_server("uring-large-answers", &["-t", "1"]);
+    let before = quiet(&server);
+    let mut s = connect(&server);
+    let values: Vec<Vec<u8>> = (0..16u8).map(|k| vec![b'a' + k; 512 << 10]).collect();
+    for (k, value) in values.iter().enumerate() {
+        s.write_all(format!("set big{k} 0 0 {}\r\n", value.len()).as_bytes()).unwrap();
+        s.write_all(value).unwrap();
+        s.write_all(b"\r\n").unwrap();
+        assert_eq!(read_until(&mut s, b"\r\n"), b"STORED\r\n");
+    }
+    let keys: Vec<String> = (0..values.len()).map(|k| format!("big{k}")).collect();
+    let get = format!("get {}\r\n", keys.join(" "));
+    s.write_all(format!("{get}{get}mn\r\n").as_bytes()).unwrap();
+    let answer = read_until(&mut s, b"MN\r\n");
+    let mut expected = Vec::new();
+    for _ in 0..2 {
+        for (key, value) in keys.iter().zip(&values) {
+            expected.extend_from_slice(format!("VALUE {key} 0 {}\r\n", value.len()).as_bytes());
+            expected.extend_from_slice(value);
+            expected.extend_from_slice(b"\r\n");
+        }
+        expected.extend_from_slice(b"END\r\n");
+    }
+    expected.extend_from_slice(b"MN\r\n");
+    assert!(answer == expected, "{} bytes, not the {} expected", answer.len(), expected.len());
+    drop(s);
+    settles_to(&server, before);
+}
+
 /// Opens and closes 10 000 connections, in batches held open together; some ask a request
 /// first, some leave at once, some leave mid-request. Everything counted comes back.
 fn ten_thousand_connections(server: &Server) {

@@ -184,3 +184,120 @@ fn the_restart_metadata_file_follows_memcacheds_rules() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// memcached's `item_size_max.t`: `-I` past 8 MiB, up to half of `-m`. `-m 64 -I 32m` is the
+/// tightest memcached starts with (the region is raised to hold two 32 MiB segments), and a
+/// 20 MiB value travels over the network both ways and is read through shared memory, by the
+/// client's local reads and by a region reader of its own.
+#[test]
+fn a_20_mib_value_is_stored_and_read_over_the_network_and_through_shared_memory() {
+    use shoal_client::{Client, Options};
+    let server = Server::shoal("gaps-large-item", 0, &["-m", "64", "-I", "32m"]);
+    let settings = String::from_utf8(server.raw(b"stats settings\r\n", b"END\r\n")).unwrap();
+    assert!(settings.contains("STAT item_size_max 33554432\r\n"), "{settings}");
+    let value: Vec<u8> = (0..20usize << 20).map(|i| (i % 251) as u8 ^ (i >> 16) as u8).collect();
+
+    let mut network =
+        Client::connect(&server.address(), Options { local: false, ..Options::default() }).unwrap();
+    network.set(b"big", &value, 5, 0).unwrap();
+    let item = network.get(b"big").unwrap().expect("a hit over the network");
+    assert!(item.value == value && item.flags == 5, "the network read differs");
+
+    let mut local =
+        Client::connect(&server.address(), Options { local: true, ..Options::default() }).unwrap();
+    assert!(local.is_local());
+    let item = local.get(b"big").unwrap().expect("a hit through shared memory");
+    assert!(item.value == value && item.flags == 5, "the local read differs");
+    let reader = shoal_region::Reader::open(local.local_region_path().unwrap()).unwrap();
+    let mut got = Vec::new();
+    let info = reader.get(b"big", &mut got).unwrap().hit().expect("a hit in the region");
+    assert!(got == value && info.value_len == 20 << 20 && info.cas == item.cas, "the region read differs");
+
+    // Past the limit: refused as memcached refuses it, which also removes the old value (a
+    // failed `set` leaves no stale data).
+    let mut over = format!("set big 0 0 {}\r\n", (32 << 20) + 1).into_bytes();
+    over.resize(over.len() + (32 << 20) + 1, b'x');
+    over.extend_from_slice(b"\r\n");
+    assert_eq!(server.raw(&over, b"\r\n"), b"SERVER_ERROR object too large for cache\r\n");
+    assert!(network.get(b"big").unwrap().is_none());
+}
+
+/// The value of `name` in a `stats settings` answer.
+fn setting(server: &Server, name: &str) -> String {
+    let stats = String::from_utf8_lossy(&server.raw(b"stats settings\r\n", b"END\r\n")).into_owned();
+    let prefix = format!("STAT {name} ");
+    stats.lines().find_map(|l| l.strip_prefix(&prefix).map(str::to_owned)).unwrap_or_default()
+}
+
+/// Stores `count` values of 64 KiB (memcached's dyn-maxbytes.t and lru-maintainer.t size)
+/// under `prefix<n>` with `exptime`, one write, and checks every one was stored.
+fn store_64k(server: &Server, prefix: &str, count: usize, exptime: u32) {
+    let value = "B".repeat(66560);
+    let mut requests = Vec::new();
+    for i in 0..count {
+        requests.extend_from_slice(format!("set {prefix}{i} 0 {exptime} 66560\r\n{value}\r\n").as_bytes());
+    }
+    let answers = server.raw(&requests, "STORED\r\n".repeat(count).as_bytes());
+    assert_eq!(answers, "STORED\r\n".repeat(count).as_bytes(), "{prefix}: every store");
+}
+
+#[test]
+fn cache_memlimit_raises_the_limit_past_dash_m_within_memory_max() {
+    // memcached's dyn-maxbytes.t, with the room to grow named (the default is 4 × -m, at
+    // least 64 MB).
+    let server = Server::shoal("gaps-memlimit", 0, &["-m", "3", "--memory-max", "16"]);
+    assert_eq!(setting(&server, "memory_max"), (16 << 20).to_string());
+    let file = std::path::PathBuf::from(setting(&server, "memory_file"));
+    let meta = std::fs::metadata(&file).unwrap();
+    assert!(meta.len() >= 16 << 20, "the region file has the room: {} bytes", meta.len());
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert!(meta.blocks() * 512 < 8 << 20, "the room costs no memory: {} bytes", meta.blocks() * 512);
+    }
+    store_64k(&server, "key", 40, 0);
+    let evicted = stat(&server, "evictions");
+    assert_ne!(evicted, "0", "-m 3 is full");
+
+    assert_eq!(server.raw(b"cache_memlimit 8\r\n", b"\r\n"), b"OK\r\n");
+    assert_eq!(setting(&server, "maxbytes"), (8 << 20).to_string());
+    assert_eq!(stat(&server, "limit_maxbytes"), (8 << 20).to_string());
+    assert_eq!(server.raw(b"cache_memlimit 16\r\n", b"\r\n"), b"OK\r\n");
+    // 16 MiB of segments hold what -m 3 could not: nothing more is evicted.
+    store_64k(&server, "more", 150, 0);
+    assert_eq!(stat(&server, "evictions"), evicted);
+    assert!(server.raw(b"get more0\r\n", b"END\r\n").starts_with(b"VALUE more0 0 66560\r\n"));
+
+    // Past the room: memcached's answer for a limit it cannot set, and the limit stays.
+    let refused = b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n";
+    assert_eq!(server.raw(b"cache_memlimit 64\r\n", b"\r\n"), refused);
+    assert_eq!(setting(&server, "maxbytes"), (16 << 20).to_string());
+    // Back down: whole segments are evicted and given back.
+    assert_eq!(server.raw(b"cache_memlimit 8\r\n", b"\r\n"), b"OK\r\n");
+    assert_ne!(stat(&server, "evictions"), evicted);
+    assert_eq!(
+        server.raw(b"cache_memlimit 7\r\n", b"\r\n"),
+        b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
+    );
+}
+
+#[test]
+fn temporary_ttl_keeps_short_lived_items_through_a_flood_of_long_lived_ones() {
+    // memcached's lru-maintainer.t, TEMP_LRU part.
+    let plain = Server::shoal("gaps-temp-off", 0, &["-m", "2"]);
+    assert_eq!((setting(&plain, "temp_lru"), setting(&plain, "temporary_ttl")), ("no".into(), "61".into()));
+    store_64k(&plain, "canary", 1, 30);
+    store_64k(&plain, "key", 100, 3600);
+    assert_eq!(plain.raw(b"get canary0\r\n", b"END\r\n"), b"END\r\n", "without it, FIFO evicts the canary");
+
+    let server =
+        Server::shoal("gaps-temp", 0, &["-m", "2", "-o", "lru_maintainer,lru_crawler,temporary_ttl=61"]);
+    assert_eq!(
+        (setting(&server, "temp_lru"), setting(&server, "temporary_ttl")),
+        ("yes".into(), "61".into())
+    );
+    store_64k(&server, "canary", 1, 30);
+    store_64k(&server, "key", 100, 3600);
+    assert_ne!(stat(&server, "evictions"), "0");
+    let canary = server.raw(b"get canary0\r\n", b"END\r\n");
+    assert!(canary.starts_with(b"VALUE canary0 0 66560\r\n"), "the temporary item was evicted");
+}

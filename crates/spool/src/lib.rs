@@ -17,15 +17,19 @@
 //!   <dir>/<dest>.spool  "<len> <answers> <stamp>\n<bytes>" …   <dest>.address: where it goes
 //!        │ wake
 //!        ▼
-//!   delivery thread (one per destination) ──► connect, send the records, read their answers
-//!        every answer DELETED / NOT_FOUND / HD / NF ──► <dest>.offset written, observer told
-//!        any other answer, a timeout, a broken connection ──► sent again 250 ms later
+//!   delivery thread (one per destination, delivery.rs) ──► connect, send, read the answers
+//!        answer DELETED / NOT_FOUND / HD / NF ──► <dest>.offset moved on, observer told
+//!        any other answer, a timeout, a broken connection ──► that delete sent again 250 ms
+//!            later, kept in memory; the later records go on (the offset stays before it)
 //!        file drained ──► truncated to 0 (under the same lock as appends)
 //! ```
 //!
-//! A record is a batch of pipelined deletes acknowledged whole: any other answer, a timeout or
-//! a broken connection sends it again. Records queued behind each other (a destination that
-//! is behind) go out together, up to 64 in one write.
+//! A record is a batch of pipelined deletes, one a line. Each delete is judged by its own
+//! answer: one the destination refuses (a router whose server for that key is down) or does
+//! not answer is sent again 250 ms later, and the records after it are not held behind it
+//! (deletes are idempotent; delivery.rs says why the order this changes does not matter).
+//! Records queued behind each other (a destination that is behind) go out together, up to 64
+//! in one write.
 //! Records written by earlier builds (`<len>\n<bytes>`) read as one answer, stamp 0.
 //!
 //! A destination that missed invalidations while it was down ([`Spools::append_missed`]) is
@@ -39,15 +43,15 @@
 //! spool. The bytes of a record cut short by a kill mid-append (no caller was told it was
 //! taken) are appended to `<file>.torn`, said so.
 
+mod delivery;
+
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The most records sent in one write.
 const GATHER_RECORDS: usize = 64;
@@ -68,6 +72,30 @@ pub struct Delivered {
 /// Called by a delivery thread with the destination's address after each acknowledged record.
 pub type Observer = Arc<dyn Fn(&str, Delivered) + Send + Sync>;
 
+/// What a destination's delivery thread is doing, for a process that explains a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// Nothing to send: the spool is drained.
+    Idle,
+    /// Connecting, sending deletes or waiting for their answers.
+    Sending,
+    /// Waiting out a failed delivery (no connection, a timeout, a broken connection).
+    Resting,
+    /// Only deletes the destination refused are left, waiting to be sent again.
+    Holding,
+}
+
+impl std::fmt::Display for Activity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Activity::Idle => "idle (drained)",
+            Activity::Sending => "sending or waiting for answers",
+            Activity::Resting => "waiting to try again after a failed delivery",
+            Activity::Holding => "holding refused deletes until their next try",
+        })
+    }
+}
+
 /// One destination's spool.
 struct Spool {
     address: String,
@@ -81,6 +109,19 @@ struct Spool {
     /// A delivery failed (no connection, a timeout, a refusal) and the spool has not drained
     /// since ([`Spools::is_failing`]).
     failing: AtomicBool,
+    /// Deletes refused or unanswered, held in memory to be sent again (also still in the file).
+    held: AtomicU64,
+    /// What the delivery thread is doing, and since when.
+    activity: Mutex<(Activity, Instant)>,
+}
+
+impl Spool {
+    fn set_activity(&self, activity: Activity) {
+        let mut now = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+        if now.0 != activity {
+            *now = (activity, Instant::now());
+        }
+    }
 }
 
 /// Every destination's spool, in one directory.
@@ -292,6 +333,15 @@ impl Spools {
         Ok(())
     }
 
+    /// What `address`'s delivery thread is doing and for how long it has been, with the deletes
+    /// it holds to send again (refused or unanswered); `None` for an address with no spool.
+    pub fn activity(&self, address: &str) -> Option<(Activity, Duration, u64)> {
+        let map = self.spools.lock().unwrap_or_else(|p| p.into_inner());
+        let spool = map.get(address)?;
+        let (activity, since) = *spool.activity.lock().unwrap_or_else(|p| p.into_inner());
+        Some((activity, since.elapsed(), spool.held.load(Ordering::Relaxed)))
+    }
+
     /// Deletes waiting per destination, by address.
     pub fn depths(&self) -> Vec<(String, u64)> {
         let map = self.spools.lock().unwrap_or_else(|p| p.into_inner());
@@ -318,6 +368,8 @@ impl Spools {
             pending: AtomicU64::new(0),
             behind: AtomicBool::new(false),
             failing: AtomicBool::new(false),
+            held: AtomicU64::new(0),
+            activity: Mutex::new((Activity::Idle, Instant::now())),
         });
         let length = spool.file.lock().unwrap_or_else(|p| p.into_inner()).metadata()?.len();
         // An offset past the end was left by an older build that truncated before resetting it.
@@ -337,7 +389,7 @@ impl Spools {
         let delivering = spool.clone();
         std::thread::Builder::new()
             .name(format!("spool {address}"))
-            .spawn(move || deliver(&spools, &delivering))
+            .spawn(move || delivery::deliver(&spools, &delivering))
             .map_err(std::io::Error::other)?;
         Ok(spool)
     }
@@ -443,158 +495,4 @@ fn record_at(file: &mut File, offset: u64) -> std::io::Result<Option<Record>> {
         return Ok(None);
     }
     Ok(Some(Record { requests, answers, stamp, next: offset + header.len() as u64 + length as u64 }))
-}
-
-/// A blocking connection for delivery.
-enum Line {
-    Tcp(BufReader<TcpStream>),
-    Unix(BufReader<UnixStream>),
-}
-
-impl Line {
-    fn open(address: &str) -> std::io::Result<Line> {
-        let timeout = Some(Duration::from_secs(1));
-        if address.contains('/') {
-            let s = UnixStream::connect(address)?;
-            s.set_read_timeout(timeout)?;
-            Ok(Line::Unix(BufReader::new(s)))
-        } else {
-            let addr = std::net::ToSocketAddrs::to_socket_addrs(address)?
-                .next()
-                .ok_or_else(|| std::io::Error::other("no address"))?;
-            let s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-            s.set_read_timeout(timeout)?;
-            s.set_nodelay(true)?;
-            Ok(Line::Tcp(BufReader::new(s)))
-        }
-    }
-
-    /// Sends requests and reads their `answers`: `None` when every one acknowledged a delete,
-    /// else the first answer that did not.
-    fn exchange(&mut self, requests: &[u8], answers: u64) -> std::io::Result<Option<String>> {
-        match self {
-            Line::Tcp(r) => r.get_mut().write_all(requests)?,
-            Line::Unix(r) => r.get_mut().write_all(requests)?,
-        }
-        let reader: &mut dyn BufRead = match self {
-            Line::Tcp(r) => r,
-            Line::Unix(r) => r,
-        };
-        let mut refusal = None;
-        let mut answer = String::new();
-        for _ in 0..answers {
-            answer.clear();
-            if reader.read_line(&mut answer)? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            if refusal.is_none()
-                && !["DELETED", "NOT_FOUND", "HD", "NF"].iter().any(|a| answer.starts_with(a))
-            {
-                refusal = Some(answer.trim_end().to_string());
-            }
-        }
-        Ok(refusal)
-    }
-}
-
-/// Delivers `spool` for as long as the process runs.
-fn deliver(spools: &Spools, spool: &Spool) {
-    let owner = spools.owner;
-    let mut connection: Option<Line> = None;
-    let mut reader = match File::open(&spool.path) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("{owner}: spool {}: {e}", spool.path.display());
-            return;
-        }
-    };
-    let mut offset = read_offset(&spool.path);
-    let mut refusing = false;
-    loop {
-        let next = match record_at(&mut reader, offset) {
-            Ok(next) => next,
-            Err(e) => {
-                eprintln!("{owner}: spool {}: {e}; it is left for an operator", spool.path.display());
-                return;
-            }
-        };
-        let Some(record) = next else {
-            let file = spool.file.lock().unwrap_or_else(|p| p.into_inner());
-            let length = file.metadata().map(|m| m.len()).unwrap_or(0);
-            if length == offset && offset > 0 {
-                // Drained: start the file over, under the lock appends take. The offset goes to 0
-                // first: a kill between the two steps then re-sends delivered deletes (harmless)
-                // instead of leaving an offset past the end of a file that new records refill.
-                if write_offset(&spool.path, 0).is_ok() && file.set_len(0).is_ok() {
-                    offset = 0;
-                }
-            }
-            if length == offset {
-                // Drained (under the appends' lock, so nothing missed is in flight): caught up.
-                if spool.behind.swap(false, Ordering::AcqRel) {
-                    spools.behind.fetch_sub(1, Ordering::AcqRel);
-                }
-                spool.failing.store(false, Ordering::Release);
-                let _ = spool.wake.wait_timeout(file, RETRY_EVERY);
-            }
-            continue;
-        };
-        // Records that queued up behind this one go in the same write: one offset update and
-        // one round trip for all of them when the destination is behind.
-        let mut records = vec![record];
-        while records.len() < GATHER_RECORDS {
-            let last = records.last().expect("one record at least");
-            match record_at(&mut reader, last.next) {
-                Ok(Some(more)) => records.push(more),
-                _ => break,
-            }
-        }
-        let answers: u64 = records.iter().map(|r| u64::from(r.answers)).sum();
-        let requests = records.iter().flat_map(|r| r.requests.iter().copied()).collect::<Vec<u8>>();
-        let next = records.last().expect("one record at least").next;
-        let answered = connection
-            .take()
-            .map_or_else(|| Line::open(&spool.address), Ok)
-            .and_then(|mut c| c.exchange(&requests, answers).map(|refusal| (c, refusal)));
-        match answered {
-            Ok((c, None)) => {
-                connection = Some(c);
-                refusing = false;
-                if write_offset(&spool.path, next).is_ok() {
-                    offset = next;
-                    spool.pending.fetch_sub(answers, Ordering::Relaxed);
-                    spools.delivered.fetch_add(answers, Ordering::Relaxed);
-                    if let Some(observer) = &spools.observer {
-                        for record in &records {
-                            observer(
-                                &spool.address,
-                                Delivered { answers: record.answers, stamp: record.stamp },
-                            );
-                        }
-                    }
-                }
-            }
-            // A refusal (say, a router whose servers are down) keeps the connection; the
-            // first of a run is told to the operator.
-            Ok((c, Some(answer))) => {
-                connection = Some(c);
-                spool.failing.store(true, Ordering::Release);
-                spools.refused.fetch_add(1, Ordering::Relaxed);
-                if !refusing {
-                    eprintln!(
-                        "{owner}: {} answered {answer:?} to a delete; the deletes stay in its spool and are \
-                         sent again every {} ms until it takes them (check the servers behind it)",
-                        spool.address,
-                        RETRY_EVERY.as_millis()
-                    );
-                    refusing = true;
-                }
-                std::thread::sleep(RETRY_EVERY);
-            }
-            Err(_) => {
-                spool.failing.store(true, Ordering::Release);
-                std::thread::sleep(RETRY_EVERY)
-            }
-        }
-    }
 }

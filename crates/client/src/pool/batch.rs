@@ -5,7 +5,7 @@
 use super::{clamp_exptime, unreachable, Pool};
 use crate::client::{deleted_answer, stored_answer, Client, Item, ItemRef, Stored};
 use crate::error::{Error, Result};
-use crate::hits::Hits;
+use crate::hits::{Gather, Hits};
 use shoal_proto::{encode_request, encode_retrieval, Body, Op};
 use std::collections::VecDeque;
 
@@ -47,6 +47,31 @@ impl Pool {
     /// function, and a generic one would instantiate itself without end.
     fn get_many_dyn(&mut self, keys: &[&[u8]], hit: &mut dyn FnMut(usize, ItemRef<'_>)) -> Result<()> {
         self.get_many_routed(keys, true, hit)
+    }
+
+    /// The part of a multiget that shared memory can answer now, each value copied once,
+    /// straight from the region into `gather` (see [`Gather`]); the indexes of the keys left
+    /// for [`Pool::get_many_each`], which a caller then asks for. Nothing here waits on the
+    /// network, so a caller may hold a lock of its own meanwhile (Python builds each `bytes`
+    /// under the interpreter lock, which network waits must not hold). Keys are left when
+    /// their server is not connected or not read locally now, when the region could not
+    /// answer, and all of them when local reads are off, while hot keys are spread or while a
+    /// transition is under way (those reads take other servers into account).
+    pub fn get_many_local(&mut self, keys: &[&[u8]], gather: &mut dyn Gather) -> Result<Vec<usize>> {
+        let moving = self.active.is_some_and(|a| a.before.is_some());
+        if !self.client.local || self.hot.is_some() || moving {
+            return Ok((0..keys.len()).collect());
+        }
+        let mut rest = Vec::new();
+        for (member, indexes) in self.owners(keys)?.into_iter().enumerate() {
+            match self.members[member].connected() {
+                Some(client) if !indexes.is_empty() => {
+                    rest.extend(client.local_gather(keys, &indexes, gather))
+                }
+                _ => rest.extend(indexes),
+            }
+        }
+        Ok(rest)
     }
 
     /// [`Pool::get_many_dyn`]; with `spread`, hot keys are read from one of their replicas as

@@ -46,6 +46,11 @@ impl Member {
         result
     }
 
+    /// The member's client, if it is connected now (nothing is opened here).
+    pub(crate) fn connected(&mut self) -> Option<&mut Client> {
+        self.client.as_mut()
+    }
+
     /// Whether the member's reads are local now (false if it is not connected).
     pub(crate) fn is_local(&mut self) -> bool {
         self.client.as_mut().is_some_and(Client::is_local)

@@ -12,8 +12,7 @@ use shoal_client::provisioning::State;
 use std::path::{Path, PathBuf};
 
 fn read(path: &Path) -> Result<Value, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("--router-config {}: {e}", path.display()))?;
+    let text = shoal_textfile::read_text(path, "--router-config", shoal_textfile::DEFAULT_MAX_BYTES)?;
     json5::from_str(&text).map_err(|e| format!("--router-config {}: not JSON ({e})", path.display()))
 }
 

@@ -4,7 +4,7 @@
 
 pub mod bench;
 
-use crate::layout::{BUCKET_SLOTS, COOKIE_OFFSET, LAYOUT_VERSION};
+use crate::layout::{BUCKET_SLOTS, COOKIE_OFFSET};
 use crate::{Config, Layout, Lookup, Reader, RegionError, Writer};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -144,7 +144,7 @@ fn print_layout(path: &Path, l: &Layout, generation: u64, clock: u32, as_json: b
     let item_capacity = l.bucket_count * BUCKET_SLOTS;
     if as_json {
         let v = json!({
-            "path": path, "layout_version": LAYOUT_VERSION,
+            "path": path, "layout_version": l.version(),
             "region_bytes": l.region_bytes, "segment_bytes": l.segment_bytes,
             "segment_count": l.segment_count, "bucket_count": l.bucket_count,
             "index_slots": item_capacity, "index_offset": l.index_offset,
@@ -156,7 +156,7 @@ fn print_layout(path: &Path, l: &Layout, generation: u64, clock: u32, as_json: b
         return;
     }
     println!("region        {}", path.display());
-    println!("layout        version {}", LAYOUT_VERSION);
+    println!("layout        version {}", l.version());
     println!("size          {} bytes ({} MiB)", l.region_bytes, l.region_bytes >> 20);
     println!("header        0..{}", l.index_offset);
     println!(

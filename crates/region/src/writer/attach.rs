@@ -160,11 +160,13 @@ impl Writer {
                 free: Vec::new(),
                 parked: Vec::new(),
                 fifo: VecDeque::new(),
+                temporary: VecDeque::new(),
                 retained: None,
                 flushed_at: 0,
             }),
-            classes,
-            active: (0..classes.count()).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
+            class_merge: AtomicUsize::new(classes.merge()),
+            temporary_ttl: AtomicU32::new(0),
+            active: (0..=TimeClasses::TEMPORARY).map(|_| AtomicU32::new(NO_SEGMENT)).collect(),
             last_access: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             observer: OnceLock::new(),
             evictions: OnceLock::new(),
@@ -218,7 +220,7 @@ impl Writer {
         }
         for b in 0..l.bucket_count {
             for cell in &self.region.bucket(b).slots {
-                let Some(slot) = Slot::decode(cell.load(Ordering::Relaxed)) else { continue };
+                let Some(slot) = self.region.layout.slot(cell.load(Ordering::Relaxed)) else { continue };
                 match self.region.item_header(slot) {
                     Some(h)
                         if self.region.meta(slot.segment).state.load(Ordering::Relaxed) != state::FREE =>

@@ -66,7 +66,7 @@ impl Writer {
             let mut occupied = 0;
             let mut free = None;
             for (i, cell) in self.region.bucket(b).slots.iter().enumerate() {
-                match Slot::decode(cell.load(Ordering::Relaxed)) {
+                match self.region.layout.slot(cell.load(Ordering::Relaxed)) {
                     Some(_) => occupied += 1,
                     None => free = free.or(Some(i)),
                 }
@@ -85,8 +85,8 @@ impl Writer {
         // is the limit).
         let slots = || hash.candidates().iter().flat_map(|&b| (0..BUCKET_SLOTS).map(move |i| (b, i)));
         let word_at = |(b, i): (usize, usize)| self.region.bucket(b).slots[i].load(Ordering::Relaxed);
-        let dead =
-            slots().find(|&at| Slot::decode(word_at(at)).is_some_and(|s| self.live_header(s).is_none()));
+        let dead = slots()
+            .find(|&at| self.region.layout.slot(word_at(at)).is_some_and(|s| self.live_header(s).is_none()));
         if let Some((b, i)) = dead {
             self.count_drop(word_at((b, i)), false);
             self.drop_slot(b, i);
@@ -100,7 +100,10 @@ impl Writer {
         }
         let age = |&at: &(usize, usize)| {
             let word = word_at(at);
-            let generation = Slot::decode(word)
+            let generation = self
+                .region
+                .layout
+                .slot(word)
                 .filter(|s| s.segment < self.region.layout.segment_count)
                 .map_or(0, |s| self.region.meta(s.segment).generation.load(Ordering::Relaxed));
             (word & SLOT_ACCESSED != 0, generation)
@@ -122,7 +125,7 @@ impl Writer {
         for &b in hash.candidates() {
             for i in 0..BUCKET_SLOTS {
                 let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
-                let Some(slot) = Slot::decode(word) else { continue };
+                let Some(slot) = self.region.layout.slot(word) else { continue };
                 let Some(header) = self.region.item_header(slot) else { continue };
                 let key = &mut key[..header.key_len];
                 let item = self.region.item_offset(slot);
@@ -135,8 +138,10 @@ impl Writer {
                 let version = &self.region.bucket(other).version;
                 let Some(locked) = write_try_lock(version) else { continue };
                 let target = self.region.bucket(other);
-                let free =
-                    target.slots.iter().position(|c| Slot::decode(c.load(Ordering::Relaxed)).is_none());
+                let free = target
+                    .slots
+                    .iter()
+                    .position(|c| self.region.layout.slot(c.load(Ordering::Relaxed)).is_none());
                 if let Some(j) = free {
                     let source = self.region.bucket(b);
                     let marks = Marks::of(source.marks.load(Ordering::Relaxed), i);
@@ -169,7 +174,7 @@ impl Writer {
 
     /// The key of the item in slot `i` of bucket `b`, copied into `key`: its length.
     pub(super) fn slot_key(&self, b: usize, i: usize, key: &mut [u8; MAX_KEY_LEN]) -> Option<usize> {
-        let slot = Slot::decode(self.region.bucket(b).slots[i].load(Ordering::Relaxed))?;
+        let slot = self.region.layout.slot(self.region.bucket(b).slots[i].load(Ordering::Relaxed))?;
         let header = self.region.item_header(slot)?;
         let len = header.key_len.min(MAX_KEY_LEN);
         self.region.map.read(self.region.item_offset(slot) + header.key_offset(), &mut key[..len]);
@@ -179,7 +184,7 @@ impl Writer {
     /// Clears a slot and takes its item off its segment's live counts. Lock held.
     pub(super) fn unlink(&self, b: usize, i: usize) {
         let cell = &self.region.bucket(b).slots[i];
-        if let Some(slot) = Slot::decode(cell.load(Ordering::Relaxed)) {
+        if let Some(slot) = self.region.layout.slot(cell.load(Ordering::Relaxed)) {
             if let Some(h) = self.region.item_header(slot) {
                 let m = self.region.meta(slot.segment);
                 m.live_items.fetch_sub(1, Ordering::Relaxed);

@@ -82,7 +82,9 @@ impl Writer {
                 self.region.header().segments_evicted.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(self.usable(&pool) * l.segment_bytes)
+        let usable = self.usable(&pool);
+        self.fit_classes(&mut pool, usable);
+        Ok(usable * l.segment_bytes)
     }
 
     /// Segments not parked (pool lock held).

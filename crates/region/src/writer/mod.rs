@@ -26,7 +26,7 @@ use crate::expiry::{absolute_expiry, is_expired, TimeClasses};
 use crate::hints::Location;
 use crate::key::check_key;
 use crate::layout::{
-    derived_cas, filler_size, filler_word, item_bytes, state, ItemHeader, Layout, Marks, SegmentMeta, Slot,
+    filler_size, fillers, item_bytes, max_value_len, state, ItemHeader, Layout, Marks, SegmentMeta, Slot,
     BUCKET_SLOTS, ITEM_CAS_BYTES, ITEM_EXPIRY_OFFSET, ITEM_HEADER_BYTES, MAGIC, MAX_KEY_LEN, NEVER,
     SEALED_OFFSET, SLOT_ACCESSED,
 };
@@ -39,7 +39,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// How to build a new region.
@@ -180,6 +180,9 @@ struct Pool {
     parked: Vec<usize>,
     /// Sealed segments, oldest first: `fifo`'s eviction order (`lru` picks among them).
     fifo: VecDeque<usize>,
+    /// Sealed segments of [`TimeClasses::TEMPORARY`], oldest first: never evicted, reclaimed
+    /// when their items expire.
+    temporary: VecDeque<usize>,
     /// Where read items evicted from the FIFO's head get their second chance (`fifo` only).
     retained: Option<usize>,
     /// Server time of the last flush that took effect: its segments wait [`DEAD_GRACE`].
@@ -295,8 +298,13 @@ pub struct Writer {
     path: PathBuf,
     evict: bool,
     pool: Mutex<Pool>,
-    classes: TimeClasses,
-    /// The open segment of each time class.
+    /// The time classes in force, as [`TimeClasses::merge`] (they follow the memory limit,
+    /// and memcached's `temporary_ttl`: `classes.rs`).
+    class_merge: AtomicUsize,
+    /// memcached's `-o temporary_ttl`: items living at most this many seconds go to
+    /// [`TimeClasses::TEMPORARY`] (0: off).
+    temporary_ttl: AtomicU32,
+    /// The open segment of each time class ([`TimeClasses::TEMPORARY`] last).
     active: Box<[AtomicU32]>,
     /// Server time of each index slot's last write or read (for meta's `l`), in process
     /// memory: 4 bytes a slot that would cost every item room in the region. Moves with its
@@ -395,6 +403,7 @@ fn file_size(file: &mut File, path: &Path) -> Result<(usize, bool), RegionError>
 }
 
 mod attach;
+mod classes;
 mod index;
 mod limit;
 mod ops;

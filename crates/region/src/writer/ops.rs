@@ -211,7 +211,7 @@ impl Writer {
     /// seconds (`last_access` is its current one).
     #[inline]
     pub(super) fn bump(&self, bucket: usize, slot: usize, word: u64, last_access: u32) {
-        if let Some(item) = Slot::decode(word) {
+        if let Some(item) = self.region.layout.slot(word) {
             self.stamp_segment(item.segment);
         }
         if word & SLOT_ACCESSED == 0 {
@@ -234,7 +234,8 @@ impl Writer {
         }
         let (bucket, slot) = (location.bucket, location.slot);
         let word = self.region.bucket(bucket).slots[slot].load(Ordering::Relaxed);
-        if Slot::decode(word).is_some() && word & !SLOT_ACCESSED == location.word & !SLOT_ACCESSED {
+        if self.region.layout.slot(word).is_some() && word & !SLOT_ACCESSED == location.word & !SLOT_ACCESSED
+        {
             self.bump(
                 bucket,
                 slot,
@@ -525,7 +526,7 @@ impl Writer {
                 let len = parts[0].len() + parts[1].len();
                 let limit = self.region.layout.max_item_bytes;
                 if item_bytes(key.len(), len, cas.is_some()) > limit {
-                    return Err(OpError::ValueTooLarge { len, max: limit - ITEM_HEADER_BYTES - key.len() });
+                    return Err(OpError::ValueTooLarge { len, max: max_value_len(limit, key.len(), false) });
                 }
                 let header = ItemHeader {
                     key_len: key.len(),
@@ -534,13 +535,19 @@ impl Writer {
                     expiry,
                     flags,
                 };
-                let class = self.classes.of(expiry, self.clock());
+                let class = self.class_of(expiry, self.clock());
                 let r = self.reserve(class, header.size())?;
                 self.write_item(r, &header, cas, key, parts);
                 let new_cas = cas.unwrap_or_else(|| {
-                    derived_cas(self.region.meta(r.segment).generation.load(Ordering::Relaxed), r.offset)
+                    self.region
+                        .layout
+                        .derived_cas(self.region.meta(r.segment).generation.load(Ordering::Relaxed), r.offset)
                 });
-                let word = Slot { tag: hash.tag, segment: r.segment, offset: r.offset }.encode();
+                let word = self.region.layout.slot_word(Slot {
+                    tag: hash.tag,
+                    segment: r.segment,
+                    offset: r.offset,
+                });
                 let mut linked = false;
                 let done = self.with_locked(key, hash, expect, |at| {
                     let new_key = at.is_none();

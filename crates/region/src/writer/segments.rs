@@ -22,6 +22,10 @@ impl Writer {
             map.write(at, &cas.to_le_bytes());
             at += ITEM_CAS_BYTES;
         }
+        if let Some(ext) = header.encode_ext() {
+            map.write(at, &ext);
+            at += ext.len();
+        }
         for part in [key, value[0], value[1]] {
             map.write(at, part);
             at += part.len();
@@ -31,7 +35,9 @@ impl Writer {
 
     pub(super) fn write_filler(&self, segment: usize, offset: usize, size: usize) {
         let at = self.region.layout.segment_offset(segment) + offset;
-        self.region.map.write(at, &filler_word(size).to_le_bytes());
+        for (part, word) in fillers(size) {
+            self.region.map.write(at + part, &word.to_le_bytes());
+        }
     }
 
     /// Reserves `size` bytes in the active segment of time class `class`, opening a new
@@ -50,8 +56,7 @@ impl Writer {
             }
             if seen != NO_SEGMENT {
                 self.active[class].store(NO_SEGMENT, Ordering::Release);
-                self.seal(seen as usize);
-                pool.fifo.push_back(seen as usize);
+                self.retire(&mut pool, class, seen as usize);
             }
             let s = self.take_free(&mut pool)?;
             self.open_segment(s);
@@ -139,7 +144,8 @@ impl Writer {
 
     /// When every segment is open (a small region with many time classes), seal the oldest.
     pub(super) fn seal_an_open_segment(&self, pool: &mut Pool) -> Option<usize> {
-        let oldest_active = (0..self.active.len())
+        // A temporary segment is never evicted (`classes.rs`).
+        let oldest_active = (0..TimeClasses::TEMPORARY)
             .filter_map(|c| {
                 let s = self.active[c].load(Ordering::Acquire);
                 (s != NO_SEGMENT)
@@ -170,8 +176,7 @@ impl Writer {
         for c in 0..self.active.len() {
             let s = self.active[c].swap(NO_SEGMENT, Ordering::AcqRel);
             if s != NO_SEGMENT {
-                self.seal(s as usize);
-                pool.fifo.push_back(s as usize);
+                self.retire(pool, c, s as usize);
             }
         }
         if let Some(r) = pool.retained.take() {
@@ -192,7 +197,7 @@ impl Writer {
         } else {
             0
         };
-        let dead = |s: &usize| {
+        let is_dead = |s: &usize| {
             let m: &SegmentMeta = self.region.meta(*s);
             // In-flight first: once it reads 0, every reservation made before the seal has
             // published its expiry and live count (and no new one can succeed), so they are
@@ -203,8 +208,11 @@ impl Writer {
                 || (idle && max_expiry != NEVER && max_expiry.saturating_add(grace) <= now)
                 || (idle && m.live_items.load(Ordering::Acquire) == 0)
         };
-        let (dead, alive): (Vec<usize>, Vec<usize>) = pool.fifo.drain(..).partition(dead);
+        let (mut dead, alive): (Vec<usize>, Vec<usize>) = pool.fifo.drain(..).partition(is_dead);
         pool.fifo.extend(alive);
+        let (temporary, alive): (Vec<usize>, Vec<usize>) = pool.temporary.drain(..).partition(is_dead);
+        pool.temporary.extend(alive);
+        dead.extend(temporary);
         for &s in &dead {
             self.evict(pool, s, 0);
             h.segments_expired.fetch_add(1, Ordering::Relaxed);
@@ -237,7 +245,11 @@ impl Writer {
                     offset += size;
                     continue;
                 }
-                let header = ItemHeader::decode(&raw);
+                let Some(header) = self.region.extended(ItemHeader::decode(&raw), offset, base + offset)
+                else {
+                    walk = false; // damaged: find the rest of its items through the index
+                    break;
+                };
                 let size = header.size();
                 if offset + size > l.segment_bytes {
                     break;
@@ -253,7 +265,8 @@ impl Writer {
                 for &b in hash.candidates() {
                     for i in 0..BUCKET_SLOTS {
                         let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
-                        if Slot::decode(word).is_some_and(|x| x.segment == s && x.offset == offset) {
+                        if self.region.layout.slot(word).is_some_and(|x| x.segment == s && x.offset == offset)
+                        {
                             self.evict_slot(pool, b, i, word, &mut budget);
                         }
                     }
@@ -271,7 +284,7 @@ impl Writer {
                 let locked = write_lock(version);
                 for i in 0..BUCKET_SLOTS {
                     let word = self.region.bucket(b).slots[i].load(Ordering::Relaxed);
-                    if Slot::decode(word).is_some_and(|x| x.segment == s) {
+                    if self.region.layout.slot(word).is_some_and(|x| x.segment == s) {
                         self.evict_slot(pool, b, i, word, &mut budget);
                     }
                 }
@@ -286,7 +299,7 @@ impl Writer {
 
     /// Drops, or gives a second chance to, the item in slot `i` of bucket `b`. Lock held.
     pub(super) fn evict_slot(&self, pool: &mut Pool, b: usize, i: usize, word: u64, budget: &mut usize) {
-        let slot = Slot::decode(word).expect("caller checked");
+        let slot = self.region.layout.slot(word).expect("caller checked");
         let live = self.live_header(slot);
         if let Some(header) =
             live.filter(|hd| word & SLOT_ACCESSED != 0 && hd.size() + ITEM_CAS_BYTES <= *budget)
@@ -324,6 +337,6 @@ impl Writer {
         self.write_item(r, &moved, Some(cas), key, [value, &[]]);
         self.account(r.segment, r.size);
         self.release(r.segment);
-        Some(Slot { segment: r.segment, offset: r.offset, ..slot }.encode())
+        Some(self.region.layout.slot_word(Slot { segment: r.segment, offset: r.offset, ..slot }))
     }
 }

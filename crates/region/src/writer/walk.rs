@@ -80,7 +80,7 @@ impl Writer {
             let locked = write_lock(version);
             for i in 0..BUCKET_SLOTS {
                 let word = self.region.bucket(b).slots[i].load(Ordering::Acquire);
-                let Some(slot) = Slot::decode(word) else { continue };
+                let Some(slot) = self.region.layout.slot(word) else { continue };
                 let Some(header) = self.region.item_header(slot) else { continue };
                 swept.checked += 1;
                 let segment_gen = self.region.meta(slot.segment).generation.load(Ordering::Relaxed);
@@ -111,7 +111,7 @@ impl Writer {
     fn read_slot(&self, b: usize, i: usize, key: &mut [u8; MAX_KEY_LEN]) -> Option<(usize, ItemInfo)> {
         let bucket = self.region.bucket(b);
         let word = bucket.slots[i].load(Ordering::Acquire);
-        let slot = Slot::decode(word)?;
+        let slot = self.region.layout.slot(word)?;
         let header = self.region.item_header(slot)?;
         let len = header.key_len;
         self.region.map.read(self.region.item_offset(slot) + header.key_offset(), &mut key[..len]);

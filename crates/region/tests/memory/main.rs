@@ -88,6 +88,7 @@ fn noise(mut seed: u64, len: usize) -> Vec<u8> {
 }
 
 mod bad_input;
+mod large_items;
 mod limit;
 mod reclaim;
 mod sizes;

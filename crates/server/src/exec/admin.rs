@@ -190,7 +190,8 @@ fn server_error(out: &mut Vec<u8>, why: &str) {
 /// `cache_memlimit <megabytes>`, with memcached's answers. The limit is on item memory (the
 /// region's segments, whole ones), as memcached's is on slab memory — the index, like
 /// memcached's hash table, is not counted. Shrinking evicts the oldest segments and gives
-/// their memory back; the region cannot grow past the size it was created with (`-m`).
+/// their memory back; growing uses the room the region was created with (`--memory-max`,
+/// [`crate::memory`]), and past it fails.
 fn cache_memlimit(shared: &crate::state::Shared, megabytes: u32) -> &'static [u8] {
     if shared.tenants.configured() {
         return b"SERVER_ERROR with --tenants, size each tenant with tenant_memlimit <tenant> <bytes>";

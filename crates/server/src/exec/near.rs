@@ -3,6 +3,8 @@
 //!
 //! ```text
 //!  get/gets miss (text::get_one) ──► fetch_miss ──► answered from upstream, kept per policy
+//!  get/gets of several keys ───────► prefetch: the keys not held fetched in one exchange
+//!        (kept per policy) and noted for this request, whose misses fetch_miss then answers
 //!  mg whose key is absent ─────────► fetched and kept first, then mg runs as usual
 //!  lease-get not held here ────────► forwarded; its answer relayed; a hit is kept
 //!  set add replace append prepend cas incr decr touch gat gats delete lease-set
@@ -14,18 +16,30 @@
 use super::ops::delete_key;
 use super::{reply, Context, Flow};
 use crate::counters::Counters;
-use crate::upstream::{Fetched, UpError, Upstream};
+use crate::upstream::{Fetched, UpError, Upstream, FETCH_BATCH};
 use shoal_proto::answer::{blocks, LeaseHeader, Shape, ValueHeader};
 use shoal_proto::{
     encode_request, encode_retrieval, Body, Get, MetaCmd, Op, Request, Store, StoreCmd, KEY_MAX,
 };
 use shoal_region::{Change, ItemInfo, Lookup, Marks, NewItem, Value, ValueSink};
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// Handles a request that a near cache does not execute on its own region alone: `None`
 /// means execute it as usual (always, without `--upstream`).
 pub fn intercept(cx: &mut Context<'_>, request: &Request<'_>, out: &mut Vec<u8>) -> Option<Flow> {
     let up = cx.shared.upstream.as_deref()?;
+    PREFETCHED.with(|p| {
+        let mut p = p.borrow_mut();
+        if !p.is_empty() {
+            *p = HashMap::new(); // its memory freed too: a large multiget's is not kept
+        }
+    });
     match request {
+        Request::Get(get) if get.touch.is_none() && get.count > 1 => {
+            prefetch(cx, up, get);
+            return None;
+        }
         Request::Store(s) if matches!(s.cmd, StoreCmd::LeaseSet(_)) => lease_set(cx, up, s, out),
         Request::Store(s) => {
             let (op, extra) = s.cmd.op();
@@ -67,7 +81,12 @@ pub fn intercept(cx: &mut Context<'_>, request: &Request<'_>, out: &mut Vec<u8>)
 /// says. Always false without `--upstream`.
 pub fn fetch_miss(cx: &Context<'_>, key: &[u8], sink: &mut dyn ValueSink) -> bool {
     let Some(up) = cx.shared.upstream.as_deref() else { return false };
-    let Some(found) = fetch_and_keep(cx, up, key) else { return false };
+    let prefetched = PREFETCHED.with(|p| p.borrow().get(key).cloned());
+    let found = match prefetched {
+        Some(found) => found,
+        None => fetch_and_keep(cx, up, key),
+    };
+    let Some(found) = found else { return false };
     let info = ItemInfo {
         flags: found.flags,
         cas: found.cas,
@@ -81,6 +100,39 @@ pub fn fetch_miss(cx: &Context<'_>, key: &[u8], sink: &mut dyn ValueSink) -> boo
     true
 }
 
+thread_local! {
+    /// What the multiget being executed on this worker fetched ahead (key, value or miss):
+    /// filled by [`prefetch`], read by [`fetch_miss`], cleared by the next request.
+    static PREFETCHED: RefCell<HashMap<Vec<u8>, Option<Fetched>>> = RefCell::new(HashMap::new());
+}
+
+/// A multiget's keys not held here, fetched in one exchange per [`FETCH_BATCH`] keys and kept
+/// per the policy before the get runs, so that its misses cost one round trip, not one each.
+/// An exchange that fails makes its keys misses (not tried again one by one).
+fn prefetch(cx: &Context<'_>, up: &Upstream, get: &Get<'_>) {
+    let mut missing: Vec<&[u8]> = get.keys.clone().filter(|key| !held(cx, key)).collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if missing.len() < 2 {
+        return; // a single miss is fetched as usual
+    }
+    let mut fetched = HashMap::with_capacity(missing.len());
+    for keys in missing.chunks(FETCH_BATCH) {
+        let epochs: Vec<u64> = keys.iter().map(|key| up.epoch(key)).collect();
+        let found = up.fetch_many(keys).unwrap_or_else(|e| {
+            note(cx, &e);
+            vec![None; keys.len()]
+        });
+        for ((key, epoch), found) in keys.iter().zip(epochs).zip(found) {
+            if let Some(f) = &found {
+                keep_fetched(cx, up, key, epoch, f);
+            }
+            fetched.insert(key.to_vec(), found);
+        }
+    }
+    PREFETCHED.with(|p| *p.borrow_mut() = fetched);
+}
+
 /// Fetches `key` from upstream and keeps it if the policy admits it and no write or delete
 /// of the key came in meanwhile; the value found, if any (a failed fetch is a miss).
 fn fetch_and_keep(cx: &Context<'_>, up: &Upstream, key: &[u8]) -> Option<Fetched> {
@@ -92,13 +144,31 @@ fn fetch_and_keep(cx: &Context<'_>, up: &Upstream, key: &[u8]) -> Option<Fetched
             return None;
         }
     };
-    keep(cx, up, key, epoch, found.flags, (found.cas != 0).then_some(found.cas), &found.value);
+    keep_fetched(cx, up, key, epoch, &found);
     Some(found)
 }
 
-/// Stores a value fetched while `key`'s epoch was `epoch`, if the policy admits it and the
-/// epoch did not move (a write or delete of the key came through: the value may be older).
-fn keep(cx: &Context<'_>, up: &Upstream, key: &[u8], epoch: u64, flags: u32, cas: Option<u64>, value: &[u8]) {
+/// [`keep`] for a fetched value: its CAS unique, and no longer than the upstream keeps it.
+fn keep_fetched(cx: &Context<'_>, up: &Upstream, key: &[u8], epoch: u64, found: &Fetched) {
+    let Some(ttl) = found.near_ttl(up.settings.near_ttl) else { return };
+    let cas = (found.cas != 0).then_some(found.cas);
+    keep(cx, up, key, epoch, found.flags, cas, ttl, &found.value);
+}
+
+/// Stores a value fetched while `key`'s epoch was `epoch`, for `ttl` seconds, if the policy
+/// admits it and the epoch did not move (a write or delete of the key came through: the value
+/// may be older).
+#[allow(clippy::too_many_arguments)]
+fn keep(
+    cx: &Context<'_>,
+    up: &Upstream,
+    key: &[u8],
+    epoch: u64,
+    flags: u32,
+    cas: Option<u64>,
+    ttl: u32,
+    value: &[u8],
+) {
     if !up.admits(key, || hot_keys(cx)) {
         return;
     }
@@ -107,7 +177,7 @@ fn keep(cx: &Context<'_>, up: &Upstream, key: &[u8], epoch: u64, flags: u32, cas
         return;
     }
     let writer = cx.writer(key);
-    let expiry = writer.clock().saturating_add(up.settings.near_ttl);
+    let expiry = writer.clock().saturating_add(ttl);
     let item = NewItem { value: Value::Given, flags, expiry: Some(expiry), cas, marks: Marks::default() };
     let _ = writer.update(key, value, false, |_| (Change::Store(item.clone()), ()));
     // A delete that came in while storing may have found nothing to delete: undo.
@@ -274,7 +344,7 @@ fn lease_get(cx: &Context<'_>, up: &Upstream, key: &[u8], stale: bool, out: &mut
         Ok(a) if all_values_of(&a, |k| k == key) => {
             if let Some(block) = blocks(&a).next() {
                 if let Some(h) = ValueHeader::parse(block.line) {
-                    keep(cx, up, key, epoch, h.flags, None, block.data);
+                    keep(cx, up, key, epoch, h.flags, None, up.settings.near_ttl, block.data);
                 }
             }
             out.extend_from_slice(&a);
@@ -299,7 +369,9 @@ fn lease_set(cx: &Context<'_>, up: &Upstream, s: &Store<'_>, out: &mut Vec<u8>) 
     let answer = up.exchange(&request, Shape::Line);
     match &answer {
         Ok(line) if line == b"STORED\r\n" && up.lease_unchanged(s.key) => {
-            keep(cx, up, s.key, epoch, s.flags, None, s.data)
+            if let Some(ttl) = lease_set_ttl(s.exptime, up.settings.near_ttl) {
+                keep(cx, up, s.key, epoch, s.flags, None, ttl, s.data)
+            }
         }
         _ => {
             drop_local(cx, up, s.key);
@@ -315,5 +387,16 @@ fn lease_set(cx: &Context<'_>, up: &Upstream, s: &Store<'_>, out: &mut Vec<u8>) 
             note(cx, &e);
             server_error(out, &e)
         }
+    }
+}
+
+/// How long a value stored by `lease-set` with `exptime` may be kept here: `--near-ttl`, or
+/// less if the upstream keeps it less (a relative exptime under it); `None` if it expires at
+/// once (negative). An absolute exptime (past 30 days) is taken as no shorter than the TTL.
+fn lease_set_ttl(exptime: i64, near_ttl: u32) -> Option<u32> {
+    match exptime {
+        e if e < 0 => None,
+        e if (1..i64::from(near_ttl)).contains(&e) => Some(e as u32),
+        _ => Some(near_ttl),
     }
 }

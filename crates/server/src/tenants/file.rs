@@ -102,7 +102,7 @@ struct JsonFile {
 /// Reads and checks a tenants file against the memory limit (`-m`, bytes) and the size
 /// partitions move in (`segment_bytes`).
 pub fn load(path: &Path, memory_bytes: usize, segment_bytes: usize) -> Result<TenantsFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--tenants {}: {e}", path.display()))?;
+    let text = shoal_textfile::read_text(path, "--tenants", shoal_textfile::DEFAULT_MAX_BYTES)?;
     parse(&text, path.extension().is_some_and(|e| e == "json"), memory_bytes, segment_bytes)
         .map_err(|e| format!("--tenants {}: {e}", path.display()))
 }

@@ -169,8 +169,8 @@ impl Tenants {
         let file = match file {
             Some(file) => file,
             None => {
-                let writer =
-                    open_writer(&base, &region_config(settings, settings.region_bytes), settings, temporary)?;
+                let writer = open_writer(&base, &settings.region_config(), settings, temporary)?;
+                settings.prepare_region(&writer)?;
                 let spec = TenantSpec {
                     name: DEFAULT_TENANT.into(),
                     users: Vec::new(),
@@ -223,6 +223,9 @@ impl Tenants {
             spec.max_bytes = spec.max_bytes.min(most);
             spec.size_bytes = spec.size_bytes.min(most);
             writer.set_eviction(spec.policy);
+            if let Some(ttl) = settings.temporary_ttl {
+                writer.set_temporary_ttl(ttl);
+            }
             writer.set_limit(spec.size_bytes).map_err(|e| format!("tenant {:?}: {e}", spec.name))?;
             let curve = Some(CurveTracker::new(spec.max_bytes as u64, writer.layout().hash_seed));
             list.push(Tenant { spec, writer, curve });

@@ -72,15 +72,17 @@ impl Link {
         }
     }
 
-    /// Sends `request` and returns its whole answer of `shape` (the `END` of a values answer
-    /// included), all before `deadline`. Any error leaves the link unusable: drop it.
+    /// Sends `request` and returns its `count` answers of `shape` (pipelined requests: the
+    /// `END` of a values answer included), all before `deadline`. Any error leaves the link
+    /// unusable: drop it.
     pub fn exchange(
         &mut self,
         request: &[u8],
+        count: usize,
         shape: Shape,
         limits: &Limits,
         deadline: Instant,
-    ) -> io::Result<Vec<u8>> {
+    ) -> io::Result<Vec<Vec<u8>>> {
         let left = |now: Instant| {
             deadline.checked_duration_since(now).filter(|d| !d.is_zero()).ok_or(io::ErrorKind::TimedOut)
         };
@@ -90,12 +92,13 @@ impl Link {
             Stream::Unix(s) => s.write_all(request)?,
         }
         self.framer.reset();
+        let mut answers = Vec::with_capacity(count);
         let mut chunk = [0u8; 16 << 10];
-        loop {
+        while answers.len() < count {
             if let Some(frame) = self.framer.frame(&self.buf, shape, limits)? {
-                let answer = self.buf[..frame.len].to_vec();
+                answers.push(self.buf[..frame.len].to_vec());
                 self.buf.drain(..frame.len);
-                return Ok(answer);
+                continue;
             }
             self.set_timeout(left(Instant::now())?)?;
             let n = match &mut self.stream {
@@ -112,6 +115,13 @@ impl Link {
                 Err(e) => return Err(e),
             }
         }
+        Ok(answers)
+    }
+
+    /// Whether nothing was read past the answers handed out: a link with stray bytes (more
+    /// than was asked for) is not reused, so they are never read as a later request's answer.
+    pub fn is_drained(&self) -> bool {
+        self.buf.is_empty()
     }
 }
 

@@ -5,16 +5,18 @@
 //! path (docs/design/near-cache.md).
 //!
 //! ```text
-//!  get/gets/mg miss ──► Upstream::fetch ── `gets <key>` ──► router or server (one Link per
-//!        │                 (deadline: --upstream-timeout;        worker at a time, pooled)
-//!        │                  down: 1 s of instant misses)
+//!  get/gets/mg miss ──► Upstream::fetch_many ── `mg <key> v f t c k` per key, pipelined
+//!        │    (a multiget's misses: one exchange)  ──► router or server (one Link per worker
+//!        │    (deadline: --upstream-timeout;            at a time, pooled)
+//!        │     down: 1 s of instant misses)
 //!        ▼
 //!  epoch(key) unchanged since before the fetch? ─no─► answered, not kept (a delete raced it)
 //!        │ yes
 //!  admits(key): all │ reuse (Ghost: second miss in the window) │ hot (this server's hot keys)
 //!        │ yes
 //!        ▼
-//!  region: the value, the upstream's flags and CAS unique, expiry now + --near-ttl
+//!  region: the value, the upstream's flags and CAS unique, expiry now + the smaller of
+//!          --near-ttl and the upstream's remaining TTL
 //!
 //!  set/add/…/delete/incr/touch/gat/lease-set ──► invalidate(key) (epoch +1, local copy gone)
 //!        ──► forwarded, the upstream's answer relayed ──► invalidate(key) again
@@ -25,8 +27,7 @@ pub mod link;
 
 use admit::{key_hash, Ghost, HotSnapshot, Policy};
 use link::{parse_upstream, Address, Link};
-use shoal_proto::answer::{blocks, Limits, Shape, ValueHeader};
-use shoal_proto::{encode_retrieval, Op};
+use shoal_proto::answer::{Limits, Shape};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -108,6 +109,10 @@ impl std::fmt::Display for UpError {
     }
 }
 
+/// Keys asked for in one exchange at most (a longer multiget takes several): bounds one
+/// answer to this many values.
+pub const FETCH_BATCH: usize = 64;
+
 /// A value the upstream holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
@@ -115,6 +120,17 @@ pub struct Fetched {
     /// Its CAS unique upstream (0: the upstream has CAS off).
     pub cas: u64,
     pub value: Vec<u8>,
+    /// The seconds it has left upstream (`None`: it does not expire).
+    pub ttl: Option<u32>,
+}
+
+impl Fetched {
+    /// How long a near copy may live: `--near-ttl`, or less if the upstream's copy expires
+    /// sooner (`None`: it expires within the second, not worth keeping).
+    pub fn near_ttl(&self, near_ttl: u32) -> Option<u32> {
+        let ttl = self.ttl.map_or(near_ttl, |t| t.min(near_ttl));
+        (ttl > 0).then_some(ttl)
+    }
 }
 
 /// The near cache's counters (`stats shoal`).
@@ -185,6 +201,12 @@ impl Upstream {
 
     /// Sends `request` and returns its whole answer of `shape`, on a pooled connection.
     pub fn exchange(&self, request: &[u8], shape: Shape) -> Result<Vec<u8>, UpError> {
+        Ok(self.exchange_many(request, 1, shape)?.pop().unwrap_or_default())
+    }
+
+    /// Sends `request` (`count` pipelined requests) and returns their `count` answers of
+    /// `shape`, on a pooled connection.
+    pub fn exchange_many(&self, request: &[u8], count: usize, shape: Shape) -> Result<Vec<Vec<u8>>, UpError> {
         let c = &self.counters;
         let until = self.down_until.load(Ordering::Relaxed);
         if until != 0 && self.now_ns() < until {
@@ -201,16 +223,16 @@ impl Upstream {
             None => Link::open(&self.settings.address, self.settings.timeout),
         };
         let result = link.and_then(|mut link| {
-            link.exchange(request, shape, &self.limits, deadline).map(|answer| (link, answer))
+            link.exchange(request, count, shape, &self.limits, deadline).map(|answers| (link, answers))
         });
         match result {
-            Ok((link, answer)) => {
+            Ok((link, answers)) => {
                 self.down_until.store(0, Ordering::Relaxed);
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                if idle.len() < MAX_IDLE {
+                if idle.len() < MAX_IDLE && link.is_drained() {
                     idle.push(link);
                 }
-                Ok(answer)
+                Ok(answers)
             }
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                 bump(&c.bad_answers);
@@ -225,16 +247,29 @@ impl Upstream {
         }
     }
 
-    /// Looks `key` up upstream (`gets`): its value, flags and CAS unique, or `None`.
+    /// Looks `key` up upstream: its value, flags, CAS unique and remaining TTL, or `None`.
     pub fn fetch(&self, key: &[u8]) -> Result<Option<Fetched>, UpError> {
-        bump(&self.counters.fetches);
-        let mut request = Vec::with_capacity(key.len() + 8);
-        encode_retrieval(Op::Gets, 0, [key], &mut request);
-        let answer = self.exchange(&request, Shape::Values)?;
-        let found = read_fetched(key, &answer).inspect_err(|_| bump(&self.counters.bad_answers))?;
-        if found.is_some() {
-            bump(&self.counters.fetch_hits);
+        Ok(self.fetch_many(&[key])?.pop().flatten())
+    }
+
+    /// Looks `keys` (at most [`FETCH_BATCH`]) up upstream in one exchange: a meta get each,
+    /// pipelined (`mg <key> v f t c k`: value, flags, remaining TTL, CAS unique, and the key,
+    /// so that every answer is checked to be of the key asked). In the order asked.
+    pub fn fetch_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Fetched>>, UpError> {
+        debug_assert!(keys.len() <= FETCH_BATCH);
+        let c = &self.counters;
+        c.fetches.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        let mut request = Vec::with_capacity(keys.iter().map(|k| k.len() + 16).sum());
+        for key in keys {
+            request.extend_from_slice(b"mg ");
+            request.extend_from_slice(key);
+            request.extend_from_slice(b" v f t c k\r\n");
         }
+        let answers = self.exchange_many(&request, keys.len(), Shape::Meta)?;
+        let found: Result<Vec<_>, _> =
+            keys.iter().zip(&answers).map(|(key, answer)| read_meta(key, answer)).collect();
+        let found = found.inspect_err(|_| bump(&c.bad_answers))?;
+        c.fetch_hits.fetch_add(found.iter().flatten().count() as u64, Ordering::Relaxed);
         Ok(found)
     }
 
@@ -319,24 +354,56 @@ impl Upstream {
     }
 }
 
-/// The value of `key` in a framed answer to `gets <key>`: nothing, or one block of that key.
-pub fn read_fetched(key: &[u8], answer: &[u8]) -> Result<Option<Fetched>, UpError> {
+/// The value of `key` in a framed answer to `mg <key> v f t c k`: `EN` (a miss), or `VA <n>`
+/// with every flag asked for, the key the one asked, and the `n`-byte block.
+pub fn read_meta(key: &[u8], answer: &[u8]) -> Result<Option<Fetched>, UpError> {
     let bad = |why: &str| {
         UpError::BadAnswer(format!("{why}: {:?}", String::from_utf8_lossy(&answer[..answer.len().min(120)])))
     };
-    let first = shoal_proto::answer::lines(answer).next().unwrap_or_default();
-    if shoal_proto::answer::is_error_line(first) {
+    let end = answer.windows(2).position(|w| w == b"\r\n").ok_or_else(|| bad("no line"))?;
+    let line = &answer[..end];
+    if shoal_proto::answer::is_error_line(line) {
         return Err(bad("an error"));
     }
-    let mut found = None;
-    for block in blocks(answer) {
-        let header = ValueHeader::parse(block.line).ok_or_else(|| bad("not a VALUE line"))?;
-        if header.key != key || found.is_some() {
-            return Err(bad("a value of another key"));
+    let mut words = line.split(|&b| b == b' ');
+    let (mut flags, mut cas, mut ttl, mut named) = (None, None, None, None);
+    let size = match words.next() {
+        Some(b"EN") => None,
+        Some(b"VA") => {
+            Some(words.next().and_then(number::<usize>).ok_or_else(|| bad("a VA without a size"))?)
         }
-        found = Some(Fetched { flags: header.flags, cas: header.cas, value: block.data.to_vec() });
+        _ => return Err(bad("unexpected answer")),
+    };
+    for word in words {
+        let (&flag, value) = word.split_first().ok_or_else(|| bad("an empty flag"))?;
+        match flag {
+            b'f' => flags = Some(number::<u32>(value).ok_or_else(|| bad("bad flags"))?),
+            b'c' => cas = Some(number::<u64>(value).ok_or_else(|| bad("bad CAS unique"))?),
+            b't' if value == b"-1" => ttl = Some(None),
+            b't' => ttl = Some(Some(number::<u32>(value).ok_or_else(|| bad("bad TTL"))?)),
+            b'k' => named = Some(value),
+            _ => {}
+        }
     }
-    Ok(found)
+    if named.is_some_and(|k| k != key) {
+        return Err(bad("a value of another key"));
+    }
+    let Some(size) = size else { return Ok(None) };
+    if named.is_none() {
+        return Err(bad("a value without its key"));
+    }
+    let (Some(flags), Some(cas), Some(ttl)) = (flags, cas, ttl) else {
+        return Err(bad("a value without the flags, CAS unique and TTL asked for"));
+    };
+    let data = &answer[end + 2..];
+    if data.len() != size + 2 || !data.ends_with(b"\r\n") {
+        return Err(bad("a value block of another size"));
+    }
+    Ok(Some(Fetched { flags, cas, value: data[..size].to_vec(), ttl }))
+}
+
+fn number<T: std::str::FromStr>(word: &[u8]) -> Option<T> {
+    std::str::from_utf8(word).ok()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -32,11 +32,11 @@ fn scripted(answers: Vec<Option<&'static [u8]>>) -> (String, std::thread::JoinHa
 }
 
 #[test]
-fn a_fetch_reads_the_value_flags_and_cas_or_a_miss() {
-    let (address, thread) = scripted(vec![Some(b"VALUE k 5 3 77\r\nabc\r\nEND\r\n"), Some(b"END\r\n")]);
+fn a_fetch_reads_the_value_flags_cas_and_ttl_or_a_miss() {
+    let (address, thread) = scripted(vec![Some(b"VA 3 f5 t100 c77 kk\r\nabc\r\n"), Some(b"EN\r\n")]);
     let up = Upstream::new(settings(&address, Duration::from_secs(30)), 1 << 20);
     let found = up.fetch(b"k").unwrap().unwrap();
-    assert_eq!(found, Fetched { flags: 5, cas: 77, value: b"abc".to_vec() });
+    assert_eq!(found, Fetched { flags: 5, cas: 77, value: b"abc".to_vec(), ttl: Some(100) });
     assert_eq!(up.fetch(b"k").unwrap(), None, "the same pooled connection, a miss");
     thread.join().unwrap();
     assert_eq!(up.counters.fetches.load(Ordering::Relaxed), 2);
@@ -44,15 +44,44 @@ fn a_fetch_reads_the_value_flags_and_cas_or_a_miss() {
 }
 
 #[test]
+fn a_batch_of_keys_is_one_exchange_answered_in_order() {
+    // One request read, one answer written: the three meta gets were pipelined.
+    let answer = b"VA 1 f1 t-1 c11 ka\r\nA\r\nEN kb\r\nVA 2 f3 t5 c33 kc\r\nCC\r\n";
+    let (address, thread) = scripted(vec![Some(answer)]);
+    let up = Upstream::new(settings(&address, Duration::from_secs(30)), 1 << 20);
+    let found = up.fetch_many(&[b"a", b"b", b"c"]).unwrap();
+    assert_eq!(found[0], Some(Fetched { flags: 1, cas: 11, value: b"A".to_vec(), ttl: None }));
+    assert_eq!(found[1], None);
+    assert_eq!(found[2], Some(Fetched { flags: 3, cas: 33, value: b"CC".to_vec(), ttl: Some(5) }));
+    thread.join().unwrap();
+    assert_eq!(up.counters.fetches.load(Ordering::Relaxed), 3);
+    assert_eq!(up.counters.fetch_hits.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_near_copy_lives_no_longer_than_the_upstreams() {
+    let with = |ttl| Fetched { flags: 0, cas: 0, value: Vec::new(), ttl };
+    assert_eq!(with(None).near_ttl(10), Some(10), "no expiry upstream: --near-ttl");
+    assert_eq!(with(Some(3)).near_ttl(10), Some(3));
+    assert_eq!(with(Some(300)).near_ttl(10), Some(10));
+    assert_eq!(with(Some(0)).near_ttl(10), None, "expiring within the second: not kept");
+}
+
+#[test]
 fn bad_answers_are_errors_that_say_what_came() {
     for (answer, says) in [
-        (&b"VALUE other 0 1 1\r\nx\r\nEND\r\n"[..], "another key"),
+        (&b"VA 1 f0 t-1 c1 kother\r\nx\r\n"[..], "another key"),
+        (b"EN kother\r\n", "another key"),
         (b"SERVER_ERROR busy\r\n", "an error"),
         (b"ERROR\r\n", "an error"),
-        (b"LVALUE k 9 0 0\r\n\r\nEND\r\n", "not a VALUE"),
+        (b"VALUE k 0 1 1\r\nx\r\nEND\r\n", "unexpected answer"),
         (b"HELLO\r\n", "unexpected answer"),
-        (b"VALUE k 0 2000000 1\r\n", "bytes"),
-        (b"VALUE k 0 1 1\r\nxyz\r\nEND\r\n", "\\r\\n"),
+        (b"VA 2000000 f0 t-1 c1 kk\r\n", "bytes"),
+        (b"VA 1 f0 t-1 c1 kk\r\nxyz\r\n", "\\r\\n"),
+        (b"VA 1 f0 c1 kk\r\nx\r\n", "without the flags"),
+        (b"VA 1 f0 t-1 c1\r\nx\r\n", "without its key"),
+        (b"VA 1 f0 t-2 c1 kk\r\nx\r\n", "bad TTL"),
+        (b"VA 1 fx t-1 c1 kk\r\nx\r\n", "bad flags"),
     ] {
         let (address, thread) = scripted(vec![Some(answer)]);
         let up = Upstream::new(settings(&address, Duration::from_secs(30)), 1 << 20);

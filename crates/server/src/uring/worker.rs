@@ -3,6 +3,14 @@
 //! Each pass of the loop enters the kernel once (submitting the sends and receives the last
 //! pass queued, waiting for completions), feeds every received byte to its connection, drives
 //! the connections that got bytes or finished a send, and settles the closing ones.
+//!
+//! A send is first tried without waiting and without a completion on success
+//! (`MSG_DONTWAIT | MSG_WAITALL`, `IOSQE_CQE_SKIP_SUCCESS`): the kernel finishes it inside the
+//! `io_uring_enter` that submits it — every byte sent, or a completion saying how many went
+//! (`-EAGAIN`: none). A send whose enter returned without such a completion has therefore gone
+//! whole, and its buffer is free ([`Worker::confirm_sends`]); the rest of a send the socket
+//! could not take at once goes as an ordinary send, which waits for room and completes. So a
+//! request–response exchange costs one enter and one completion (the receive's), not two.
 
 use super::bufs::{BufRing, GROUP};
 use super::{push, IoStats, BUFFER_BYTES, POLLIN};
@@ -12,7 +20,7 @@ use crate::exec::Context;
 use crate::net::{self, Accepted};
 use crate::state::{stop, Shared};
 use crate::watch::CloseReason;
-use io_uring::{cqueue, opcode, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use mio::{Events, Poll, Waker};
 use shoal_proto::ShutdownMode;
 use std::collections::VecDeque;
@@ -58,6 +66,9 @@ struct Slot {
     offset: usize,
     /// A send is in flight.
     send: bool,
+    /// That send is a first try without a completion on success (see the module's doc): its
+    /// end is known once the enter that submitted it returned ([`Worker::confirm_sends`]).
+    skip: bool,
     /// The client ended its side: close once what it sent is answered.
     eof: bool,
     /// Closing, for this reason; `flush`: its last answers go out first.
@@ -94,6 +105,10 @@ struct Worker<'a> {
     closing: Vec<usize>,
     /// Operations submitted whose last completion has not come.
     in_flight: u64,
+    /// Sends without a completion on success queued since the last enter (slot, generation).
+    unconfirmed: Vec<(usize, u32)>,
+    /// Those the last enter submitted: sent whole unless a completion said otherwise.
+    confirming: Vec<(usize, u32)>,
 }
 
 /// A worker thread's body: serves the connections the acceptor hands it until the stop.
@@ -122,7 +137,7 @@ impl<'a> Worker<'a> {
         arrivals: Receiver<Accepted>,
         acceptor: Arc<Waker>,
     ) -> io::Result<Self> {
-        let ring = IoUring::builder().setup_cqsize(8192).build(1024)?;
+        let ring = super::ring_builder().setup_cqsize(8192).build(1024)?;
         let bufs = BufRing::register(&ring, shared.settings.io.buffers, BUFFER_BYTES)?;
         shared.io.buffers.fetch_add(u64::from(bufs.count()), Ordering::Relaxed);
         Ok(Worker {
@@ -141,6 +156,8 @@ impl<'a> Worker<'a> {
             watchers: Vec::new(),
             closing: Vec::new(),
             in_flight: 0,
+            unconfirmed: Vec::new(),
+            confirming: Vec::new(),
         })
     }
 
@@ -167,17 +184,32 @@ impl<'a> Worker<'a> {
         self.push(entry);
     }
 
-    /// Sends `sending[offset..]`.
-    fn push_send(&mut self, i: usize) {
+    /// Sends `sending[offset..]`: a first try (`skip`) that gives up rather than wait and
+    /// completes only if it did not send everything, or an ordinary send that waits for room.
+    fn push_send(&mut self, i: usize, skip: bool) {
+        use nix::sys::socket::MsgFlags;
         let slot = &mut self.slots[i];
         let rest = &slot.sending[slot.offset..];
         let len = rest.len().min(u32::MAX as usize) as u32;
-        // The buffer stays untouched until the completion (`send` is set meanwhile).
-        let entry = opcode::Send::new(types::Fd(slot.fd), rest.as_ptr(), len)
-            .flags(nix::sys::socket::MsgFlags::MSG_NOSIGNAL.bits())
+        let mut flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_WAITALL;
+        if skip {
+            flags |= MsgFlags::MSG_DONTWAIT;
+        }
+        // The buffer stays untouched until the send ended (`send` is set meanwhile).
+        let mut entry = opcode::Send::new(types::Fd(slot.fd), rest.as_ptr(), len)
+            .flags(flags.bits())
             .build()
             .user_data(tag(SEND, i, slot.generation));
-        slot.send = true;
+        if skip {
+            entry = entry.flags(squeue::Flags::SKIP_SUCCESS);
+            self.unconfirmed.push((i, slot.generation));
+        }
+        if let Some(conn) = &slot.conn {
+            // A first try almost always goes whole inside the next enter; no completion would
+            // come to say so before the worker sleeps.
+            conn.show_sending(!skip);
+        }
+        (slot.send, slot.skip) = (true, skip);
         self.push(entry);
     }
 
@@ -187,7 +219,7 @@ impl<'a> Worker<'a> {
         let Some(conn) = slot.conn.as_mut() else { return };
         if !slot.send && conn.take_output(&mut slot.sending) {
             slot.offset = 0;
-            self.push_send(i);
+            self.push_send(i, true);
         }
     }
 
@@ -204,7 +236,7 @@ impl<'a> Worker<'a> {
         let (mut idle_checked, mut watched) = (Instant::now(), Instant::now());
         let mut completions = Vec::with_capacity(256);
         while !self.shared.stopping() {
-            let wait = if !self.ready.is_empty() {
+            let wait = if !self.ready.is_empty() || self.sends_awaited() {
                 Some(Duration::ZERO)
             } else if !self.watchers.is_empty() {
                 Some(WATCH_INTERVAL)
@@ -220,6 +252,7 @@ impl<'a> Worker<'a> {
             for &(tag, result, flags) in &completions {
                 self.complete(tag, result, flags);
             }
+            self.confirm_sends();
             // Clients that left go first, as epoll sees every event before serving: a
             // request in this pass (`stats conns`) no longer finds them open.
             if self.dirty.len() > 1 {
@@ -254,12 +287,28 @@ impl<'a> Worker<'a> {
         self.drain();
     }
 
-    /// Submits what is queued and waits for a completion, at most `wait` (`None`: no limit).
+    /// Whether the next enter must not wait: a send it submits (or one not confirmed yet) has
+    /// work behind it — answers, requests or bytes held back until it went, a closing or ended
+    /// connection — that its end starts and no completion would wake the worker for.
+    fn sends_awaited(&self) -> bool {
+        !self.confirming.is_empty()
+            || self.unconfirmed.iter().any(|&(i, _)| {
+                let slot = &self.slots[i];
+                slot.eof
+                    || slot.paused
+                    || slot.closing.is_some()
+                    || !slot.backlog.is_empty()
+                    || slot.conn.as_ref().is_some_and(|c| c.output_waiting() > 0 || c.has_input())
+            })
+    }
+
+    /// Submits what is queued and waits for a completion, at most `wait` (`None`: no limit;
+    /// zero: only the completions already there, with the deferred work run).
     fn enter(&mut self, wait: Option<Duration>) -> io::Result<()> {
         self.bufs.publish();
+        self.confirming.append(&mut self.unconfirmed);
         let result = match wait {
             None => self.ring.submit_and_wait(1),
-            Some(Duration::ZERO) => self.ring.submit(),
             Some(wait) => {
                 let ts = types::Timespec::from(wait);
                 let args = types::SubmitArgs::new().timespec(&ts);
@@ -368,8 +417,40 @@ impl<'a> Worker<'a> {
         self.stats.buffers_lent.fetch_sub(1, Ordering::Relaxed);
     }
 
-    fn sent(&mut self, i: usize, result: i32) {
+    /// The sends the last enter submitted without a completion on success and that got none:
+    /// every byte went, so they end here as if completed. Left for a later pass while the
+    /// kernel has not taken every queued entry, or holds completions back (an overflowing
+    /// completion queue), since either may hide a send's end.
+    fn confirm_sends(&mut self) {
+        if self.confirming.is_empty() {
+            return;
+        }
+        let sq = self.ring.submission();
+        if !sq.is_empty() || sq.cq_overflow() {
+            return;
+        }
+        drop(sq);
+        let mut confirming = std::mem::take(&mut self.confirming);
+        for &(i, generation) in &confirming {
+            let slot = &mut self.slots[i];
+            if slot.generation != generation || !slot.skip {
+                continue; // it completed: it did not go whole (see `sent`)
+            }
+            slot.skip = false;
+            let rest = (slot.sending.len() - slot.offset).min(i32::MAX as usize) as i32;
+            self.in_flight -= 1;
+            self.stats.ops_in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.sent(i, rest);
+        }
+        confirming.clear();
+        self.confirming = confirming;
+    }
+
+    fn sent(&mut self, i: usize, mut result: i32) {
         let slot = &mut self.slots[i];
+        if std::mem::take(&mut slot.skip) && result == -libc_errno::EAGAIN {
+            result = 0; // the first try found the socket full: the rest waits for room
+        }
         slot.send = false;
         if result < 0 {
             // The client is gone (EPIPE, ECONNRESET) or the send was cancelled.
@@ -382,7 +463,7 @@ impl<'a> Worker<'a> {
         slot.offset += result as usize;
         if slot.offset < slot.sending.len() {
             if !slot.cancelled {
-                self.push_send(i);
+                self.push_send(i, false);
             }
             return;
         }
@@ -570,6 +651,7 @@ impl<'a> Worker<'a> {
             for (tag, result, flags) in completions {
                 self.complete(tag, result, flags);
             }
+            self.confirm_sends();
         }
         self.settle();
         for slot in self.slots.iter_mut().filter(|s| s.send) {
@@ -588,4 +670,5 @@ mod libc_errno {
     pub const ETIME: i32 = nix::errno::Errno::ETIME as i32;
     pub const ENOBUFS: i32 = nix::errno::Errno::ENOBUFS as i32;
     pub const ECANCELED: i32 = nix::errno::Errno::ECANCELED as i32;
+    pub const EAGAIN: i32 = nix::errno::Errno::EAGAIN as i32;
 }
