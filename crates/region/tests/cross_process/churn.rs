@@ -120,6 +120,9 @@ pub struct ChurnCounts {
     pub stored: u64,
     pub deleted: u64,
     pub too_large: u64,
+    /// Changes that gave up on a bucket the other writer thread held past the readers'
+    /// patience (preempted, on an oversubscribed machine): rare, not impossible.
+    pub busy: u64,
     pub errors: u64,
     /// Lookups done by the writer itself, each hit checked.
     pub gets: Counts,
@@ -246,6 +249,7 @@ pub fn churn(
         match result {
             Ok(()) => {}
             Err(OpError::ValueTooLarge { .. }) => c.too_large += 1,
+            Err(OpError::Busy) => c.busy += 1,
             Err(e) => {
                 c.errors += 1;
                 if c.errors <= 5 {

@@ -304,11 +304,12 @@ fn stress(config: &Config, secs: u64, min_hit_percent: u64) -> shoal_region::Sta
     println!("stress ran {:.1} s; writer stats: {stats:?}", started.elapsed().as_secs_f64());
     for (t, c) in writers.iter().enumerate() {
         println!(
-            "writer thread {t}: ops={} stored={} deleted={} too_large={} errors={} gets: {}",
+            "writer thread {t}: ops={} stored={} deleted={} too_large={} busy={} errors={} gets: {}",
             c.ops,
             c.stored,
             c.deleted,
             c.too_large,
+            c.busy,
             c.errors,
             c.gets.line()
         );
@@ -319,6 +320,7 @@ fn stress(config: &Config, secs: u64, min_hit_percent: u64) -> shoal_region::Sta
     for c in &writers {
         assert_eq!(c.gets.bad, 0, "the writer read a bad value");
         assert_eq!(c.errors, 0, "writer operations failed");
+        assert_busy_is_rare(c.busy, c.ops, "writer operations");
         assert_busy_is_rare(c.gets.busy, c.gets.lookups(), "writer lookups");
     }
     for c in &results {
