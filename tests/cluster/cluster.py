@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -267,6 +268,38 @@ class HostPostgres(Postgres):
                   "-X", "stream", "-c", "fast")
         self.ctl("start")
         return self
+
+
+def stop_workers(ops, workers, seconds=60):
+    """Asks every worker to stop (the file `stop` in `ops`) and waits for them; one that has not
+    ended within `seconds` is killed."""
+    (ops / "stop").touch()
+    deadline = time.time() + seconds
+    for w in workers:
+        try:
+            w.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
+
+
+def kill_all(workers, procs, databases):
+    """Kills what still runs at the end: workers, the system's processes, then the databases
+    (the last started first)."""
+    for w in workers:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    for p in procs:
+        try:
+            p.kill()
+        except Exception:
+            pass
+    for db in reversed(databases):
+        try:
+            db.__exit__(None, None, None)
+        except Exception:
+            pass
 
 
 class Toxiproxy:

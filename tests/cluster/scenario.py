@@ -25,7 +25,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checker  # noqa: E402
-from cluster import FAULT_KINDS, WORKER, HostPostgres, Net, Proc, Toxiproxy, cleanup, wait_for  # noqa: E402
+from cluster import (FAULT_KINDS, WORKER, HostPostgres, Net, Proc, Toxiproxy, cleanup, kill_all,  # noqa: E402
+                     stop_workers, wait_for)
 from harness import SHOAL  # noqa: E402
 
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
@@ -235,32 +236,12 @@ class Cluster:
     def stop_workload(self):
         if not self.workers:
             return
-        (self.ops / "stop").touch()
-        deadline = time.time() + 60
-        for w in self.workers:
-            try:
-                w.wait(timeout=max(1, deadline - time.time()))
-            except Exception:
-                w.kill()
-                w.wait()
+        stop_workers(self.ops, self.workers)
         self.stopping.set()
 
     def stop(self):
         self.stopping.set()
-        for w in self.workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-        for p in self.procs:
-            try:
-                p.kill()
-            except Exception:
-                pass
-        for pg in reversed(self.pgs):
-            try:
-                pg.__exit__(None, None, None)
-            except Exception:
-                pass
+        kill_all(self.workers, self.procs, self.pgs)
         if self.toxi:
             self.toxi.stop()
 

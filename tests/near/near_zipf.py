@@ -31,7 +31,7 @@ import psycopg
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "cluster"))
 import checker  # noqa: E402
-from cluster import HostPostgres, Net, Proc, cleanup, missing_privileges, wait_for  # noqa: E402
+from cluster import HostPostgres, Net, Proc, cleanup, kill_all, missing_privileges, stop_workers, wait_for  # noqa: E402
 from harness import SHOAL, talk  # noqa: E402
 
 WORKER = HERE / "near_zipf_worker.py"
@@ -173,30 +173,10 @@ class NearZipf:
         return json.loads(done.stdout)
 
     def stop_workload(self):
-        (self.ops / "stop").touch()
-        deadline = time.time() + 60
-        for w in self.workers:
-            try:
-                w.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                w.kill()
-                w.wait()
+        stop_workers(self.ops, self.workers)
 
     def stop(self):
-        for w in self.workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-        for p in self.procs:
-            try:
-                p.kill()
-            except Exception:
-                pass
-        if self.pg:
-            try:
-                self.pg.__exit__(None, None, None)
-            except Exception:
-                pass
+        kill_all(self.workers, self.procs, [self.pg] if self.pg else [])
 
 
 def window(before, after):
