@@ -140,13 +140,13 @@ def pass_time(server: Server, seconds: int):
         return
     assert seconds == 1, "real waits on memcached are limited to one tick, to keep the suite fast"
     start = int(stats(server)["time"])
-    deadline = time.monotonic() + 2.5
+    deadline = time.monotonic() + 10
     while int(stats(server)["time"]) < start + seconds:
-        assert time.monotonic() < deadline, "memcached's clock did not tick within 2.5 s"
+        assert time.monotonic() < deadline, "memcached's clock did not tick within 10 s"
         time.sleep(0.02)
 
 
-def sole_connection(server: Server, timeout: float = 2.0) -> Conn:
+def sole_connection(server: Server, timeout: float = 30.0) -> Conn:
     """A connection opened once every earlier one is gone, by `stats` curr_connections: servers
     handle closes (such as the harness's readiness probe) asynchronously."""
     conn = Conn(server)

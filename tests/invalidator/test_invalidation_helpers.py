@@ -10,16 +10,7 @@ import time
 import psycopg
 import pytest
 import shoal
-from harness import SHOAL, Postgres, Server
-
-
-def wait_until(condition, seconds=15):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from harness import SHOAL, Postgres, Server, eventually
 
 
 @contextlib.contextmanager
@@ -52,13 +43,13 @@ def test_postgres_commits_through_psycopg_delete_and_rollbacks_do_not(tmp_path):
             with psycopg.connect(pg.conninfo, autocommit=True) as db:
                 # Commits before the invalidator's slot exists are not in its log.
                 slot = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'shoal_invalidator'"
-                assert wait_until(lambda: db.execute(slot).fetchone()[0] == 1)
+                eventually(lambda: db.execute(slot).fetchone()[0] == 1)
                 with db.transaction(), db.cursor() as cur:
                     shoal.invalidate(cur, ["user:1", "user:2"])
                 with pytest.raises(ZeroDivisionError), db.transaction(), db.cursor() as cur:
                     shoal.invalidate(cur, ["kept"])
                     raise ZeroDivisionError  # rolls the transaction back
-            assert wait_until(lambda: cache.get("user:1") is None and cache.get("user:2") is None)
+            eventually(lambda: cache.get("user:1") is None and cache.get("user:2") is None)
             time.sleep(0.3)
             assert cache.get("kept") == b"v"
 
@@ -79,8 +70,8 @@ def test_sqlite_commits_through_sqlite3_delete(tmp_path):
                     raise ZeroDivisionError
             except ZeroDivisionError:
                 pass
-            assert wait_until(lambda: cache.get("a") is None)
-            assert wait_until(lambda: db.execute("SELECT count(*) FROM shoal_outbox").fetchone()[0] == 0)
+            eventually(lambda: cache.get("a") is None)
+            eventually(lambda: db.execute("SELECT count(*) FROM shoal_outbox").fetchone()[0] == 0)
             assert cache.get("b") == b"v"
 
 
@@ -96,4 +87,4 @@ def test_remote_markers_are_items_the_invalidator_deletes(tmp_path):
         with db:
             shoal.invalidate(db.cursor(), ["user:7"])
         with invalidator(tmp_path, server, "--sqlite", str(path), "--remote-markers"):
-            assert wait_until(lambda: not cache.has_remote_marker("user:7"))
+            eventually(lambda: not cache.has_remote_marker("user:7"))

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import shoal
-from harness import Server
+from harness import Server, eventually
 
 
 @pytest.fixture(scope="module", params=["shoal-local", "shoal-network", "memcached"])
@@ -118,7 +118,7 @@ def test_flush_all_with_delay(target, client):
     client.flush_all(delay=10)
     assert client.get("g") == b"1"
     advance_server_clock(server, 11)
-    assert wait_for(lambda: client.get("g") is None)
+    eventually(lambda: client.get("g") is None)
 
 
 def test_expiry_follows_the_server_clock(target, client):
@@ -126,12 +126,12 @@ def test_expiry_follows_the_server_clock(target, client):
     if kind == "memcached":  # no debugtime: wait for a real second to pass
         client.set("e", b"1", expire=1)
         assert client.get("e") == b"1"
-        assert wait_for(lambda: client.get("e") is None, timeout=3.0)
+        eventually(lambda: client.get("e") is None)
         return
     client.set("e", b"1", expire=30)
     assert client.get("e") == b"1"
     advance_server_clock(server, 31)
-    assert wait_for(lambda: client.get("e") is None)
+    eventually(lambda: client.get("e") is None)
 
 
 def test_stats_and_version(target, client):
@@ -159,7 +159,7 @@ def test_local_hits_count_in_the_servers_stats(target, client):
     before = client.stats()["get_hits"]
     for _ in range(100):
         assert client.get("h") == b"1"
-    assert wait_for(lambda: client.stats()["get_hits"] >= before + 100)
+    eventually(lambda: client.stats()["get_hits"] >= before + 100)
 
 
 def test_network_io_releases_the_interpreter_lock(target):
@@ -193,12 +193,3 @@ def advance_server_clock(server, seconds):
     with server.connect() as sock:
         sock.sendall(f"debugtime {seconds}\r\n".encode())
         assert sock.recv(100).startswith(b"OK")
-
-
-def wait_for(condition, timeout=3.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()

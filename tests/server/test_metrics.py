@@ -37,7 +37,7 @@ def test_metrics_follow_stats_and_local_reads():
         assert local.is_local()
         for _ in range(200):
             assert local.get("k1") == b"v" * 100
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 30
         while scrape(port)["shoal_local_hits_total"] < 200 and time.monotonic() < deadline:
             time.sleep(0.05)
         metrics = scrape(port)

@@ -142,7 +142,7 @@ def test_vv_traces_commands_and_answers_like_memcached(tmp_path):
         talk(s, b"set a 0 0 1\r\nx\r\nget a b\r\nbogus\r\n", b"ERROR\r\n")
         s.sendall(b"quit\r\n")
         assert s.recv(10) == b""
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while "connection closed" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.02)
     lines = log.read_text().splitlines()
@@ -178,7 +178,7 @@ def test_u_drops_to_the_user_after_binding_and_keeps_the_region_usable(tmp_path)
                 def uids():
                     status = Path(f"/proc/{server.proc.pid}/status").read_text()
                     return set(next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:])
-                deadline = time.time() + 5
+                deadline = time.time() + 30
                 while uids() != {str(nobody.pw_uid)} and time.time() < deadline:
                     time.sleep(0.02)
                 assert uids() == {str(nobody.pw_uid)}
@@ -208,7 +208,7 @@ def test_d_daemonizes_and_p_names_the_daemon(tmp_path):
                          capture_output=True, text=True, timeout=10)
     assert run.returncode == 0, run.stderr
     # The daemon writes its pid after the parent has returned.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     pid = int(pidfile.read_text())
@@ -244,7 +244,7 @@ def test_idle_timeout_closes_idle_connections_and_counts_them_as_memcached_does(
             while time.monotonic() < deadline:
                 assert talk(busy, b"version\r\n", b"\r\n").startswith(b"VERSION"), server.kind
                 time.sleep(0.1)
-            idle.settimeout(2)
+            idle.settimeout(30)
             assert idle.recv(100) == b"", f"{server.kind}: the idle connection was closed"
             sock = busy
             data = talk(sock, b"stats\r\n", b"END\r\n")

@@ -112,9 +112,9 @@ fn reads_locally_across_users(test: &str, args: &[&str], uid: u32, gid: u32) {
     let server = Server::shoal(test, 0, &all);
     let mut c = Client::connect(&server.address(), Options { local: false, ..Options::default() }).unwrap();
     c.set(b"shared", b"across users", 0, 0).unwrap();
-    assert!(eventually(5, || local_hits(metrics) == 0), "metrics are served");
+    assert!(eventually(30, || local_hits(metrics) == 0), "metrics are served");
     let mut reader = child(&server, uid, gid, true);
-    let folded = eventually(10, || local_hits(metrics) == CHILD_READS);
+    let folded = eventually(30, || local_hits(metrics) == CHILD_READS);
     let _ = reader.stdin.take().unwrap().write_all(b"done\n"); // it may have failed already
     assert!(reader.wait().unwrap().success(), "the other user's client read locally");
     assert!(folded, "its {CHILD_READS} local hits reached the server (saw {})", local_hits(metrics));
@@ -238,7 +238,7 @@ fn a_token_registers_only_its_own_connection_once_and_nobody_guesses_one() {
     };
     let before = connections();
     drop(conn2);
-    assert!(eventually(5, || connections() == before - 1), "the server saw the close");
+    assert!(eventually(30, || connections() == before - 1), "the server saw the close");
     assert!(hand_over(&socket, &message(&second), fd).starts_with("SERVER_ERROR no connection"));
     // Whatever is not a sealed hints area is refused, token or not.
     let (_conn4, token4, _) = offer(&server);

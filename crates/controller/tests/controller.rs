@@ -186,7 +186,7 @@ fn moves_memory_to_the_tenant_whose_curve_gains_and_shows_it() {
     assert!(controller.events("measuring").iter().all(|e| e["server"] == server.address().as_str()));
 
     // The HTTP side agrees with the server.
-    assert!(eventually(10, || {
+    assert!(eventually(30, || {
         let state = controller.state();
         let live = &state["servers"][1];
         let hot = live["tenants"].as_array().and_then(|t| t.iter().find(|t| t["name"] == "hot")).cloned();
@@ -270,7 +270,7 @@ fn a_refused_resize_keeps_the_sizes_in_force() {
     assert!(undone.iter().any(|e| e["tenant"] == "scan" && e["to_bytes"] == 16 * MIB), "{undone:?}");
     // No plan is tried again at once: the sizes stay, round after round.
     assert!(
-        eventually(10, || !controller.events("not-retried").is_empty()),
+        eventually(30, || !controller.events("not-retried").is_empty()),
         "{:?}",
         controller.events.lock().unwrap()
     );

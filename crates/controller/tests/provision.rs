@@ -73,11 +73,11 @@ fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
         .spawn()
         .unwrap();
     // All three start; the router learns it.
-    assert!(eventually(10, || servers.iter().all(|s| answers(s))), "the provisioner starts every server");
-    assert!(eventually(10, || router.stat("pool").contains("active=3")), "{}", router.stat("pool"));
+    assert!(eventually(30, || servers.iter().all(|s| answers(s))), "the provisioner starts every server");
+    assert!(eventually(30, || router.stat("pool").contains("active=3")), "{}", router.stat("pool"));
     let scrape = |path: &str| http_get(&metrics, path);
     assert!(
-        eventually(10, || scrape("/metrics").contains("shoal_provision_active 3.0\n")),
+        eventually(30, || scrape("/metrics").contains("shoal_provision_active 3.0\n")),
         "{}",
         scrape("/metrics")
     );
@@ -89,7 +89,7 @@ fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
     }
     // Down to 2: the router reads moved keys from server 3 while it drains.
     assert!(
-        eventually(10, || router.stat("pool").contains("active=2 transition=from=3")),
+        eventually(30, || router.stat("pool").contains("active=2 transition=from=3")),
         "{}",
         router.stat("pool")
     );
@@ -97,13 +97,13 @@ fn follows_a_schedule_down_and_up_in_order_and_the_router_follows() {
         assert!(c.get(format!("k{i}").as_bytes()).unwrap().is_some(), "k{i} hits while server 3 drains");
     }
     // Server 3 stops after its drain; then down to 1, and server 2 stops too.
-    assert!(eventually(10, || !answers(&servers[2])), "server 3 stops after the drain");
-    assert!(eventually(10, || router.stat("pool").contains("active=1")), "{}", router.stat("pool"));
-    assert!(eventually(10, || !answers(&servers[1])), "server 2 stops after the drain");
+    assert!(eventually(30, || !answers(&servers[2])), "server 3 stops after the drain");
+    assert!(eventually(30, || router.stat("pool").contains("active=1")), "{}", router.stat("pool"));
+    assert!(eventually(30, || !answers(&servers[1])), "server 2 stops after the drain");
     assert!(answers(&servers[0]), "the first server in the order is never turned off");
     // Up again, in the same order.
-    assert!(eventually(10, || answers(&servers[1]) && answers(&servers[2])), "servers 2 and 3 start again");
-    assert!(eventually(10, || router.stat("pool").contains("active=3")), "{}", router.stat("pool"));
+    assert!(eventually(30, || answers(&servers[1]) && answers(&servers[2])), "servers 2 and 3 start again");
+    assert!(eventually(30, || router.stat("pool").contains("active=3")), "{}", router.stat("pool"));
     let lines: Vec<serde_json::Value> = BufReader::new(provision.stdout.take().unwrap())
         .lines()
         .map(|l| serde_json::from_str(&l.unwrap()).unwrap())

@@ -65,7 +65,7 @@ fn a_write_through_the_router_is_seen_through_every_replica() {
     let router = router("router-hot-write", &servers, "jump", "\"all\"");
     let mut c = router.client();
     let key = b"hot:router";
-    assert!(eventually(10, || c.set(key, b"v1", 0, 0).is_ok()));
+    assert!(eventually(30, || c.set(key, b"v1", 0, 0).is_ok()));
     read_until_copied(&router, &servers, key, 3);
     assert!(holders(&servers, key).iter().all(|(_, v)| v == b"v1"));
 
@@ -92,7 +92,7 @@ fn the_router_and_a_rust_pool_put_a_hot_key_on_the_same_replicas() {
     for (hashing, key) in [(Hashing::Jump, b"agree:jump".as_slice()), (Hashing::Proteus, b"agree:proteus")] {
         let router = router(&format!("router-hot-agree-{hashing}"), &servers, hashing.name(), "2");
         let mut c = router.client();
-        assert!(eventually(10, || c.set(key, b"v", 0, 0).is_ok()));
+        assert!(eventually(30, || c.set(key, b"v", 0, 0).is_ok()));
         read_until_copied(&router, &servers, key, 2);
         let mut copied: Vec<String> = holders(&servers, key).into_iter().map(|(a, _)| a).collect();
         let pool = Pool::new(

@@ -62,7 +62,7 @@ fn turning_a_server_off_moves_its_hot_keys_on_demand_and_writes_win() {
 
     // Server 4 goes off: a transition from 4 to 3 for a minute.
     router.rewrite(&config(&servers, 3, Some((4, 60.0))));
-    assert!(eventually(10, || router.stat("config_reloads") == "1"), "reloaded");
+    assert!(eventually(30, || router.stat("config_reloads") == "1"), "reloaded");
     assert!(router.stat("pool").contains("active=3 transition=from=4"), "{}", router.stat("pool"));
     // Every key still hits: the moved ones come from server 4 and are copied to their new owner.
     for key in &keys {
@@ -78,7 +78,7 @@ fn turning_a_server_off_moves_its_hot_keys_on_demand_and_writes_win() {
     for key in &moved {
         let new_owner = ring.owner_with(3, key.as_bytes()).unwrap();
         let copied = || direct(&servers[new_owner]).get(key.as_bytes()).unwrap().is_some();
-        assert!(eventually(5, copied), "{key} copied to its new owner");
+        assert!(eventually(30, copied), "{key} copied to its new owner");
     }
     // Read again: the new owners answer; nothing more is migrated.
     for key in &moved {
@@ -102,7 +102,7 @@ fn turning_a_server_off_moves_its_hot_keys_on_demand_and_writes_win() {
     let key = moved[0];
     c.set(key.as_bytes(), b"v2", 0, 0).unwrap();
     let old_copy_gone = || direct(&servers[3]).get(key.as_bytes()).unwrap().is_none();
-    assert!(eventually(5, old_copy_gone), "the old owner's copy is deleted after a write");
+    assert!(eventually(30, old_copy_gone), "the old owner's copy is deleted after a write");
     assert_eq!(c.get(key.as_bytes()).unwrap().unwrap().value, b"v2");
     c.delete(key.as_bytes()).unwrap();
     assert!(c.get(key.as_bytes()).unwrap().is_none(), "a delete is not undone by the old owner");
@@ -124,7 +124,7 @@ fn turning_a_server_on_and_the_end_of_the_transition() {
     assert!(String::from_utf8_lossy(&stats).contains("STAT curr_items 0\r\n"), "server 3 is off: no keys");
     // Server 3 comes on (no digests on these servers: the old owner is always asked).
     router.rewrite(&config(&servers, 3, Some((2, 60.0))));
-    assert!(eventually(10, || router.stat("config_reloads") == "1"), "reloaded");
+    assert!(eventually(30, || router.stat("config_reloads") == "1"), "reloaded");
     let moving: Vec<&String> =
         keys.iter().filter(|k| ring.owner_with(3, k.as_bytes()).unwrap() == 2).collect();
     assert!(!moving.is_empty());
@@ -140,7 +140,7 @@ fn turning_a_server_on_and_the_end_of_the_transition() {
     let old_owner = ring.owner_with(2, late.as_bytes()).unwrap();
     direct(&servers[old_owner]).set(late.as_bytes(), b"old", 0, 0).unwrap();
     router.rewrite(&config(&servers, 3, Some((2, -1.0))));
-    assert!(eventually(10, || router.stat("config_reloads") == "2"), "reloaded again");
+    assert!(eventually(30, || router.stat("config_reloads") == "2"), "reloaded again");
     assert!(router.stat("pool").contains("transition=none"), "{}", router.stat("pool"));
     assert!(c.get(late.as_bytes()).unwrap().is_none());
 }
@@ -192,7 +192,7 @@ fn under_load_a_write_during_a_transition_is_never_undone_by_the_old_owner() {
         c.set(key.as_bytes(), b"0", 0, 0).unwrap();
     }
     router.rewrite(&config(&servers, 2, Some((3, 60.0))));
-    assert!(eventually(10, || router.stat("config_reloads") == "1"), "reloaded");
+    assert!(eventually(30, || router.stat("config_reloads") == "1"), "reloaded");
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
         // Readers keep migrating: every miss on a new owner asks server 3 and copies what it has.

@@ -111,7 +111,7 @@ fn a_seeded_stream_lists_its_planted_keys_in_order_in_stats_and_metrics() {
     assert!(hot.windows(2).all(|w| w[0].rate >= w[1].rate) && hot[4].rate > 0.0);
 
     // /metrics: one series per rank, at most 10, the keys escaped.
-    assert!(eventually(10, || metrics(metrics_port).contains("shoal_hotkey_requests_per_second")));
+    assert!(eventually(30, || metrics(metrics_port).contains("shoal_hotkey_requests_per_second")));
     let page = metrics(metrics_port);
     let series: Vec<&str> =
         page.lines().filter(|l| l.starts_with("shoal_hotkey_requests_per_second{")).collect();

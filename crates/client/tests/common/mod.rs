@@ -106,7 +106,7 @@ impl Server {
             stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
         };
         let all_stopped = || std::fs::read_dir(&tasks).unwrap().flatten().all(stopped);
-        assert!(eventually(5, all_stopped), "the server did not stop within 5 s");
+        assert!(eventually(30, all_stopped), "the server did not stop within 30 s");
     }
 
     /// Lets a paused server run again (SIGCONT).

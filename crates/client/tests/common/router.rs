@@ -72,7 +72,7 @@ impl Router {
             .unwrap();
         let router = Router { child, port, dir };
         assert!(
-            eventually(10, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            eventually(30, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
             "the router listens"
         );
         router

@@ -151,7 +151,7 @@ impl Invalidator {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let invalidator = Invalidator { child: command.spawn().unwrap(), metrics, log };
-        assert!(eventually(10, || invalidator.try_status().is_some()), "the invalidator serves /status");
+        assert!(eventually(30, || invalidator.try_status().is_some()), "the invalidator serves /status");
         invalidator
     }
 
