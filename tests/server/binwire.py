@@ -53,7 +53,7 @@ def packets(data: bytes):
 class Connection:
     """One connection and its unread bytes."""
 
-    def __init__(self, server, timeout=5.0):
+    def __init__(self, server, timeout=30.0):
         self.sock = server.connect(timeout=timeout)
         self.buf = b""
         self.closed = False
@@ -93,9 +93,13 @@ class Connection:
                 return got
             got += HEADER.pack(*fields) + body
 
-    def until_closed(self, wait=2.0) -> bytes:
-        """Everything until the server closes, then `<closed>` (or `<still open>`)."""
+    def until_closed(self, wait=60.0, answered=False) -> bytes:
+        """Everything until the server closes, then `<closed>` (or `<still open>` after `wait`
+        seconds of silence). `answered`: an answer is due first, however long a loaded machine
+        takes to send it; the silence counts from there."""
         try:
+            if answered:
+                self.fill(timeout=60.0)
             while self.fill(timeout=wait):
                 pass
         except socket.timeout:
@@ -136,8 +140,9 @@ def replay(server, steps) -> list:
 
     A step is `bytes` (send, then a sentinel noop; the answer is what precedes the noop's),
     a function of the last CAS seen (for `cas` requests), `("close", bytes)` (send, then read
-    until the server closes) or `("wait", bytes)` (send, then read until 0.3 s of silence: where
-    a sentinel would be refused, before authentication). Answers are normalized (see
+    until the server closes) or `("wait", bytes)` (send, then read an answer and what follows it
+    until 0.3 s of silence: where a sentinel would be refused, before authentication). Answers
+    are normalized (see
     `normalize`)."""
     conn = Connection(server)
     cas_names, answers, seen = {}, [], 0
@@ -145,7 +150,7 @@ def replay(server, steps) -> list:
         for step in steps:
             if isinstance(step, tuple):
                 conn.send(step[1])
-                raw = conn.until_closed(wait=2.0 if step[0] == "close" else 0.3)
+                raw = conn.until_closed() if step[0] == "close" else conn.until_closed(0.3, answered=True)
             else:
                 data = step(seen) if callable(step) else step
                 conn.send(data + request(NOOP, opaque=SENTINEL))

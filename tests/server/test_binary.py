@@ -100,7 +100,7 @@ CASES = {
     "a body shorter than its key is an unknown command and closes":
         [("close", request(GET, b"key", body_len=1))],
     "a noop with a body is invalid and closes": [("close", request(NOOP, b"k"))],
-    "a wrong magic closes": [("close", b"\x81" + request(NOOP)[1:])],
+    "a wrong magic is answered as text, and the connection stays": [("wait", b"\x81" + request(NOOP)[1:])],
 }
 
 
