@@ -104,7 +104,7 @@ class Server:
     def address(self):
         return ("127.0.0.1", self.port)
 
-    def start(self, timeout=10.0):
+    def start(self, timeout=60.0):
         env = {**os.environ, **self.env} if self.env else None
         if self.stderr is None:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, env=env)
@@ -128,7 +128,7 @@ class Server:
             self.proc.kill()
             self.proc.wait()
 
-    def pause(self, timeout=5.0):
+    def pause(self, timeout=30.0):
         """Freezes the server (SIGSTOP) and waits until every thread of it has stopped: the
         signal reaches one thread first, and the others may answer a request meanwhile."""
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -142,7 +142,7 @@ class Server:
         """Lets a paused server run again (SIGCONT)."""
         os.kill(self.proc.pid, signal.SIGCONT)
 
-    def connect(self, timeout=5.0) -> socket.socket:
+    def connect(self, timeout=30.0) -> socket.socket:
         return socket.create_connection(self.address, timeout=timeout)
 
     def __enter__(self):

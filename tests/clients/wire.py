@@ -49,7 +49,7 @@ def launch(kind: str, *extra: str, test_mode: bool = True) -> Server:
 class Conn:
     """One raw text-protocol connection with a receive buffer."""
 
-    def __init__(self, server: Server, timeout: float = 5.0):
+    def __init__(self, server: Server, timeout: float = 30.0):
         self.sock = server.connect(timeout=timeout)
         self.buf = b""
 
@@ -84,7 +84,7 @@ class Conn:
         self.send(data)
         return self.line()
 
-    def read_to_close(self, timeout: float = 5.0) -> bytes:
+    def read_to_close(self, timeout: float = 30.0) -> bytes:
         """Everything the server sends until it closes; fails if it is still open at `timeout`."""
         self.sock.settimeout(timeout)
         try:

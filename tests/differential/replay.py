@@ -36,7 +36,7 @@ import transcript as tr  # noqa: E402
 
 SENTINEL = b"mn\r\n"
 SENTINEL_ANSWER = b"MN\r\n"
-ANSWER_TIMEOUT = 2.0  # seconds to wait for the sentinel's answer, or for a close
+ANSWER_TIMEOUT = 30.0  # seconds to wait for the sentinel's answer, or for a close (a loaded machine is slow)
 QUIET = 0.3  # seconds of silence that end a `>?` read
 META_CODES = {"HD", "VA", "EN", "NF", "NS", "EX", "MN"}
 FUZZY_META = ("t", "l")  # meta return flags compared within ±1 (clock ticks)
