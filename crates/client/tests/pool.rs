@@ -14,8 +14,9 @@ fn options(hashing: Hashing) -> PoolOptions {
     PoolOptions {
         hashing,
         client: Options {
-            connect_timeout: Some(Duration::from_millis(500)),
-            io_timeout: Some(Duration::from_millis(500)),
+            // Generous: a loaded machine answers slowly, and a killed server refuses at once.
+            connect_timeout: Some(Duration::from_secs(5)),
+            io_timeout: Some(Duration::from_secs(5)),
             local: true,
         },
         retry_interval: Duration::from_millis(300),
@@ -141,7 +142,7 @@ fn a_killed_server_misses_or_goes_to_gutter_and_the_rest_keep_hitting() {
 
     let started = Instant::now();
     let got = plain.get_many(&refs(&keys)).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2), "nothing hangs past the timeout");
+    assert!(started.elapsed() < Duration::from_secs(5), "a killed server is not waited for");
     assert_eq!(got.len(), keys.len() - victim_keys.len(), "only the dead server's keys miss");
     assert!(got.iter().all(|(k, _)| plain.server_for(k).unwrap() != victim_address));
     assert!(plain.counters().down_misses >= victim_keys.len() as u64);
@@ -184,7 +185,7 @@ fn a_stalled_server_shrinks_the_window_which_grows_back() {
     let addresses: Vec<String> = servers.iter().map(Server::address).collect();
     let mut opts = options(Hashing::Jump);
     opts.client.local = false;
-    opts.client.io_timeout = Some(Duration::from_millis(200));
+    opts.client.io_timeout = Some(Duration::from_secs(2));
     opts.window = WindowOptions { initial: 8, max: 16 };
     let mut pool = Pool::new(&addresses, opts).unwrap();
     let keys = keys(800);
@@ -320,7 +321,7 @@ fn lost_reordered_or_foreign_udp_answers_are_misses_never_wrong_values() {
     });
     let mut opts = options(Hashing::Jump);
     opts.client.local = false;
-    opts.client.io_timeout = Some(Duration::from_millis(200));
+    opts.client.io_timeout = Some(Duration::from_secs(1));
     let mut pool = Pool::new(&[server], PoolOptions { udp_gets: true, ..opts }).unwrap();
     assert_eq!(pool.get(b"in-order").unwrap().unwrap().value, b"right");
     for key in ["reordered", "lost", "foreign-id", "other-key", "garbled", "dropped"] {
