@@ -241,7 +241,7 @@ mod tests {
             match Connection::open(&address, Some(timeout), None) {
                 Ok(c) => queued.push(c),
                 Err(e) => {
-                    assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
+                    assert!(started.elapsed() < Duration::from_secs(30), "waited {:?}", started.elapsed());
                     break e;
                 }
             }
