@@ -11,12 +11,15 @@
 # through the router, then straight to the server. Prints markdown rows and the JSON lines.
 #   BENCH_CONNECTIONS  connections per phase (default 10000)
 #   BENCH_GETS         gets per connection (default 10)
+#   BENCH_ROUNDS       rounds through the router, one after the other on the same router
+#                      (default 1): its memory after each round says whether it keeps growing
 #   SHOAL              a shoal binary to use (default: build target/release/shoal)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 connections=${BENCH_CONNECTIONS:-10000}
 gets=${BENCH_GETS:-10}
+rounds=${BENCH_ROUNDS:-1}
 out=target/bench/connections-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 # Every process started below holds up to one descriptor per connection: raise the soft limit
@@ -53,14 +56,18 @@ run() { # name address connections-stat
     --pid "server=$server_pid" --pid "router=$router_pid" --connections-stat "$3" | tee "$out/phase-$1.json"
 }
 say() { printf '%s\n' "$*" >&2; }
-say "through the router: $connections connections, $gets gets each"
-run router "127.0.0.1:$router_port" curr_connections >&2
+for round in $(seq "$rounds"); do
+  say "through the router, round $round of $rounds: $connections connections, $gets gets each"
+  # A round with errors is reported in the table (its errors column), not the end of the run.
+  run "router-$round" "127.0.0.1:$router_port" curr_connections >&2 || say "round $round had errors"
+done
+cp "$out/phase-router-1.json" "$out/phase-router.json"
 say "straight to the server: $connections connections, $gets gets each"
 run server "127.0.0.1:$server_port" curr_connections >&2
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "$rounds" <<'EOF'
 import json, sys
-out = sys.argv[1]
+out, rounds = sys.argv[1], int(sys.argv[2])
 print("| connections to | open at once | gets answered | errors | open s | gets/s | process | RSS before | RSS open | RSS after | anon before | anon open | anon after | anon per connection |")
 print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 for phase in ("router", "server"):
@@ -72,4 +79,13 @@ for phase in ("router", "server"):
               f"{r['gets_per_second']} | {process} | {b['VmRSS'] / 1024:.1f} MiB | {o['VmRSS'] / 1024:.1f} MiB | "
               f"{a['VmRSS'] / 1024:.1f} MiB | {b['RssAnon'] / 1024:.1f} MiB | {o['RssAnon'] / 1024:.1f} MiB | "
               f"{a['RssAnon'] / 1024:.1f} MiB | {per / 1024:.1f} KiB |")
+if rounds > 1:
+    print()
+    print("| round through the router | errors | router RSS all open | router RSS after close | router anon after close |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in range(1, rounds + 1):
+        r = json.load(open(f"{out}/phase-router-{n}.json"))
+        o, a = r["memory_open"]["router"], r["memory_after"]["router"]
+        print(f"| {n} | {r['errors']} | {o['VmRSS'] / 1024:.1f} MiB | {a['VmRSS'] / 1024:.1f} MiB | "
+              f"{a['RssAnon'] / 1024:.1f} MiB |")
 EOF

@@ -8,17 +8,26 @@
 #   server: `shoal bench load --through shm --get-ratio 0.9 --keys 100000 --connections 1`,
 #           gets through shared memory and sets over the network, the server's CPU divided by
 #           every request, local ones included (server `-m 256`).
+#   server, profiled (with `perf`, PROFILE=1 by default): the curves-on server is sampled
+#           (`perf record -e cpu-clock --call-graph dwarf`) through each of its load runs, and
+#           the row gives the share of its CPU samples with the curve's code on the stack
+#           (`shoal_curves::`, `shoal_server::curve::`, the hints area's `SampleReader`): the
+#           curve's cost as a share of server CPU, which the off/on ratio above can only show
+#           to within its noise (±10 % per round with other work on the machine).
 # Prints a markdown table; the JSON reports are kept in target/bench/curves-cost-<time>/.
 #   SHOAL (default target/release/shoal)  BENCH_SECS (5)  ROUNDS (5)  SERVER_CPU (0)  LOAD_CPU (1)
+#   PROFILE (1: profile with perf when it is installed; 0: not)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shoal=${SHOAL:-target/release/shoal}
 secs=${BENCH_SECS:-5} rounds=${ROUNDS:-5} server_cpu=${SERVER_CPU:-0} load_cpu=${LOAD_CPU:-1}
+profile=${PROFILE:-1}
 out=target/bench/curves-cost-$(date -u +%Y%m%dT%H%M%SZ)
 say() { printf '%s\n' "$*" >&2; }
 command -v jq >/dev/null || { say "jq is needed to read the JSON reports (apt-get install jq)"; exit 1; }
 [ -x "$shoal" ] || { say "no $shoal: cargo build --release -p shoal, or SHOAL=<binary>"; exit 1; }
+if [ "$profile" = 1 ] && ! command -v perf >/dev/null; then say "no perf: the profiled row is left out"; profile=0; fi
 mkdir -p "$out"
 
 declare -A flags=([off]="" [on]="--hit-curve") pid address
@@ -48,21 +57,39 @@ for round in $(seq "$rounds"); do
     say "round $round: curves $name"
     taskset -c "$load_cpu" "$shoal" bench latency --server "${address[$name]}" --sizes 100 --requests 200000 \
       --json >"$out/latency-$name-$round.json"
+    recorder=
+    if [ "$profile" = 1 ] && [ "$name" = on ]; then
+      perf record -q -e cpu-clock -F 4000 --call-graph dwarf,8192 -p "${pid[on]}" -o "$out/perf-$round.data" \
+        >>"$out/perf.log" 2>&1 &
+      recorder=$!
+    fi
     taskset -c "$load_cpu" "$shoal" bench load --server "${address[$name]}" --json "${load[@]}" \
       >"$out/load-$name-$round.json"
+    if [ -n "$recorder" ]; then kill -INT "$recorder"; wait "$recorder" || true; fi
   done
 done
-curve=$(printf 'curve\r\nquit\r\n' | timeout 10 nc -q 2 "${address[on]%:*}" "${address[on]#*:}" 2>/dev/null \
+# The curve's own line, over bash's /dev/tcp (no netcat needed).
+curve=$(timeout 10 bash -c 'exec 3<>"/dev/tcp/$0/$1"; printf "curve\r\nquit\r\n" >&3; cat <&3' \
+  "${address[on]%:*}" "${address[on]#*:}" 2>/dev/null \
   | tr -d '\r' | grep -E '^STAT (rate|tracked|local_sampled|local_lost) ' | cut -d' ' -f2- | paste -sd' ' || true)
+# share FILE: the percentage of the profile's samples with the curve's code on the stack.
+share() {
+  { perf script -i "$1" -F ip,sym 2>/dev/null || true; } | awk '
+    /^[[:space:]]*$/ { if (frames) { total++; curve += hit } frames = 0; hit = 0; next }
+    { frames++ }
+    /shoal_curves::|shoal_server::curve::|SampleReader/ { hit = 1 }
+    END { if (frames) { total++; curve += hit } if (total) printf "%.2f\n", 100 * curve / total }'
+}
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 each() { for round in $(seq "$rounds"); do jq -r "$2" "$out/$1-$round.json"; done; }
+rounded() { awk '{ printf "%s%.3f", (NR > 1 ? " " : ""), $1 } END { print "" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 row() {
   local label=$1 file=$2 query=$3 off on
   off=$(each "$file-off" "$query" | median) on=$(each "$file-on" "$query" | median)
-  printf '| %s | %s | %s | %.3f | %.3f | %s |\n' "$label" "$(each "$file-off" "$query" | paste -sd' ')" \
-    "$(each "$file-on" "$query" | paste -sd' ')" "$off" "$on" "$(ratio "$on" "$off")"
+  printf '| %s | %s | %s | %.3f | %.3f | %s |\n' "$label" "$(each "$file-off" "$query" | rounded)" \
+    "$(each "$file-on" "$query" | rounded)" "$off" "$on" "$(ratio "$on" "$off")"
 }
 echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), \`ROUNDS=$rounds BENCH_SECS=$secs bench/curves-cost.sh\`" \
   "($shoal, $(git describe --always --dirty)): servers on CPU $server_cpu, clients on CPU $load_cpu;" \
@@ -74,6 +101,11 @@ sm='.rows[] | select(.path == "shared memory")'
 row "local get, p50 µs" latency "$sm | select(.operation == \"get\") | .latency_us.p50"
 row "10-key local multiget, p50 µs" latency "$sm | select(.operation | endswith(\"multiget\")) | .latency_us.p50"
 row "server CPU µs per request, 90 % local gets" load '.server_cpu_us_per_request'
+if [ "$profile" = 1 ]; then
+  shares=$(for round in $(seq "$rounds"); do share "$out/perf-$round.data"; done)
+  printf '| curve code, %% of the curves-on server CPU samples (perf) | — | %s | — | %s | — |\n' \
+    "$(paste -sd' ' <<<"$shares")" "$(median <<<"$shares")"
+fi
 echo
 echo "The curve's state at the end (curves on): ${curve:-not read}"
 echo "Reports: \`$out/\`"

@@ -9,6 +9,10 @@ verdict (tests/cluster/checker.py) of each run. Needs root (network and mount na
 PostgreSQL, as the fault harness does.
 
     SHOAL_BIN=<bin> bench/near-zipf.py [--keys 10000] [--seconds 60] [--near-ttl 30] [--json out]
+
+With `--faults kill,pause,cut` the measured window is the fault harness's kinds of fault on a
+seeded schedule (tests/near/near_zipf.py, `NearZipf.fault`), and the report adds the checker's
+verdict after faults, the answered share per minute outside the faulted host, and the fault log.
 """
 
 import argparse
@@ -38,6 +42,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--only", choices=["near", "direct"], help="run one of the two only")
     p.add_argument("--json", type=Path, help="also write the whole report here")
+    p.add_argument("--faults", default="", help="fault kinds during the window: kill,pause,cut (default none)")
     o = p.parse_args()
     why = near_zipf.why_not()
     if why:
@@ -52,6 +57,7 @@ def main():
                 Path(work), near=near, seed=o.seed, keys=o.keys, warmup=o.warmup, seconds=o.seconds,
                 near_ttl=o.near_ttl, admit=o.admit, read_rate=o.read_rate, readers=o.readers,
                 write_rate=o.write_rate, bound=o.bound, latency_requests=o.latency_requests if near else 0,
+                faults=tuple(k for k in o.faults.split(",") if k),
                 progress=lambda line, name=name: print(f"[{name}] {line}", file=sys.stderr, flush=True))
         w, c = report[name]["window"], report[name]["checker"]
         print(f"{name}: {w['client_reads_per_second']} client reads/s, local share {w['local_share']}, "
@@ -60,6 +66,12 @@ def main():
               f"checker: {c['inconsistent_reads']} stale of {c['value_reads']} value reads "
               f"(bound {c['bound_seconds']} s; at tighter bounds {report[name]['stale_reads_by_bound']}), "
               f"{c['read_errors']} errors", flush=True)
+        if "fault_log" in c:
+            shares = [m["answered_share"] for m in c["availability_per_minute"]]
+            print(f"{name}: {len(c['fault_log'])} faults {sorted({f['kind'] for f in c['fault_log']})}, "
+                  f"stale after faults {c['inconsistent_reads']} (strict {c['strict_inconsistent_reads']}), "
+                  f"answered share per minute outside the faulted host: min {min(shares, default=None)}, "
+                  f"crashes {c['crashes']}", flush=True)
     if "near" in report and "direct" in report:
         d, n = report["direct"]["window"], report["near"]["window"]
         report["pool_requests_per_read_down_by"] = round(

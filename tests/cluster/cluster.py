@@ -283,6 +283,17 @@ def stop_workers(ops, workers, seconds=60):
             w.wait()
 
 
+def restart_crashed(procs, log):
+    """A process that died without being killed is a finding: logged in `log` (a fault log's
+    entry of kind `crash`), and restarted."""
+    for p in procs:
+        if p.proc.poll() is not None:
+            p.crashes += 1
+            log.append({"kind": "crash", "what": p.name, "hosts": [p.host.name], "start": time.time(),
+                        "end": time.time(), "code": p.proc.returncode})
+            p.start()
+
+
 def kill_all(workers, procs, databases):
     """Kills what still runs at the end: workers, the system's processes, then the databases
     (the last started first)."""

@@ -26,7 +26,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checker  # noqa: E402
 from cluster import (FAULT_KINDS, WORKER, HostPostgres, Net, Proc, Toxiproxy, cleanup, kill_all,  # noqa: E402
-                     stop_workers, wait_for)
+                     restart_crashed, stop_workers, wait_for)
 from harness import SHOAL  # noqa: E402
 
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
@@ -224,13 +224,7 @@ class Cluster:
         return entry
 
     def supervise(self, log):
-        """A process that died without being killed is a finding: logged, and restarted."""
-        for p in self.procs:
-            if p.proc.poll() is not None:
-                p.crashes += 1
-                log.append({"kind": "crash", "what": p.name, "hosts": [p.host.name], "start": time.time(),
-                            "end": time.time(), "code": p.proc.returncode})
-                p.start()
+        restart_crashed(self.procs, log)
 
     # --- ending ----------------------------------------------------------------------------
     def stop_workload(self):

@@ -10,6 +10,13 @@ bench/near-zipf.py call; the hosts, PostgreSQL and the checker are tests/cluster
               + readers: Zipf 0.99 look-aside reads, `get` from shared memory first
               (without near caches: lease-gets through the router)
 
+With `faults` (fault kinds of the fault harness: "kill", "pause", "cut"), the window is a
+seeded fault schedule instead (`NearZipf.fault`): kill -9 and a warm restart (`-e` region,
+`--rejoin-hold`) of a pool server, a near cache, the router and the invalidator in turn,
+SIGSTOP/SIGCONT of any of them, a host's link cut; the checker then excuses a read only while a
+fault lasts and `bound` seconds after, and the reads of hosts not under a fault must be answered
+(a near cache whose upstream is down answers misses; its readers fill from the database).
+
 Measured over a window after a warm-up: the share of the client hosts' reads served from
 their shared memory (the near caches' `local_hits` / `local_gets`, from /metrics), the pool's
 requests (its servers' `cmd_get`, `cmd_set`, deletes) per second and per client read, and the
@@ -19,6 +26,7 @@ version older than the newest committed `bound` seconds before it began).
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -31,11 +39,17 @@ import psycopg
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "cluster"))
 import checker  # noqa: E402
-from cluster import HostPostgres, Net, Proc, cleanup, kill_all, missing_privileges, stop_workers, wait_for  # noqa: E402
+from cluster import (HostPostgres, Net, Proc, cleanup, kill_all, missing_privileges, restart_crashed,  # noqa: E402
+                     stop_workers, wait_for)
 from harness import SHOAL, talk  # noqa: E402
 
 WORKER = HERE / "near_zipf_worker.py"
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
+# The fault schedule: the pause between two faults (s), and how often each kind comes after
+# the first of each (as tests/cluster/scenario.py's FAULT_WEIGHTS).
+FAULT_GAP = (1.5, 3.0)
+FAULT_WEIGHTS = {"kill": 3, "pause": 2, "cut": 2}
+REJOIN_HOLD = 3
 HOSTS = {"db": 10, "p": 11, "s1": 21, "s2": 22, "s3": 23, "c1": 31, "c2": 32}
 CLIENTS = ("c1", "c2")
 POOL = ("s1", "s2", "s3")
@@ -74,11 +88,53 @@ class NearZipf:
         self.read_rate, self.readers, self.write_rate = read_rate, readers, write_rate
         self.net = Net()
         self.procs, self.workers, self.pg = [], [], None
+        self.groups = {"pool server": [], "near cache": [], "router": [], "invalidator": []}
+        self.kills = 0
 
-    def proc(self, name, host, argv, port):
+    def proc(self, name, host, argv, port, group):
         p = Proc(name, host, argv, port, self.work / f"{name.replace(' ', '-')}.log")
         self.procs.append(p)
+        self.groups[group].append(p)
         return p
+
+    def warm(self, name):
+        """A server's flags for a warm restart: its region in the host's /dev/shm, held after
+        a restart until the deletes it missed have come (docs/design/faults.md, rule 3)."""
+        return ["-e", f"/dev/shm/shoal-{name}.region", "--rejoin-hold", str(REJOIN_HOLD)]
+
+    def fault(self, kind, rng, log):
+        """Injects one fault of `kind` (as tests/cluster/scenario.py's Cluster.fault, over this
+        run's processes), holds it, undoes it, and logs it for the checker."""
+        started = time.time()
+        if kind == "kill":
+            # Pool servers, near caches, the router, the invalidator in turn, each group's in turn.
+            groups = [(group, members) for group, members in self.groups.items() if members]
+            group, members = groups[self.kills % len(groups)]
+            p = members[(self.kills // len(groups)) % len(members)]
+            self.kills += 1
+            p.kill()
+            time.sleep(rng.uniform(0.2, 1.5))  # the fault's length, not synchronisation
+            p.start()
+            what, hosts = f"kill {group} ({p.name})", [p.host.name]
+        elif kind == "pause":
+            p = rng.choice(self.procs)
+            p.pause()
+            time.sleep(rng.uniform(0.2, 0.8))
+            p.resume()
+            what, hosts = f"pause {p.name}", [p.host.name]
+        elif kind == "cut":
+            host = self.net.hosts[rng.choice(sorted(HOSTS))]
+            host.link(False)
+            time.sleep(rng.uniform(0.5, 3.0))
+            host.link(True)
+            what, hosts = f"cut host {host.name}", [host.name]
+        else:
+            raise ValueError(f"fault kind {kind!r}: one of {sorted(FAULT_WEIGHTS)}")
+        log.append({"kind": kind, "what": what, "hosts": hosts, "start": round(started, 3),
+                    "end": round(time.time(), 3)})
+
+    def supervise(self, log):
+        restart_crashed(self.procs, log)
 
     def start(self):
         self.net.start()
@@ -91,15 +147,16 @@ class NearZipf:
             db.execute("INSERT INTO kv SELECT g, 0 FROM generate_series(0, %s) g", (self.keys - 1,))
         for name in POOL:
             self.proc(f"server {name}", h[name], [
-                str(SHOAL), "server", "-l", h[name].ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "64", "-t", "1"],
-                SERVER_PORT)
+                str(SHOAL), "server", "-l", h[name].ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "64", "-t", "1",
+                *self.warm(name)], SERVER_PORT, "pool server")
         config = self.work / "router.json"
         config.write_text(json.dumps({
             "pools": {"main": {"servers": [f"{h[s].ip}:{SERVER_PORT}" for s in POOL]}},
             "route": {"type": "PoolRoute", "pool": "main"}}))
         self.router = f"{h['p'].ip}:{ROUTER_PORT}"
         self.proc("router", h["p"], [str(SHOAL), "router", "-l", h["p"].ip, "-p", str(ROUTER_PORT), "-t", "1",
-                                     "-f", str(config), "--spool-dir", str(self.work / "spool")], ROUTER_PORT)
+                                     "-f", str(config), "--spool-dir", str(self.work / "spool")], ROUTER_PORT,
+                  "router")
         destinations = ["-d", self.router]
         if self.near:
             for name in CLIENTS:
@@ -107,12 +164,13 @@ class NearZipf:
                 self.proc(f"near {name}", h[name], [
                     str(SHOAL), "server", "-l", ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "64", "-t", "1",
                     "--upstream", self.router, "--admit", self.admit, "--near-ttl", str(self.near_ttl),
-                    "--upstream-timeout", "5000", "--metrics-listen", f"{ip}:{METRICS_PORT}"], SERVER_PORT)
+                    "--upstream-timeout", "5000", "--metrics-listen", f"{ip}:{METRICS_PORT}", *self.warm(name)],
+                    SERVER_PORT, "near cache")
                 destinations += ["-d", f"{ip}:{SERVER_PORT}"]
         self.proc("invalidator", h["db"], [
             str(SHOAL), "invalidator", "--postgres", self.pg.conninfo, *destinations,
             "--state-dir", str(self.work / "invalidator"), "--metrics-listen", f"{h['db'].ip}:{METRICS_PORT}"],
-            METRICS_PORT)
+            METRICS_PORT, "invalidator")
         for p in self.procs:
             p.start()
         with psycopg.connect(self.pg.conninfo, autocommit=True) as db:
@@ -202,13 +260,16 @@ def window(before, after):
 
 
 def run(work: Path, near=True, seed=1, keys=10_000, warmup=20.0, seconds=40.0, near_ttl=30, admit="reuse",
-        read_rate=1000, readers=2, write_rate=50, bound=2.0, latency_requests=0, progress=None):
+        read_rate=1000, readers=2, write_rate=50, bound=2.0, latency_requests=0, progress=None, faults=()):
     """Builds the hosts, runs the workload for `warmup` then a measured window of `seconds`,
     tears everything down and returns the window's figures and the checker's verdict over the
-    whole run. `read_rate` is per reader thread (`readers` per client host)."""
+    whole run. `read_rate` is per reader thread (`readers` per client host). With `faults`
+    (kinds), the window is a fault schedule seeded by `seed`: each kind first (every group's
+    kill, then the others, shuffled), then kinds drawn by FAULT_WEIGHTS, until `seconds`."""
     cleanup()  # what a crashed run left
     work.mkdir(parents=True, exist_ok=True)
     run = NearZipf(work, keys, near, near_ttl, admit, read_rate, readers, write_rate)
+    fault_log = []
     try:
         run.start()
         run.start_workload(seed)
@@ -220,10 +281,21 @@ def run(work: Path, near=True, seed=1, keys=10_000, warmup=20.0, seconds=40.0, n
                 progress(f"warm-up: {run.counts()}")
         before = run.sample()
         deadline = time.time() + seconds
-        while time.time() < deadline:
-            time.sleep(min(5.0, max(0.0, deadline - time.time())))
+        rng = random.Random(seed)
+        first = [k for k in faults if k != "kill"]
+        rng.shuffle(first)
+        first = ["kill"] * sum(1 for m in run.groups.values() if m) * ("kill" in faults) + first
+        while time.time() < deadline or first:
+            if faults:
+                kind = first.pop(0) if first else rng.choices(faults, [FAULT_WEIGHTS[k] for k in faults])[0]
+                run.fault(kind, rng, fault_log)
+                run.supervise(fault_log)
+                time.sleep(rng.uniform(*FAULT_GAP))  # the calm between faults, not synchronisation
+            else:
+                time.sleep(min(5.0, max(0.0, deadline - time.time())))
             if progress:
-                progress(f"window: {run.counts()}")
+                progress(f"window: {run.counts()} {len(fault_log)} faults")
+        run.supervise(fault_log)
         after = run.sample()
         measured = window(before, after)
         run.stop_workload()
@@ -234,7 +306,14 @@ def run(work: Path, near=True, seed=1, keys=10_000, warmup=20.0, seconds=40.0, n
         run.stop()
         cleanup(owner=os.getpid())
     regions = {name: "A" for name in HOSTS}
-    verdict = checker.check(run.ops, regions, [], bound=bound)
+    spans = [(f["start"], f["end"], set(f["hosts"])) for f in fault_log]
+    verdict = checker.check(run.ops, regions, [], bound=bound, faults=[(f["start"], f["end"]) for f in fault_log])
+    if faults:
+        verdict["availability_per_minute"] = checker.availability(run.ops, regions, spans)
+        verdict["unanswered_by_fault"] = checker.unanswered_by_fault(
+            run.ops, regions, [(*span, f["what"]) for span, f in zip(spans, fault_log)])
+        verdict["fault_log"] = fault_log
+        verdict["crashes"] = {p.name: p.crashes for p in run.procs if p.crashes}
     # How stale the reads were: the stale count under tighter bounds (no faults here).
     tighter = {str(b): checker.check(run.ops, regions, [], bound=b)["inconsistent_reads"]
                for b in (0.1, 0.25, 0.5, 1.0) if b < bound}

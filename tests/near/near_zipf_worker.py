@@ -5,7 +5,8 @@ the host's network and mount namespaces:
   read look-aside with leases. With a near cache: `get` through the client library (a hit in
   the near cache's region is read from this host's shared memory; a local miss goes to the near
   cache, which fetches from the pool), then on a miss `lease_get` through the near cache (the
-  pool's lease), the row from PostgreSQL, `lease_set`. Without (`near` null): `lease_get`
+  pool's lease), the row from PostgreSQL, `lease_set` (a `lease_get` that fails — the pool out
+  of reach — reads the row without caching it). Without (`near` null): `lease_get`
   through the pool's router, as an application with no near cache reads.
 - `writers` (the database's host): threads updating a row drawn from the same distribution and
   naming its key in the same transaction (`shoal.invalidate`), as tests/cluster/worker.py does.
@@ -69,7 +70,7 @@ class Paced:
 
 
 class ZipfWorker(Worker):
-    COUNTS = ("reads", "errors", "get_values", "lease_hits", "fills", "writes")
+    COUNTS = ("reads", "errors", "get_values", "lease_hits", "fills", "lease_errors", "writes")
 
     def __init__(self, settings):
         super().__init__(settings)
@@ -102,9 +103,16 @@ class ZipfWorker(Worker):
                     log.write(f"R {k} {start:.6f} {int(value)} l\n")
                     self.count(reads=1, get_values=1)
                 else:
-                    line = self.lease_read(cache, conn, k, key, start)
+                    try:
+                        line = self.lease_read(cache, conn, k, key, start)
+                        self.count(reads=1, **({"lease_hits": 1} if line.endswith(" h\n") else {"fills": 1}))
+                    except shoal.Error:
+                        # No lease to take (the pool is out of reach): the row, not cached,
+                        # as an application reads when its cache fails.
+                        version = conn.execute("SELECT v FROM kv WHERE k = %s", (k,)).fetchone()[0]
+                        line = f"R {k} {start:.6f} {version} d\n"
+                        self.count(reads=1, lease_errors=1)
                     log.write(line)
-                    self.count(reads=1, **({"lease_hits": 1} if line.endswith(" h\n") else {"fills": 1}))
             except shoal.Error:
                 log.write(f"R {k} {start:.6f} E l\n")
                 self.count(reads=1, errors=1)

@@ -1,7 +1,7 @@
 """Hot keys in a Python pool's multiget (issue #28): `shoal.Client(servers=[...],
 hot_replicas=R)` reads a hot key of a `get_many` from each of its replicas in turn, as single
-gets do, with the same rule: a copy answers with CAS unique 0, and a write is seen by every
-batch after it."""
+gets do, with the same rule: a copy answers with its owner's CAS unique, and a write is seen by
+every batch after it."""
 
 import contextlib
 
@@ -60,7 +60,9 @@ def test_a_hot_key_in_get_many_is_read_from_every_replica(servers):
     cold_owner = addresses(servers).index(client.server_for(cold))
     hot_reads = [a - b - (30 if i == cold_owner else 0) for i, (b, a) in enumerate(zip(before, after))]
     assert hot_reads == [10, 10, 10], "each replica answers a third of the hot key's reads"
-    assert uniques.count(0) == 20, "a copy answers with CAS unique 0, the owner with its own"
+    assert len(set(uniques)) == 1 and uniques[0] != 0, f"every replica answers the owner's unique: {uniques}"
+    assert client.cas(hot, b"h1x", uniques[0]) is True, "a cas with a copy's unique is the owner's to judge"
+    assert client.cas(hot, b"h1y", uniques[0]) is False
 
     client.set(hot, b"h2")
     for _ in range(6):

@@ -22,6 +22,19 @@ def holders(servers, key):
     return found
 
 
+def held_uniques(servers, key):
+    """The servers (by address) holding a copy of `key`, asked directly with `gets`: each
+    one's value and CAS unique."""
+    found = {}
+    for s in servers:
+        with s.connect() as sock:
+            answer = talk(sock, b"gets " + key + b"\r\n", b"END\r\n")
+        if answer.startswith(b"VALUE"):
+            header, value = answer.split(b"\r\n")[:2]
+            found[f"127.0.0.1:{s.port}"] = (value, int(header.split()[4]))
+    return found
+
+
 @pytest.fixture(params=["jump", "proteus"])
 def pool(request, tmp_path):
     with contextlib.ExitStack() as stack:
@@ -67,6 +80,21 @@ def test_a_python_pool_and_the_router_agree_on_replicas_and_writes_reach_them(po
             return len(holders(servers, key)) == 2
         eventually(router_copied, seconds=60)
         assert holders(servers, key) == {r: b"v2" for r in replicas}
+
+        # Every copy carries the owner's CAS unique: each replica, the router's `gets` (spread
+        # over the replicas like `get`) and the Python pool's `gets` hand out the same one.
+        uniques = {address: unique for address, (_, unique) in held_uniques(servers, key).items()}
+        assert sorted(uniques) == sorted(replicas) and len(set(uniques.values())) == 1, uniques
+        unique = uniques[replicas[0]]
+        for _ in range(4):
+            assert talk(sock, b"gets " + key + b"\r\n", b"END\r\n") == \
+                b"VALUE " + key + b" 0 2 " + str(unique).encode() + b"\r\nv2\r\nEND\r\n"
+            assert client.gets(key) == (b"v2", unique)
+
+        # A cas with it succeeds once, through Python; a second, through the router, fails.
+        assert client.cas(key, b"v3", unique) is True
+        assert talk(sock, b"cas " + key + b" 0 0 2 " + str(unique).encode() + b"\r\nv4\r\n") == b"EXISTS\r\n"
+        assert all(v == b"v3" for v in holders(servers, key).values())
 
     # A write through the Python pool is seen through every replica.
     client.set(key, b"v3")

@@ -1,13 +1,16 @@
 //! Hot keys spread over replicas by the pool client, against real `shoal server`s that detect
 //! them (`stats hotkeys`): the pool learns the hot set, reads a hot key from each of its
 //! replicas in turn, and a write is seen through every replica; a server whose answer is
-//! malformed or huge leaves the pool with its last good hot set.
+//! malformed or huge leaves the pool with its last good hot set. Every replica holds its copy
+//! with the owner's CAS unique, so `gets` from any replica hands out the owner's unique; a `cas`
+//! with it succeeds once and a second one fails, and after a `cas`, `set` or `delete` no replica
+//! serves the old value.
 
 mod common;
 
 use common::{eventually, scripted_server, Server};
 use shoal_client::pool::HotOptions;
-use shoal_client::{Hashing, Options, Pool, PoolOptions};
+use shoal_client::{Hashing, Item, Options, Pool, PoolOptions, Stored};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +19,8 @@ fn options(hashing: Hashing, replicas: usize) -> PoolOptions {
     PoolOptions {
         hashing,
         client: Options {
-            connect_timeout: Some(Duration::from_secs(2)),
-            io_timeout: Some(Duration::from_secs(2)),
+            connect_timeout: Some(Duration::from_secs(5)),
+            io_timeout: Some(Duration::from_secs(5)),
             local: false,
         },
         retry_interval: Duration::from_millis(1),
@@ -32,23 +35,29 @@ fn servers(test: &str) -> Vec<Server> {
     (0..3).map(|i| Server::shoal(&format!("{test}-{i}"), 0, &["-o", "hotkeys_sample=1"])).collect()
 }
 
-/// The value each server holds under `key` (`None`: no copy there), asked directly.
-fn held(servers: &[Server], key: &[u8]) -> Vec<Option<Vec<u8>>> {
+/// The value and CAS unique each server holds under `key` (`None`: no copy there), asked
+/// directly.
+fn held_with_cas(servers: &[Server], key: &[u8]) -> Vec<Option<(Vec<u8>, u64)>> {
     servers
         .iter()
         .map(|s| {
             let mut c =
                 shoal_client::Client::connect(&s.address(), Options { local: false, ..Options::default() })
                     .unwrap();
-            c.get(key).unwrap().map(|item| item.value)
+            c.get(key).unwrap().map(|item| (item.value, item.cas))
         })
         .collect()
+}
+
+/// The value each server holds under `key` (`None`: no copy there), asked directly.
+fn held(servers: &[Server], key: &[u8]) -> Vec<Option<Vec<u8>>> {
+    held_with_cas(servers, key).into_iter().map(|held| held.map(|(value, _)| value)).collect()
 }
 
 /// Reads `key` through the pool until the servers list it hot and the pool learned it.
 fn make_hot(pool: &mut Pool, key: &[u8]) {
     assert!(
-        eventually(30, || {
+        eventually(60, || {
             for _ in 0..200 {
                 pool.get(key).unwrap();
             }
@@ -214,8 +223,8 @@ fn a_hot_key_in_a_get_many_is_read_from_every_replica() {
         let hot_reads = a - b - if i == cold_owner { 30 } else { 0 };
         assert_eq!(hot_reads, 10, "server {i} answered {hot_reads} of the hot key's 30 reads");
     }
-    // Copies answer with CAS unique 0 (a `cas` needs the owner's), the owner with its own.
-    assert_eq!(uniques.iter().filter(|&&c| c == 0).count(), 20, "{uniques:?}");
+    // Copies answer with their owner's CAS unique (hot_gets.rs tests `cas` with it).
+    assert!(uniques.iter().all(|&c| c != 0 && c == uniques[0]), "{uniques:?}");
     assert!(pool.counters().hot_copy_hits >= 20, "{:?}", pool.counters());
 
     // A write is seen by every batch after it, whichever replica answers.
@@ -306,4 +315,91 @@ fn a_transition_moves_a_hot_keys_replicas_and_no_read_is_stale_after_a_write() {
         assert_eq!(pool.get_many(&[&key]).unwrap()[0].1.value, b"v4");
     }
     assert!(pool.counters().hot_copy_hits > 0, "{:?}", pool.counters());
+}
+
+/// Reads `key` through `pool` once per replica and a round more (single gets, then a
+/// `get_many`); every answer is `(value, cas)`.
+fn read_every_replica(pool: &mut Pool, key: &[u8], replicas: usize) -> Vec<(Vec<u8>, u64)> {
+    let mut seen = Vec::new();
+    for _ in 0..2 * replicas {
+        let Item { value, cas, .. } = pool.get(key).unwrap().expect("a hot key that is there");
+        seen.push((value, cas));
+    }
+    for _ in 0..replicas {
+        let many = pool.get_many(&[key]).unwrap();
+        assert_eq!(many.len(), 1, "a get_many of a key that is there");
+        seen.push((many[0].1.value.clone(), many[0].1.cas));
+    }
+    seen
+}
+
+#[test]
+fn every_replica_hands_out_the_owners_unique_and_a_cas_with_it_succeeds_once() {
+    let servers = servers("hot-gets");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut counting = Pool::new(&addresses, options(Hashing::Jump, 0)).unwrap();
+    counting.flush_all(None).unwrap();
+    for (n, local) in [false, true].into_iter().enumerate() {
+        let mut pool = Pool::new(
+            &addresses,
+            PoolOptions {
+                client: Options { local, ..options(Hashing::Jump, 0).client },
+                ..options(Hashing::Jump, 0)
+            },
+        )
+        .unwrap();
+        let key = format!("hot:gets:{n}").into_bytes();
+        pool.set(&key, b"v1", 7, 0).unwrap();
+        make_hot(&mut counting, &key);
+        pool.refresh_hot_keys();
+        assert!(pool.hot_keys().iter().any(|(k, _)| *k == key), "{:?}", pool.hot_keys());
+        let owner = addresses.iter().position(|a| a == pool.server_for(&key).unwrap()).unwrap();
+
+        // Every replica (counted by the copies it answered) hands out the owner's unique.
+        let copy_hits = pool.counters().hot_copy_hits;
+        let seen = read_every_replica(&mut pool, &key, 3);
+        let (_, unique) = held_with_cas(&servers, &key)[owner].clone().expect("the owner holds it");
+        assert!(
+            seen.iter().all(|(v, cas)| v == b"v1" && *cas == unique),
+            "local {local}: {seen:?} vs {unique}"
+        );
+        assert!(pool.counters().hot_copy_hits >= copy_hits + 4, "{:?}", pool.counters());
+        assert_eq!(
+            held_with_cas(&servers, &key),
+            vec![Some((b"v1".to_vec(), unique)); 3],
+            "every replica holds the owner's value and unique"
+        );
+
+        // A cas with that unique succeeds once; the second, with the same unique, fails
+        // however many replicas the reads went to, and the copies are gone or fresh.
+        assert_eq!(pool.cas(&key, b"v2", 7, 0, unique).unwrap(), Stored::Stored);
+        for _ in 0..3 {
+            assert_eq!(pool.cas(&key, b"v3", 7, 0, unique).unwrap(), Stored::Exists);
+        }
+        assert!(
+            held_with_cas(&servers, &key).iter().flatten().all(|(v, _)| v == b"v2"),
+            "no replica serves the old value after the cas: {:?}",
+            held_with_cas(&servers, &key)
+        );
+        let seen = read_every_replica(&mut pool, &key, 3);
+        let (_, new_unique) = held_with_cas(&servers, &key)[owner].clone().expect("the owner holds it");
+        assert_ne!(new_unique, unique);
+        assert!(seen.iter().all(|(v, cas)| v == b"v2" && *cas == new_unique), "{seen:?} vs {new_unique}");
+        assert_eq!(held_with_cas(&servers, &key), vec![Some((b"v2".to_vec(), new_unique)); 3]);
+        assert_eq!(pool.cas(&key, b"v3", 7, 0, new_unique).unwrap(), Stored::Stored);
+
+        // A set and a delete: no replica keeps the value before either.
+        pool.set(&key, b"v4", 7, 0).unwrap();
+        assert!(
+            held_with_cas(&servers, &key).iter().flatten().all(|(v, _)| v == b"v4"),
+            "{:?}",
+            held_with_cas(&servers, &key)
+        );
+        assert!(read_every_replica(&mut pool, &key, 3).iter().all(|(v, _)| v == b"v4"));
+        assert!(pool.delete(&key).unwrap());
+        assert_eq!(held_with_cas(&servers, &key), vec![None; 3], "a delete reaches every replica");
+        for _ in 0..3 {
+            assert!(pool.get(&key).unwrap().is_none());
+        }
+    }
 }

@@ -27,13 +27,35 @@ impl Fenwick {
         }
     }
 
-    /// The sum over positions `0..end`.
+    /// The sum over positions `0..end` (the tests' reference for [`Fenwick::range`]).
+    #[cfg(test)]
     pub fn prefix(&self, end: usize) -> u64 {
         let mut sum = 0u64;
         let mut i = end.min(self.len());
         while i > 0 {
             sum = sum.wrapping_add(self.tree[i]);
             i -= i & i.wrapping_neg();
+        }
+        sum
+    }
+
+    /// The sum over positions `lo..hi` (`lo <= hi`): `prefix(hi) - prefix(lo)`, but the two
+    /// walks stop where they meet, so a short range of recent positions (a hot key's reuse)
+    /// takes a step or two instead of two whole walks.
+    #[inline]
+    pub fn range(&self, lo: usize, hi: usize) -> u64 {
+        let (mut i, mut j) = (hi.min(self.len()), lo.min(self.len()));
+        let mut sum = 0u64;
+        // Each walk clears its lowest set bit; both reach the indexes' common high bits, and
+        // the terms below that are the same for both.
+        while i != j {
+            if i > j {
+                sum = sum.wrapping_add(self.tree[i]);
+                i &= i - 1;
+            } else {
+                sum = sum.wrapping_sub(self.tree[j]);
+                j &= j - 1;
+            }
         }
         sum
     }
@@ -55,6 +77,9 @@ mod tests {
         plain[3] -= 2;
         for end in 0..=100 {
             assert_eq!(tree.prefix(end), plain[..end].iter().sum::<u64>(), "prefix {end}");
+            for lo in 0..=end {
+                assert_eq!(tree.range(lo, end), plain[lo..end].iter().sum::<u64>(), "range {lo}..{end}");
+            }
         }
     }
 }

@@ -112,6 +112,9 @@ struct Tracked {
 pub struct Shards {
     config: ShardsConfig,
     threshold: u64,
+    /// What each sampled reference weighs, `1 / rate`: set with the threshold, not divided out
+    /// again on every access.
+    weight: f64,
     /// By hash. The keys are hashes already; foldhash's one multiply spreads them over the
     /// table (the top bits of sampled keys' hashes are all small: they are the spatial hash).
     tracked: HashMap<u64, Tracked, FixedState>,
@@ -148,6 +151,7 @@ impl Shards {
         Shards {
             config,
             threshold: MODULUS,
+            weight: 1.0,
             tracked: HashMap::with_hasher(FixedState::default()),
             by_spatial: BTreeSet::new(),
             times: Fenwick::new(1024),
@@ -202,8 +206,7 @@ impl Shards {
         if spatial >= self.threshold {
             return;
         }
-        let rate = self.rate();
-        let weight = 1.0 / rate;
+        let (rate, weight) = (self.rate(), self.weight);
         self.sampled += weight;
         let clock = self.clock;
         // One probe of the map: the entry says whether the key was seen and takes its new state.
@@ -212,7 +215,7 @@ impl Shards {
                 let sized = entry.get().sized || size > 0;
                 let size = if size == 0 { entry.get().size } else { size };
                 let previous = entry.insert(Tracked { time: clock, size, sized, ..*entry.get() });
-                let since = self.times.prefix(clock) - self.times.prefix(previous.time + 1);
+                let since = self.times.range(previous.time + 1, clock);
                 let distance = since as f64 / rate + size as f64;
                 let step = (distance / self.config.bucket_bytes as f64).ceil() as usize;
                 self.reuses[step.clamp(1, self.config.buckets + 1)] += weight;
@@ -353,6 +356,7 @@ impl Shards {
         while self.tracked.len() > self.config.max_samples {
             let Some(&(spatial, _)) = self.by_spatial.last() else { return };
             self.threshold = spatial;
+            self.weight = 1.0 / self.rate();
             while let Some(&(s, hash)) = self.by_spatial.last() {
                 if s < spatial {
                     break;

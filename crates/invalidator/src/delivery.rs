@@ -281,7 +281,8 @@ impl Delivery {
                 let waiting = self.backlog().into_iter().find(|(d, _)| d == destination).map_or(0, |b| b.1);
                 eprintln!(
                     "shoal invalidator: {destination} is behind: a delivery to it failed and {waiting} \
-                     deletes wait in its spool (sent again every 250 ms, in order, until it takes them); \
+                     deletes wait in its spool (sent again until it takes them: what it refused every 250 ms, what it did not answer \
+                     with the next connection, tried every 100 ms); \
                      a server it invalidates must not serve reads meanwhile (--rejoin-hold, or reads through \
                      a router that spools for it too)"
                 );
@@ -320,9 +321,9 @@ mod tests {
             Options { prefix: "/*/*/".into(), batch_keys: 3, max_bytes: 1 << 20, ..Options::default() };
         let delivery = Delivery::open(&dir, &["127.0.0.1:1".into()], options.clone()).unwrap();
         let commits = [
-            Commit { keys: vec!["a".into(), "b".into()], micros: Some(50) },
-            Commit { keys: vec!["c".into(), "d".into()], micros: Some(40) },
-            Commit { keys: vec!["e".into()], micros: None },
+            Commit { keys: vec!["a".into(), "b".into()], micros: Some(50), lsn: 0 },
+            Commit { keys: vec!["c".into(), "d".into()], micros: Some(40), lsn: 0 },
+            Commit { keys: vec!["e".into()], micros: None, lsn: 0 },
         ];
         let records = delivery.records(&commits, 0);
         let shape: Vec<_> = records.iter().map(|r| (r.1, r.2)).collect();

@@ -237,13 +237,26 @@ fn default_state_dir() -> PathBuf {
     first.filter(|dir| dir.is_absolute()).unwrap_or_else(|| PathBuf::from("/var/lib/shoal/invalidator"))
 }
 
+/// The pause before the next try after `failures` failures in a row: `first`, doubling, at most
+/// `cap`. A database that returns (a restart, a link back, a slot its old reader let go) is
+/// reached again within tens of milliseconds, where a fixed pause of half a second or more was
+/// most of the time a fault's deletes arrived late (issue #26); one that stays away is asked at
+/// most every `cap`.
+fn pause_after(failures: u32, first: Duration, cap: Duration) -> Duration {
+    first.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(cap)
+}
+
+/// The first pause after a failure to read the commit log, and the longest.
+const REREAD_FIRST: Duration = Duration::from_millis(20);
+const REREAD_CAP: Duration = Duration::from_millis(500);
+
 /// Opens the source, waiting out a database that is not up yet.
 fn open_source(
     args: &InvalidatorArgs,
     rules: Vec<Rule>,
     state_dir: &std::path::Path,
 ) -> Result<Box<dyn Source>, String> {
-    let mut announced = false;
+    let mut failures = 0;
     loop {
         let opened: Result<Box<dyn Source>, Fault> = match (&args.postgres, &args.sqlite) {
             (Some(conninfo), _) => {
@@ -257,13 +270,48 @@ fn open_source(
             Ok(source) => return Ok(source),
             Err(Fault::Fatal(why)) => return Err(why),
             Err(Fault::Transient(why)) => {
-                if !announced {
-                    eprintln!("shoal invalidator: {why}; retrying every second");
-                    announced = true;
+                if failures == 0 {
+                    eprintln!("shoal invalidator: {why}; retrying (at most a second apart)");
                 }
-                std::thread::sleep(Duration::from_secs(1));
+                failures += 1;
+                std::thread::sleep(pause_after(failures, REREAD_FIRST, Duration::from_secs(1)));
             }
         }
+    }
+}
+
+/// What hands a read batch's commits on: into the spools, then the log's position confirmed
+/// (before, under `--ack-rule off`).
+struct Handing<'a> {
+    source: &'a mut dyn Source,
+    delivery: &'a Delivery,
+    counters: &'a Counters,
+    ack_rule: bool,
+    stop: &'a AtomicBool,
+    progress: &'a watch::Progress,
+}
+
+impl Handing<'_> {
+    /// Spools `commits` and confirms `upto` (the position past them); false when stopped while
+    /// a full spool held them.
+    fn on(
+        &mut self,
+        commits: &[source::Commit],
+        upto: &source::Position,
+        in_hand: usize,
+    ) -> Result<bool, Fault> {
+        self.progress.enter(watch::Stage::Spooling, in_hand);
+        if !self.ack_rule {
+            self.source.confirm(upto)?;
+        }
+        let Ok(deletes) = self.delivery.spool(commits, self.stop) else { return Ok(false) };
+        if self.ack_rule {
+            self.source.confirm(upto)?;
+        }
+        self.counters.transactions.fetch_add(commits.len() as u64, Ordering::Relaxed);
+        self.counters.deletes.fetch_add(deletes as u64, Ordering::Relaxed);
+        *self.counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
+        Ok(true)
     }
 }
 
@@ -280,6 +328,7 @@ fn follow(
     let idle = Duration::from_millis(args.poll_ms);
     let mut replica = args.wait_for_replica.as_deref().map(replica::ReplicaGate::new);
     let mut failing: Option<String> = None;
+    let mut failures = 0;
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
         let step = (|| -> Result<(), Fault> {
@@ -291,25 +340,39 @@ fn follow(
                 eprintln!("shoal invalidator: {problem}");
             }
             let Some(upto) = batch.upto else { return Ok(()) };
-            if let (Some(gate), source::Position::Lsn(lsn, _)) = (replica.as_mut(), &upto) {
-                progress.enter(watch::Stage::Replica, in_hand);
-                gate.wait_for(*lsn, stop)?;
+            let mut hand = Handing { source: &mut *source, delivery, counters, ack_rule, stop, progress };
+            let (Some(gate), source::Position::Lsn(..)) = (replica.as_mut(), &upto) else {
+                hand.on(&batch.commits, &upto, in_hand)?;
+                return Ok(());
+            };
+            // A replica region's commits are handed on as the replica replays them, each as
+            // soon as it has, rather than the whole batch once its last commit has: the first
+            // commits of a batch (read while the previous one waited for the replica's
+            // `recovery_min_apply_delay`) would wait that delay twice (issue #26).
+            let mut from = 0;
+            while from < batch.commits.len() {
+                hand.progress.enter(watch::Stage::Replica, in_hand);
+                let replayed = gate.wait_for(batch.commits[from].lsn, stop)?;
+                let n = batch.commits[from..].iter().take_while(|c| c.lsn <= replayed).count().max(1);
+                let last = &batch.commits[from + n - 1];
+                let done = if from + n == batch.commits.len() {
+                    upto.clone()
+                } else {
+                    source::Position::Lsn(last.lsn, false)
+                };
+                if !hand.on(&batch.commits[from..from + n], &done, in_hand)? {
+                    return Ok(());
+                }
+                from += n;
             }
-            progress.enter(watch::Stage::Spooling, in_hand);
-            if !ack_rule {
-                source.confirm(&upto)?;
+            if batch.commits.is_empty() {
+                hand.on(&[], &upto, 0)?;
             }
-            let Ok(deletes) = delivery.spool(&batch.commits, stop) else { return Ok(()) };
-            if ack_rule {
-                source.confirm(&upto)?;
-            }
-            counters.transactions.fetch_add(batch.commits.len() as u64, Ordering::Relaxed);
-            counters.deletes.fetch_add(deletes as u64, Ordering::Relaxed);
-            *counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
             Ok(())
         })();
         match step {
             Ok(()) => {
+                failures = 0;
                 if let Some(why) = failing.take() {
                     eprintln!("shoal invalidator: reading again (after: {why})");
                 }
@@ -321,7 +384,8 @@ fn follow(
                     eprintln!("shoal invalidator: {why}; nothing after the last confirmed position is lost; retrying");
                     failing = Some(why);
                 }
-                std::thread::sleep(Duration::from_millis(500));
+                failures += 1;
+                std::thread::sleep(pause_after(failures, REREAD_FIRST, REREAD_CAP));
                 match source.reconnect() {
                     Err(Fault::Fatal(why)) => return Err(why),
                     Err(Fault::Transient(_)) | Ok(()) => {}
@@ -330,4 +394,19 @@ fn follow(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pause_after;
+    use std::time::Duration;
+
+    #[test]
+    fn the_pause_after_failures_starts_short_doubles_and_stops_at_its_cap() {
+        let ms = Duration::from_millis;
+        let pauses: Vec<_> = (1..=7).map(|n| pause_after(n, ms(20), ms(500))).collect();
+        assert_eq!(pauses, [ms(20), ms(40), ms(80), ms(160), ms(320), ms(500), ms(500)]);
+        assert_eq!(pause_after(u32::MAX, ms(20), ms(500)), ms(500), "no overflow however many");
+        assert_eq!(pause_after(0, ms(20), ms(500)), ms(20));
+    }
 }

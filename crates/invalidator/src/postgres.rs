@@ -33,6 +33,21 @@ const VISIBLE_WITHIN: Duration = Duration::from_secs(10);
 /// How long the stream may send nothing before the primary is asked whether it should have.
 const QUIET_LOOK: Duration = Duration::from_secs(5);
 
+/// How long a connection to PostgreSQL may take to open when the connection string gives no
+/// `connect_timeout`: without one, a connect whose first packet a cut link dropped waits out
+/// the kernel's retransmissions (minutes), long after the link is back.
+pub const CONNECT_WITHIN: Duration = Duration::from_secs(2);
+
+/// `conninfo` parsed, with [`CONNECT_WITHIN`] unless it sets its own `connect_timeout`.
+pub fn config_of(conninfo: &str) -> Result<postgres::Config, String> {
+    let mut config: postgres::Config =
+        conninfo.parse().map_err(|e| format!("--postgres {conninfo:?}: {e}"))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_WITHIN);
+    }
+    Ok(config)
+}
+
 /// A replication slot's commit log.
 pub struct Postgres {
     conninfo: String,
@@ -308,7 +323,7 @@ impl Source for Postgres {
                 Row::Commit(micros) => {
                     let keys = self.open.take().unwrap_or_default();
                     if !keys.is_empty() {
-                        batch.commits.push(Commit { keys, micros });
+                        batch.commits.push(Commit { keys, micros, lsn: row.lsn });
                         xids.extend(decoding::commit_xid(&row.data));
                     }
                     batch.upto = Some(Position::Lsn(row.lsn, false));
@@ -322,7 +337,7 @@ impl Source for Postgres {
                     let mut keys = Vec::new();
                     self.keys_of_row(row_data, &mut keys, &mut batch.problems);
                     if !keys.is_empty() {
-                        batch.commits.push(Commit { keys, micros: None });
+                        batch.commits.push(Commit { keys, micros: None, lsn: row.lsn });
                     }
                     if self.open.is_none() {
                         batch.upto = Some(Position::Lsn(row.lsn, true));
@@ -359,7 +374,8 @@ impl Source for Postgres {
 
     fn reconnect(&mut self) -> Result<(), Fault> {
         (self.client, self.stream, self.open, self.quiet) = (None, None, None, None);
-        let client = Client::connect(&self.conninfo, NoTls).map_err(|e| {
+        let config = config_of(&self.conninfo).map_err(Fault::Fatal)?;
+        let client = config.connect(NoTls).map_err(|e| {
             use std::error::Error;
             // The cause alone: "error connecting to server" adds nothing to what is said first.
             let cause = e.source().filter(|_| e.as_db_error().is_none()).map_or_else(|| why(&e), chain);

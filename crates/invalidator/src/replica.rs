@@ -29,11 +29,12 @@ impl ReplicaGate {
         ReplicaGate { conninfo: conninfo.to_string(), client: None }
     }
 
-    /// Waits until the replica has replayed everything before `lsn` (or `stop` is set). A
-    /// replica that cannot be reached (restarting, say) is asked again every
-    /// [`RETRY_REPLICA`] with the batch held: the commit log is not read again, so deletes go
-    /// out as soon as it answers (the fault harness's replica restarts, docs/design/faults.md).
-    pub fn wait_for(&mut self, lsn: u64, stop: &AtomicBool) -> Result<(), Fault> {
+    /// Waits until the replica has replayed everything before `lsn` and returns how far it has
+    /// replayed (`u64::MAX` once `stop` is set). A replica that cannot be reached (restarting,
+    /// say) is asked again every [`RETRY_REPLICA`] with the batch held: the commit log is not
+    /// read again, so deletes go out as soon as it answers (the fault harness's replica
+    /// restarts, docs/design/faults.md).
+    pub fn wait_for(&mut self, lsn: u64, stop: &AtomicBool) -> Result<u64, Fault> {
         let mut failing: Option<String> = None;
         while !stop.load(Ordering::Relaxed) {
             match self.replayed() {
@@ -41,7 +42,7 @@ impl ReplicaGate {
                     if failing.is_some() {
                         eprintln!("shoal invalidator: --wait-for-replica: the replica answers again");
                     }
-                    return Ok(());
+                    return Ok(replayed);
                 }
                 Ok(_) => std::thread::sleep(Duration::from_millis(5)),
                 Err(Fault::Transient(why)) => {
@@ -54,13 +55,15 @@ impl ReplicaGate {
                 Err(fatal) => return Err(fatal),
             }
         }
-        Ok(())
+        Ok(u64::MAX)
     }
 
     /// The replica's replay position, connecting first if need be.
     fn replayed(&mut self) -> Result<u64, Fault> {
         if self.client.is_none() {
-            let client = Client::connect(&self.conninfo, NoTls)
+            let config = crate::postgres::config_of(&self.conninfo).map_err(Fault::Fatal)?;
+            let client = config
+                .connect(NoTls)
                 .map_err(|e| Fault::Transient(format!("--wait-for-replica: connect: {e}")))?;
             self.client = Some(client);
         }

@@ -61,6 +61,19 @@ pub struct StreamRow {
     pub data: Vec<u8>,
 }
 
+/// A TCP connection to `host:port` within `within` (each of its addresses in turn).
+fn connect_within(host: &str, port: u16, within: Duration) -> Result<TcpStream, Failure> {
+    let addresses = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).map_err(io_failure("resolve"))?;
+    let mut last = std::io::Error::other(format!("{host} has no address"));
+    for address in addresses {
+        match TcpStream::connect_timeout(&address, within) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(io_failure("connect")(last))
+}
+
 /// A replication connection streaming a logical slot.
 pub struct Stream {
     socket: Socket,
@@ -82,13 +95,11 @@ impl Stream {
     /// Connects with `conninfo` as a replication connection and starts streaming `slot` from
     /// its confirmed position.
     pub fn start(conninfo: &str, slot: &str) -> Result<Stream, Failure> {
-        let config: postgres::Config =
-            conninfo.parse().map_err(|e| format!("--postgres {conninfo:?}: {e}"))?;
+        let config = crate::postgres::config_of(conninfo)?;
         let port = config.get_ports().first().copied().unwrap_or(5432);
+        let within = config.get_connect_timeout().copied().unwrap_or(crate::postgres::CONNECT_WITHIN);
         let socket = match config.get_hosts().first() {
-            Some(Host::Tcp(host)) => {
-                Socket::Tcp(TcpStream::connect((host.as_str(), port)).map_err(io_failure("connect"))?)
-            }
+            Some(Host::Tcp(host)) => Socket::Tcp(connect_within(host, port, within)?),
             Some(Host::Unix(dir)) => Socket::Unix(
                 UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).map_err(io_failure("connect"))?,
             ),

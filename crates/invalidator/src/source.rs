@@ -10,6 +10,9 @@ pub struct Commit {
     pub keys: Vec<String>,
     /// Commit time, microseconds since the epoch (`None`: not known, lag not measured).
     pub micros: Option<u64>,
+    /// Where it is in the log (PostgreSQL: its commit's position, as the batch's `upto` gives
+    /// it; 0 for a source without positions a replica could be asked about).
+    pub lsn: u64,
 }
 
 /// Something in the log the invalidator could not use: logged with what to do, and counted.

@@ -63,7 +63,7 @@ impl Source for Sqlite {
             }
             if !keys.is_empty() {
                 let micros = created.filter(|&c| c > 0.0).map(|c| (c * 1e6) as u64);
-                batch.commits.push(Commit { keys, micros });
+                batch.commits.push(Commit { keys, micros, lsn: 0 });
             }
             batch.upto = Some(Position::Row(id));
         }

@@ -267,26 +267,48 @@ pub fn encode_retrieval<K: AsRef<[u8]>>(
 }
 
 /// Appends `n` in decimal without allocating (answers and forwarded requests carry numbers on
-/// every request's path).
+/// every request's path: a get's answer two, its flags and its length).
 #[inline]
-pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    if n < 100_000_000 {
-        // Up to 8 digits (flags, lengths) are gathered in one word, first digit in its lowest
-        // byte, and appended as a whole word cut back after: no copy of a variable length.
-        let (mut word, mut len) = (0u64, 0);
-        loop {
-            word = (word << 8) | u64::from(b'0' + (n % 10) as u8);
-            len += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let end = out.len() + len;
-        out.extend_from_slice(&word.to_le_bytes());
-        out.truncate(end);
+pub fn push_u64(out: &mut Vec<u8>, n: u64) {
+    if n < 10 {
+        // Flags are mostly 0: one byte, nothing to divide.
+        out.push(b'0' + n as u8);
         return;
     }
+    if n < 100_000_000 {
+        push_short(out, n);
+    } else {
+        push_long(out, n);
+    }
+}
+
+/// [`push_u64`] of 10 to 99 999 999 (flags, lengths): the digits are gathered in one word,
+/// first digit in its lowest byte, two digits per division, and appended as a whole word cut
+/// back after: no copy of a variable length.
+#[inline]
+fn push_short(out: &mut Vec<u8>, mut n: u64) {
+    let (mut word, mut len) = (0u64, 0);
+    while n >= 100 {
+        word = (word << 16) | u64::from(DIGIT_PAIRS[(n % 100) as usize]);
+        len += 2;
+        n /= 100;
+    }
+    if n >= 10 {
+        word = (word << 16) | u64::from(DIGIT_PAIRS[n as usize]);
+        len += 2;
+    } else {
+        word = (word << 8) | u64::from(b'0' + n as u8);
+        len += 1;
+    }
+    let end = out.len() + len;
+    out.extend_from_slice(&word.to_le_bytes());
+    out.truncate(end);
+}
+
+/// [`push_u64`] of 100 000 000 and more (CAS uniques), kept out of line so that the common
+/// numbers' code stays small enough to inline.
+#[inline(never)]
+fn push_long(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -299,6 +321,18 @@ pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     }
     out.extend_from_slice(&digits[i..]);
 }
+
+/// The numbers 00 to 99 as two ASCII digits, the tens digit in the low byte (first in memory
+/// once the word is stored little-endian).
+const DIGIT_PAIRS: [u16; 100] = {
+    let mut pairs = [0u16; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = (b'0' + (i / 10) as u8) as u16 | ((b'0' + (i % 10) as u8) as u16) << 8;
+        i += 1;
+    }
+    pairs
+};
 
 /// Appends a space, `prefix` and `n` in decimal (as `format!` would write it, without its
 /// machinery: this is on every request's path).

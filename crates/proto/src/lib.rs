@@ -209,7 +209,7 @@ impl Parser {
         } else {
             text::parse(&at, command, args)
         };
-        self.scanned = if result == Parse::Incomplete { nl } else { 0 };
+        self.scanned = if matches!(result, Parse::Incomplete) { nl } else { 0 };
         result
     }
 }

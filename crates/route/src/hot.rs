@@ -10,6 +10,8 @@
 //!           in the pool's order (Proteus: its provisioning order), so every router and
 //!           client with the same pool, hashing, active count and R agrees
 //!   read  ──► ReplicaSet::pick(turn): one replica, round-robin over the reader's turns
+//!   copy  ──► `ms <key> <len> T<ttl> F<flags> E<cas> ME` (copy_flags): the owner's value,
+//!             flags and CAS unique, so every replica answers `gets` alike
 //!   write ──► every replica (the owner with the write itself, the copies as the caller's
 //!             consistency rule says)
 //! ```
@@ -75,6 +77,15 @@ impl Placement {
         };
         Ok(ReplicaSet::new(owner, servers, replicas))
     }
+}
+
+/// The flags of the meta set (`ms <key> <len> <flags>`) that makes a hot key's copy on a
+/// replica: `T<ttl> F<flags> E<cas> ME`, kept `ttl` seconds with the owner's client flags and
+/// CAS unique, added only if absent (a write that landed meanwhile wins). Every copy carries
+/// its owner's unique, so every replica answers `gets` with the same one, and a `cas` with it
+/// (always sent to the owner) succeeds exactly when it would have after reading the owner.
+pub fn copy_flags(ttl: i64, flags: u32, cas: u64) -> String {
+    format!("T{ttl} F{flags} E{cas} ME")
 }
 
 /// The hot set a client or router learned: the keys whose reads go to a replica, and the keys
@@ -172,6 +183,12 @@ mod tests {
             assert_eq!(all, (0..8).collect::<Vec<_>>());
         }
         assert_eq!(ReplicaSet::new(0, 1, 3).iter().collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn a_copy_is_an_add_with_the_owners_flags_unique_and_ttl() {
+        assert_eq!(copy_flags(10, 3, 12345), "T10 F3 E12345 ME");
+        assert_eq!(copy_flags(1, 0, 0), "T1 F0 E0 ME");
     }
 
     #[test]

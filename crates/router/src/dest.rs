@@ -58,6 +58,15 @@ impl Transport {
         map.entry(address.to_string()).or_default().clone()
     }
 
+    /// `address` answered outside the transport (its spool delivered to it): no longer TKO.
+    /// An address the transport never sent to is left alone.
+    pub fn revive(&self, address: &str) {
+        let map = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(health) = map.get(address) {
+            health.revive();
+        }
+    }
+
     /// Every destination seen so far, with its health, sorted by address.
     pub fn destinations(&self) -> Vec<(String, Arc<Health>)> {
         let map = self.health.lock().unwrap_or_else(|p| p.into_inner());

@@ -6,7 +6,14 @@
 //!                 timeout, broken connection ──► failure ── the TKO_AFTER-th in a row ──► TKO,
 //!                                                            and one probe task starts
 //!  probe: every PROBE_EVERY, connect and send `version` ── VERSION ──► TKO cleared, probe ends
+//!  spool delivery thread: the destination acknowledged a delete ──► TKO cleared (`revive`)
 //! ```
+//!
+//! The probe rate: one probe per TKO destination (and router), a connect and a `version` every
+//! 250 ms, at most one in flight; the spool's delivery tries a destination that has deletes
+//! waiting as often. A destination that comes back is read again once both say so: it answers
+//! (the probe's or the delivery's answer, whichever comes first) and its spool has drained
+//! (`ctx.rs`, docs/design/faults.md).
 
 use crate::stream::connect;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -16,8 +23,9 @@ use tokio::io::{AsyncWriteExt, BufReader};
 
 /// Consecutive failures that mark a destination TKO ("technical knock-out").
 pub const TKO_AFTER: u32 = 3;
-/// How often a TKO destination is probed with `version`.
-pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// How often a TKO destination is probed with `version` (the spool's retry cadence: a
+/// returned destination is noticed within it either way).
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// A destination's health, shared by every worker.
 #[derive(Debug, Default)]
@@ -43,6 +51,13 @@ impl Health {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// The destination answered outside the transport (its spool's delivery had a delete
+    /// acknowledged): no longer TKO. A probe still running ends at its next success.
+    pub(crate) fn revive(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        self.tko.store(false, Ordering::Relaxed);
     }
 
     /// Counts a failure; true when it marked the destination TKO (the caller starts a probe).

@@ -151,12 +151,19 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         .spool_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("/var/tmp/shoal-router-{}", args.port)));
+    let transport = Arc::new(Transport::new(args.max_item_bytes));
+    // A delete the destination acknowledged says it is back: its TKO mark goes at once rather
+    // than at the probe's next turn (its reads still wait for its spool to drain).
+    let revive: shoal_spool::Observer = {
+        let transport = transport.clone();
+        Arc::new(move |address, _| transport.revive(address))
+    };
     // Durable: a delete a down destination missed must outlive the machine, not only the router.
-    let spools = Spools::open_with(&spool_dir, args.spool_max_mb << 20, "shoal router", true, None)
+    let spools = Spools::open_with(&spool_dir, args.spool_max_mb << 20, "shoal router", true, Some(revive))
         .map_err(|e| format!("spool directory {}: {e}", spool_dir.display()))?;
     let router = Arc::new(Router {
         config: RwLock::new(Arc::new(config)),
-        transport: Arc::new(Transport::new(args.max_item_bytes)),
+        transport,
         spools,
         max_item_bytes: args.max_item_bytes,
         latest_seed: std::process::id() as usize,
@@ -248,6 +255,7 @@ fn serve_worker(
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let worker = Rc::new(Worker::new(router.transport.clone()));
+        let buffers = Rc::new(proxy::Buffers::new(router.clone()));
         let tcp = tcp.and_then(|l| tokio::net::TcpListener::from_std(l).ok());
         let unix = unix.and_then(|l| tokio::net::UnixListener::from_std(l).ok());
         loop {
@@ -256,7 +264,7 @@ fn serve_worker(
                     match accepted {
                         Ok((stream, _)) => {
                             let _ = stream.set_nodelay(true);
-                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
                         }
                         Err(e) => router.connections.accept_failed(e).await,
                     }
@@ -264,7 +272,7 @@ fn serve_worker(
                 accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                     match accepted {
                         Ok((stream, _)) => {
-                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone()));
+                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
                         }
                         Err(e) => router.connections.accept_failed(e).await,
                     }

@@ -42,6 +42,22 @@ pub fn render(router: &Router) -> String {
         true,
     );
     register(&mut registry, "requests", "requests read from clients", load(&router.requests), false);
+    let (connections, buffers) = router.connections.open_now();
+    register(&mut registry, "connections", "client connections open", connections as f64, true);
+    register(
+        &mut registry,
+        "client_buffers",
+        "read buffers lent to client connections (reading, or holding a request cut short)",
+        buffers as f64,
+        true,
+    );
+    register(
+        &mut registry,
+        "resident_bytes",
+        "the router's resident memory (VmRSS)",
+        crate::state::resident_bytes() as f64,
+        true,
+    );
     register(&mut registry, "errors", "requests answered with an error", load(&router.errors), false);
     register(
         &mut registry,

@@ -5,6 +5,14 @@
 //! The requests of one read are carried out together (a pipelining client's requests, and a
 //! multiget's keys, travel in parallel), then answered in order. A client's buffered input is
 //! bounded by the largest item plus one request line: past that the connection is closed.
+//!
+//! A connection holds no buffer while it waits for its client: it waits until the socket is
+//! readable, then reads into a buffer lent by its worker ([`Buffers`]), and gives it back as
+//! soon as every request in it is parsed; only a request cut short by the end of a read keeps
+//! its buffer until the rest comes. Answers are gathered in a buffer of their own size, freed
+//! once written. So 10 000 idle clients cost their tasks and sockets, not 10 000 pairs of
+//! 16 KiB buffers (which, freed and reallocated round after round, left the router's resident
+//! memory growing towards their whole extent: docs/BENCHMARKS.md, issue #26).
 
 use crate::config::Config;
 use crate::ctx::Ctx;
@@ -13,10 +21,73 @@ use crate::dispatch::Dispatch;
 use crate::request::{is_error_answer, split, Op, Reply, Request, Shape};
 use crate::state::Router;
 use shoal_proto::{Parse, Parser, Request as Parsed};
+use std::cell::RefCell;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// What a buffer lent for a read has room for at least.
+const READ_CHUNK: usize = 16 << 10;
+/// Buffers a worker keeps for its connections' next reads; more are freed.
+const KEEP_BUFFERS: usize = 64;
+/// The largest buffer a worker keeps (one that grew for a large value is freed).
+const KEEP_CAPACITY: usize = 4 * READ_CHUNK;
+
+/// A client's stream, TCP or a unix socket: waited on until readable, then read without
+/// blocking into whatever buffer is lent for the read.
+pub trait ClientStream: AsyncWrite + Unpin {
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>>;
+    fn try_read_buf(&self, buf: &mut Vec<u8>) -> std::io::Result<usize>;
+}
+
+macro_rules! client_stream {
+    ($t:ty) => {
+        impl ClientStream for $t {
+            fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
+                <$t>::readable(self)
+            }
+            fn try_read_buf(&self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+                <$t>::try_read_buf(self, buf)
+            }
+        }
+    };
+}
+client_stream!(tokio::net::TcpStream);
+client_stream!(tokio::net::UnixStream);
+
+/// A worker's read buffers, lent to its connections for one read at a time (a worker is one
+/// thread: no lock). Counted router-wide in `stats` (`client_buffers`, `client_buffer_bytes`:
+/// what connections hold for requests cut short, and what workers keep for the next reads).
+pub struct Buffers {
+    free: RefCell<Vec<Vec<u8>>>,
+    router: Arc<Router>,
+}
+
+impl Buffers {
+    pub fn new(router: Arc<Router>) -> Buffers {
+        Buffers { free: RefCell::default(), router }
+    }
+
+    /// A buffer with room for a read (counted as lent until given back).
+    fn take(&self) -> Vec<u8> {
+        let buf = self.free.borrow_mut().pop().unwrap_or_default();
+        self.router.connections.buffer_taken(buf.capacity());
+        buf
+    }
+
+    /// Takes back a buffer from [`Buffers::take`]: kept for the next read, or freed.
+    fn give(&self, mut buf: Vec<u8>) {
+        let mut free = self.free.borrow_mut();
+        buf.clear();
+        let keep = buf.capacity() <= KEEP_CAPACITY && free.len() < KEEP_BUFFERS;
+        self.router.connections.buffer_given(buf.capacity(), keep);
+        if keep {
+            free.push(buf);
+        }
+    }
+}
 
 /// What the router answers for one parsed client request.
 enum Answer {
@@ -34,33 +105,43 @@ enum Answer {
 }
 
 /// Serves one client until it leaves.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn serve<S: ClientStream>(
     mut stream: S,
     router: Arc<Router>,
     worker: Rc<Worker>,
+    buffers: Rc<Buffers>,
 ) {
     let _open = router.connections.open();
     let mut parser = Parser::new(router.max_item_bytes);
-    // Requests are read straight into `buf` and answers gathered in `out`; both are kept
-    // (with their capacity) for the connection's life. A client is read, then answered, so
-    // the stream needs no split into halves.
-    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
-    let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+    // A request cut short at the end of a read, in the buffer it was read into; otherwise the
+    // connection holds no buffer between reads.
+    let mut held: Option<Vec<u8>> = None;
     let limit = router.max_item_bytes + (64 << 10);
     let mut skip = 0usize; // bytes of an oversized value still to swallow
+    let give_back = |buf: Option<Vec<u8>>| buf.into_iter().for_each(|b| buffers.give(b));
     loop {
+        if stream.readable().await.is_err() {
+            return give_back(held);
+        }
+        let mut buf = held.take().unwrap_or_else(|| buffers.take());
         let start = buf.len();
-        buf.reserve(16 << 10);
-        let n = match stream.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return,
+        buf.reserve(READ_CHUNK);
+        let n = match stream.try_read_buf(&mut buf) {
+            Ok(0) => return buffers.give(buf),
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Readiness was stale: nothing read.
+                hold(buf, &mut held, &buffers);
+                continue;
+            }
+            Err(_) => return buffers.give(buf),
         };
         if skip > 0 {
             let s = skip.min(n);
             skip -= s;
             buf.drain(start..start + s);
         }
-        out.clear();
+        let mut out = Vec::new();
         let mut consumed = 0;
         let mut close = false;
         let config = router.config();
@@ -108,16 +189,24 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         }
         buf.drain(..consumed);
         if buf.len() > limit {
+            buffers.give(buf);
             let _ = stream.write_all(b"SERVER_ERROR request too large\r\n").await;
             return;
         }
+        hold(buf, &mut held, &buffers);
         carry_out(pending, &dispatch, &mut out).await;
-        if !out.is_empty() && stream.write_all(&out).await.is_err() {
-            return;
+        if (!out.is_empty() && stream.write_all(&out).await.is_err()) || close {
+            return give_back(held);
         }
-        if close {
-            return;
-        }
+    }
+}
+
+/// Keeps `buf` as the connection's while it holds a request cut short; else gives it back.
+fn hold(buf: Vec<u8>, held: &mut Option<Vec<u8>>, buffers: &Buffers) {
+    if buf.is_empty() {
+        buffers.give(buf);
+    } else {
+        *held = Some(buf);
     }
 }
 

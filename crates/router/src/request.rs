@@ -60,6 +60,12 @@ impl Request {
         }
     }
 
+    /// A meta set of `data` under the same key with `flags` (a hot key's copy: `route/hot.rs`).
+    pub fn as_meta_set(&self, flags: Vec<u8>, data: Vec<u8>, exptime: i64) -> Request {
+        let body = Body::Meta { flags, data: Some(data), base64: false };
+        Request { op: Op::MetaSet, exptime, quiet: false, body, ..self.clone() }
+    }
+
     /// A `lease-set` of `value` under the same key with `token`.
     pub fn as_lease_set(&self, token: u64, flags: u32, data: Vec<u8>, exptime: i64) -> Request {
         Request {

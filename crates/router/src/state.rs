@@ -31,12 +31,17 @@ pub struct Router {
 }
 
 /// Clients' connections, counted as memcached counts its own (`curr_connections`,
-/// `total_connections`), and the accepts that failed.
+/// `total_connections`), the accepts that failed, and the read buffers lent to them
+/// (`proxy::Buffers`).
 #[derive(Debug, Default)]
 pub struct Connections {
     current: AtomicU64,
     total: AtomicU64,
     accept_errors: AtomicU64,
+    /// Read buffers lent to connections now (reading, or holding a request cut short).
+    buffers_lent: AtomicU64,
+    /// Bytes of the buffers workers keep for the next reads.
+    buffers_free_bytes: AtomicU64,
 }
 
 /// A client connection being served: counted in `curr_connections` until dropped.
@@ -56,6 +61,26 @@ impl Connections {
         Open(self)
     }
 
+    /// Client connections open now, and read buffers lent to them.
+    pub(crate) fn open_now(&self) -> (u64, u64) {
+        (self.current.load(Ordering::Relaxed), self.buffers_lent.load(Ordering::Relaxed))
+    }
+
+    /// A read buffer lent to a connection; `from_free` bytes of it came from a worker's free
+    /// buffers.
+    pub(crate) fn buffer_taken(&self, from_free: usize) {
+        self.buffers_lent.fetch_add(1, Ordering::Relaxed);
+        self.buffers_free_bytes.fetch_sub(from_free as u64, Ordering::Relaxed);
+    }
+
+    /// A read buffer given back, of `capacity` bytes, kept by the worker or freed.
+    pub(crate) fn buffer_given(&self, capacity: usize, kept: bool) {
+        self.buffers_lent.fetch_sub(1, Ordering::Relaxed);
+        if kept {
+            self.buffers_free_bytes.fetch_add(capacity as u64, Ordering::Relaxed);
+        }
+    }
+
     /// After a failed accept (most often no descriptor left: `ulimit -n`): counted, told on
     /// standard error (the first, then every 1000th), and the listener left alone for 10 ms
     /// rather than asked again at once (it would fail again in a busy loop).
@@ -71,6 +96,14 @@ impl Connections {
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// The process's resident memory, in bytes (`VmRSS` of `/proc/self/status`; 0 where there is
+/// none).
+pub(crate) fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
+    kib.and_then(|k| k.parse::<u64>().ok()).unwrap_or(0) * 1024
 }
 
 impl Router {
@@ -90,6 +123,12 @@ impl Router {
         stat("curr_connections", self.connections.current.load(Ordering::Relaxed).to_string());
         stat("total_connections", self.connections.total.load(Ordering::Relaxed).to_string());
         stat("accept_errors", self.connections.accept_errors.load(Ordering::Relaxed).to_string());
+        stat("client_buffers", self.connections.open_now().1.to_string());
+        stat(
+            "client_buffers_free_bytes",
+            self.connections.buffers_free_bytes.load(Ordering::Relaxed).to_string(),
+        );
+        stat("rss_bytes", resident_bytes().to_string());
         stat("cmd_total", self.requests.load(Ordering::Relaxed).to_string());
         stat("errors_total", self.errors.load(Ordering::Relaxed).to_string());
         stat("config_reloads", self.reloads.load(Ordering::Relaxed).to_string());

@@ -122,7 +122,7 @@ fn outage(test: &str, how: Outage) {
     let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
     let mut c = routers[0].client();
     for key in &keys {
-        assert!(eventually(5, || c.set(key.as_bytes(), b"old", 0, 0).is_ok()), "set {key}");
+        assert!(eventually(30, || c.set(key.as_bytes(), b"old", 0, 0).is_ok()), "set {key}");
     }
     let owned: Vec<&String> = keys.iter().filter(|k| placement.owner(k.as_bytes()) == 0).collect();
     assert!(owned.len() >= 30, "server 0 owns enough keys: {}", owned.len());
@@ -140,7 +140,7 @@ fn outage(test: &str, how: Outage) {
     }
     for router in &routers {
         assert!(
-            eventually(10, || router.stat("spool_pending").parse::<u64>().unwrap_or(0) > 0),
+            eventually(30, || router.stat("spool_pending").parse::<u64>().unwrap_or(0) > 0),
             "the router keeps what server 0 missed"
         );
     }
@@ -288,7 +288,7 @@ fn damaged_truncated_and_foreign_spool_files_are_refused_by_name_and_the_router_
     let router = Router::start_in_with_args(dir.clone(), free_port(), &[]);
     let mut c = router.client();
     assert!(
-        eventually(5, || network(&server.address()).get(b"a").unwrap().is_none()),
+        eventually(30, || network(&server.address()).get(b"a").unwrap().is_none()),
         "the whole record delivered"
     );
     c.set(b"k", b"v", 0, 0).unwrap();
@@ -312,4 +312,114 @@ fn damaged_truncated_and_foreign_spool_files_are_refused_by_name_and_the_router_
     assert_eq!(refused, b"garbage that is no record\ndelete a\r\n");
     assert_eq!(std::fs::read(spool.join("127_0_0_1_1.spool.refused")).unwrap(), b"10 1 0\ndelete b\r\n");
     assert_eq!(std::fs::read(torn.with_extension("spool.torn")).unwrap(), b"10 1 0\ndel");
+}
+
+/// The router's side of a server's return (docs/design/faults.md, "The window"): a server
+/// killed with -9 behind Gutter, keys it owns deleted through the router while it is down,
+/// restarted warm. The router must notice it, replay its spool, and only then read it again.
+/// Measured (printed, never asserted: a loaded machine is slow, not wrong) from the moment the
+/// server listens again: until its spool is drained, until the router's `stats` calls it `up`,
+/// and until a read through the router is answered by it. Asserted: no read through the router
+/// is answered by it before its spool has drained, and it does come back.
+/// `SHOAL_RECOVERY_ROUNDS` outages (default 1) for the figures in docs/BENCHMARKS.md.
+#[test]
+fn a_returned_server_gets_its_deletes_before_its_reads() {
+    use std::time::{Duration, Instant};
+    let rounds: usize = std::env::var("SHOAL_RECOVERY_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1);
+    let mut pool = Pool::start("recovery");
+    let servers = pool.addresses();
+    let list = servers.iter().map(|a| format!("\"{a}\"")).collect::<Vec<_>>().join(", ");
+    let gutter = Server::shoal("recovery-gutter", 0, &[]);
+    let config = format!(
+        r#"{{ "pools": {{ "main": {{ "servers": [{list}], "server_timeout": 1000, "connect_timeout": 1000 }},
+                        "gutter": {{ "servers": ["{}"] }} }},
+             "route": {{ "type": "FailoverWithExptimeRoute", "normal": {}, "failover": {},
+                         "failover_exptime": 10 }} }}"#,
+        gutter.address(),
+        pool_route("main"),
+        pool_route("gutter")
+    );
+    let router = Router::start("recovery", &config);
+    let placement = shoal_route::Placement::from_strings(shoal_route::Hashing::Jump, &servers).unwrap();
+    let owned: Vec<String> =
+        (0..600).map(|i| format!("r{i}")).filter(|k| placement.owner(k.as_bytes()) == 0).collect();
+    let (marker, deleted) = owned.split_first().expect("server 0 owns keys");
+    let mut c = router.client();
+    // The state `stats` gives server 0 (`up`, `tko`, `behind`).
+    let state = || {
+        let stats = router.raw(b"stats\r\n", b"END\r\n");
+        let prefix = format!("STAT destination {} ", servers[0]);
+        let line =
+            stats.lines().find_map(|l| l.strip_prefix(&prefix).map(str::to_string)).unwrap_or_default();
+        line.split(' ').next().unwrap_or_default().to_string()
+    };
+    let mut figures = Vec::new();
+    for round in 0..rounds {
+        let old = format!("old{round}");
+        for key in deleted {
+            assert!(eventually(30, || c.set(key.as_bytes(), old.as_bytes(), 0, 0).is_ok()), "set {key}");
+        }
+        pool.kill(0);
+        for key in deleted {
+            let _ = c.delete(key.as_bytes()); // Gutter takes it; spooled for server 0
+        }
+        assert!(eventually(60, || state() == "tko"), "server 0 is marked down: {}", state());
+        assert_ne!(router.stat("spool_pending"), "0", "the router keeps what server 0 missed");
+        pool.restart(0);
+        let listening = Instant::now();
+        // Written straight to the returned server, never through the router: a read through
+        // the router that answers it was answered by server 0.
+        let fresh = format!("fresh{round}");
+        network(&pool.server(0).address()).set(marker.as_bytes(), fresh.as_bytes(), 0, 0).unwrap();
+        let set_at = listening.elapsed();
+        let (mut drained, mut up, mut read) = (None, None, None);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while read.is_none() || up.is_none() {
+            assert!(Instant::now() < deadline, "server 0 came back within 60 s: {}", state());
+            let answered =
+                c.get(marker.as_bytes()).ok().flatten().is_some_and(|i| i.value == fresh.as_bytes());
+            // Read after the get: were the spool not drained now, it was not when the get ran.
+            let pending = router.stat("spool_pending");
+            let now = listening.elapsed();
+            if answered {
+                assert_eq!(pending, "0", "server 0 answered a read before its spool drained");
+                read.get_or_insert(now);
+            }
+            if pending == "0" {
+                drained.get_or_insert(now);
+            }
+            if state() == "up" {
+                up.get_or_insert(now);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for key in deleted {
+            let item = c.get(key.as_bytes()).unwrap();
+            assert!(item.is_none_or(|i| i.value != old.as_bytes()), "{key} read stale");
+        }
+        let ms = |d: Option<Duration>| d.map_or(-1.0, |d| d.as_secs_f64() * 1000.0);
+        figures.push((ms(drained), ms(up), ms(read)));
+        eprintln!(
+            "recovery round {round}: {} deletes; from listening: marker set at {:.0} ms, spool drained by {:.0} ms, \
+             `up` by {:.0} ms, first read answered by it by {:.0} ms",
+            deleted.len(),
+            set_at.as_secs_f64() * 1000.0,
+            ms(drained),
+            ms(up),
+            ms(read)
+        );
+    }
+    if rounds > 1 {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        eprintln!(
+            "recovery over {rounds} rounds, medians: drained {:.0} ms, up {:.0} ms, read {:.0} ms; worst read {:.0} ms",
+            median(figures.iter().map(|f| f.0).collect()),
+            median(figures.iter().map(|f| f.1).collect()),
+            median(figures.iter().map(|f| f.2).collect()),
+            figures.iter().map(|f| f.2).fold(0.0, f64::max)
+        );
+    }
 }

@@ -38,8 +38,7 @@ fn holders(servers: &[Server], key: &[u8]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// A text `get` of `key` through the router (`gets`, which hands out a CAS unique, is always
-/// the owner's to answer).
+/// A text `get` of `key` through the router (`gets` is spread too: hot_gets.rs).
 fn get(router: &Router, key: &[u8]) -> String {
     router.raw(&[b"get ", key, b"\r\n"].concat(), b"END\r\n")
 }

@@ -271,7 +271,10 @@ fn broadcast_deletes_are_spooled_and_survive_a_router_kill() {
         c.delete(format!("/*/*/k{i}").as_bytes()).unwrap();
     }
     assert!(c.delete(b"/*/*/gone").unwrap(), "accepted once spooled");
-    assert!(eventually(30, || direct(&east).get(b"gone").unwrap().is_none()), "delivered to the live cluster");
+    assert!(
+        eventually(30, || direct(&east).get(b"gone").unwrap().is_none()),
+        "delivered to the live cluster"
+    );
     assert!(eventually(30, || router.stat("spool_pending") == "21"), "the dead cluster's deletes wait");
     router.kill();
     let west = Server::shoal("spool-west-back", port, &[]);

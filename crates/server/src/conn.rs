@@ -298,25 +298,14 @@ impl Conn {
     fn run(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
         let mut drained = std::mem::take(&mut self.drained_ahead);
         loop {
-            let stopped = self.process(cx, &mut budget);
-            match self.flush(cx.counters) {
-                Ok(true) => {}
-                Ok(false) => return Status::Open, // the writable event drives it again
-                Err(_) => return Status::Close,
-            }
-            if self.closing {
-                return self.shutdown.map_or(Status::Close, Status::Shutdown);
-            }
-            match stopped {
-                Stopped::Output => continue,
-                Stopped::Budget => {
-                    Counters::bump(&cx.counters.conn_yields);
-                    return Status::Yield;
+            // Nothing buffered, nothing to send, nothing TLS may hold: straight to the read
+            // (a connection woken by its data alone starts here, with an empty buffer).
+            if self.waits_for_input() {
+                if drained {
+                    return Status::Open;
                 }
-                // A short read drained the socket: new data will raise a new event, so the
-                // read that would only say "nothing more" is saved.
-                Stopped::Input if drained => return Status::Open,
-                Stopped::Input => {}
+            } else if let Some(status) = self.serve_buffered(cx, &mut budget, drained) {
+                return status;
             }
             match self.read(cx.counters) {
                 Ok((0, _)) => {
@@ -327,6 +316,45 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Status::Open,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Status::Close,
+            }
+        }
+    }
+
+    /// Whether the connection has nothing to do but read: no request or part of one buffered,
+    /// no answer unsent, no stream of its own (watch, dump), not closing, plain TCP or unix.
+    fn waits_for_input(&self) -> bool {
+        self.start == self.end
+            && self.swallow == 0
+            && self.out.is_empty()
+            && !self.closing
+            && self.watcher.is_none()
+            && self.dump.is_none()
+            && !matches!(self.stream, Stream::Tls(_))
+    }
+
+    /// Executes what is buffered and writes the answers; a status to return unless the next
+    /// step is to read.
+    fn serve_buffered(&mut self, cx: &mut Context<'_>, budget: &mut usize, drained: bool) -> Option<Status> {
+        loop {
+            let stopped = self.process(cx, budget);
+            match self.flush(cx.counters) {
+                Ok(true) => {}
+                Ok(false) => return Some(Status::Open), // the writable event drives it again
+                Err(_) => return Some(Status::Close),
+            }
+            if self.closing {
+                return Some(self.shutdown.map_or(Status::Close, Status::Shutdown));
+            }
+            match stopped {
+                Stopped::Output => {}
+                Stopped::Budget => {
+                    Counters::bump(&cx.counters.conn_yields);
+                    return Some(Status::Yield);
+                }
+                // A short read drained the socket: new data will raise a new event, so the
+                // read that would only say "nothing more" is saved.
+                Stopped::Input if drained => return Some(Status::Open),
+                Stopped::Input => return None,
             }
         }
     }

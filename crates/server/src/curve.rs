@@ -335,6 +335,63 @@ mod tests {
         Stats { items, bytes, segment_bytes, ..Stats::default() }
     }
 
+    /// Local reads reach the curve a batch at a time (a drain of each client's ring under one
+    /// lock, before a mutation or every 100 ms): the curve must be exactly the one the same
+    /// reads make fed one by one as network gets, mutations included, whatever the batches.
+    #[test]
+    fn local_reads_fed_in_batches_make_exactly_the_curve_of_the_same_reads_one_by_one() {
+        use shoal_region::hints::{HintsReader, HintsWriter};
+        const SEED: u64 = 0x5eed;
+        let (batched, single) = (CurveTracker::new(64 << 20, SEED), CurveTracker::new(64 << 20, SEED));
+        let mut client = HintsWriter::create().unwrap();
+        let mut area = HintsReader::open(client.path()).unwrap();
+        batched.attach_local(1, area.samples().unwrap(), 1 << 20);
+        let unsampled = AtomicU64::new(0);
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        // 40 000 keys, skewed (the square of a uniform draw), so the sample fills past the
+        // default 8 192 keys and its threshold drops while records wait in the ring.
+        for i in 0..200_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let rank = (state % 200) * (state / 200 % 200);
+            let key = format!("key:{rank}");
+            let bytes = item_bytes(key.len(), 64 + (rank % 7) as usize * 40, false) as u32;
+            let read = match state >> 60 {
+                0 => SampledRead::Miss,
+                1 => SampledRead::Dead,
+                _ => SampledRead::Hit { bytes, expiry: 0 },
+            };
+            let now = (i / 50_000) as u32;
+            // The client screens by the threshold published at its last drain.
+            let hash = shoal_region::key_hash(key.as_bytes(), SEED);
+            if KeyHash::from_raw(hash).spatial() < u64::from(batched.threshold()) {
+                client.record_sampled(hash, read);
+            }
+            single.access(key.as_bytes(), Read::from(read), now, &unsampled);
+            match i % 997 {
+                // Mutations between reads: the queued reads go in first.
+                0 => {
+                    [&batched, &single].map(|t| t.stored(key.as_bytes(), u64::from(bytes) + 8, Some(0), now))
+                }
+                1 => [&batched, &single].map(|t| t.remove(key.as_bytes())),
+                _ if i % 5_000 == 0 => [&batched, &single].map(|t| t.drain_local(now)),
+                _ => [(); 2],
+            };
+        }
+        batched.drain_local(4);
+        let region = Stats { segment_bytes: 1 << 20, ..Stats::default() };
+        // The batched tracker's screened-out reads: those the client did not queue.
+        let screened = 200_000
+            - batched.local_reads().sampled.load(Ordering::Relaxed)
+            - batched.local_reads().outside.load(Ordering::Relaxed);
+        let (curve, rate, tracked) = batched.curve(screened, &region);
+        assert!(rate < 1.0, "the sample's threshold dropped: {rate}");
+        assert_eq!(batched.local_reads().refused.load(Ordering::Relaxed), 0);
+        assert_eq!(batched.local_reads().lost.load(Ordering::Relaxed), 0);
+        assert_eq!((curve, rate, tracked), single.curve(unsampled.load(Ordering::Relaxed), &region));
+    }
+
     #[test]
     fn a_region_needs_its_own_bytes_per_item_and_the_ends_of_segments() {
         const MIB: u64 = 1 << 20;

@@ -8,8 +8,10 @@
 //!        ▲ retries  ▲ cursor
 //!   each write: the retries that are due, then records from the cursor (≤ 64, ≤ 65 536 answers)
 //!        answer DELETED / NOT_FOUND / HD / NF ─► counted, the observer told
-//!        any other answer, or none (a timeout, a broken connection)
-//!             ─► that request kept in memory as a retry, sent again 250 ms later
+//!        any other answer ─► that request kept in memory as a retry, sent again 250 ms later
+//!        none (no connection, a timeout, a broken connection) ─► kept as a retry, sent with
+//!             the next attempt: 100 ms after the failed one began, or at once when it took
+//!             longer (a connect is given 250 ms, an answer 1 s)
 //!        the cursor moves past every record sent; the offset to the earliest record a retry
 //!        came from (or the cursor)
 //!   cursor at the end and no retries ─► drained: truncated to 0 (under the appends' lock)
@@ -37,6 +39,19 @@ use std::time::{Duration, Instant};
 
 /// The most answers awaited for one write.
 const GATHER_ANSWERS: u64 = 65_536;
+
+/// How long a connection may take to open. Short, so that a destination whose link was cut is
+/// tried with a new connection soon after the link returns: a connect left to the kernel's own
+/// retransmission of its first packet would wait 1 s, then 3 s (issue #26: the stale reads
+/// after a partition).
+const CONNECT_WITHIN: Duration = Duration::from_millis(250);
+
+/// How long an answer may take (each line; the router's own timeout towards a server is 1 s).
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// After a failed attempt (no connection, a timeout, a broken connection) the next begins this
+/// long after the failed one began, or at once when that one took longer (it waited already).
+const FAILED_AGAIN_AFTER: Duration = Duration::from_millis(100);
 
 /// Deletes sent in one write: a record of the spool, or the deletes of earlier writes that were
 /// refused or not answered.
@@ -122,7 +137,7 @@ struct Answered {
 
 impl Line {
     fn open(address: &str) -> std::io::Result<Line> {
-        let timeout = Some(Duration::from_secs(1));
+        let timeout = Some(ANSWER_WITHIN);
         if address.contains('/') {
             let s = UnixStream::connect(address)?;
             s.set_read_timeout(timeout)?;
@@ -131,7 +146,7 @@ impl Line {
             let addr = std::net::ToSocketAddrs::to_socket_addrs(address)?
                 .next()
                 .ok_or_else(|| std::io::Error::other("no address"))?;
-            let s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+            let s = TcpStream::connect_timeout(&addr, CONNECT_WITHIN)?;
             s.set_read_timeout(timeout)?;
             s.set_nodelay(true)?;
             Ok(Line::Tcp(BufReader::new(s)))
@@ -263,6 +278,7 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
         }
         let requests: Vec<u8> = batch.iter().flat_map(|p| p.requests.iter().copied()).collect();
         spool.set_activity(Activity::Sending);
+        let attempt = Instant::now();
         let answered = match connection.take().map_or_else(|| Line::open(&spool.address), Ok) {
             Ok(mut line) => {
                 let answered = line.exchange(&requests, answers);
@@ -284,7 +300,11 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
             }
         }
         if let Some(kept) = kept {
-            retries.push_back((Instant::now() + RETRY_EVERY, kept));
+            // Refused: asked again in 250 ms. Not answered (the connection failed): with the
+            // next attempt, whose pace the failure sets (below).
+            let due = if answered.failure.is_some() { attempt } else { Instant::now() + RETRY_EVERY };
+            retries.push_back((due, kept));
+            retries.make_contiguous().sort_by_key(|(due, _)| *due);
         }
         let held: u64 = retries.iter().map(|(_, p)| p.answers()).sum();
         spool.held.store(held, Ordering::Relaxed);
@@ -312,7 +332,7 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
         if answered.failure.is_some() {
             spool.failing.store(true, Ordering::Release);
             spool.set_activity(Activity::Resting);
-            std::thread::sleep(RETRY_EVERY);
+            std::thread::sleep(FAILED_AGAIN_AFTER.saturating_sub(attempt.elapsed()));
         }
     }
 }

@@ -19,8 +19,11 @@
 //!        ▼
 //!   delivery thread (one per destination, delivery.rs) ──► connect, send, read the answers
 //!        answer DELETED / NOT_FOUND / HD / NF ──► <dest>.offset moved on, observer told
-//!        any other answer, a timeout, a broken connection ──► that delete sent again 250 ms
-//!            later, kept in memory; the later records go on (the offset stays before it)
+//!        any other answer ──► that delete sent again 250 ms later, kept in memory; the later
+//!            records go on (the offset stays before it)
+//!        no connection, a timeout, a broken connection ──► kept the same way, sent with the
+//!            next attempt: 100 ms after the failed one began (connects given 250 ms), so a
+//!            destination whose link returns is reached within about 250 ms
 //!        file drained ──► truncated to 0 (under the same lock as appends)
 //! ```
 //!

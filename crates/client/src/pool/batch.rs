@@ -75,8 +75,9 @@ impl Pool {
     }
 
     /// [`Pool::get_many_dyn`]; with `spread`, hot keys are read from one of their replicas as
-    /// a single get reads them (hot.rs: a copy's hit has CAS unique 0, a copy that misses or
-    /// cannot be reached hands its keys to their owners, and their hits are copied back).
+    /// a single get reads them (hot.rs: a copy's hit carries the owner's CAS unique, a copy that
+    /// misses or cannot be reached hands its keys to their owners, and their hits are copied
+    /// back with their uniques).
     pub(super) fn get_many_routed(
         &mut self,
         keys: &[&[u8]],
@@ -97,11 +98,9 @@ impl Pool {
             if track {
                 was_hit[i] = true;
             }
+            // A copy's CAS unique is its owner's (hot.rs): handed out as it is.
             if from_copy(i) {
-                // A copy's CAS unique is its server's, not the owner's: 0 makes a `cas` with
-                // it fail (EXISTS) rather than match an unrelated unique on the owner.
                 copy_hits += 1;
-                return hit(i, ItemRef { cas: 0, ..item });
             }
             hit(i, item)
         };

@@ -7,9 +7,11 @@
 //!        ──► parse_hotkeys (bounded; a malformed or huge answer keeps that server's last
 //!            good list) ──► HotSet::learn (union, capped)
 //!   get of a hot key ──► replica by round-robin ── the owner: an ordinary read
-//!                          └─ a copy ── hit ──► answer (CAS unique 0: a `cas` needs the owner's)
-//!                                   └─ miss / unreachable ──► the owner's read; a hit is
-//!                                      `add`ed to the copy with `ttl` (a write meanwhile wins)
+//!                          └─ a copy ── hit ──► answer (its CAS unique is the owner's)
+//!                                   └─ miss / unreachable ──► the owner's read; a hit from
+//!                                      the owner itself is added to the copy with `ttl` and
+//!                                      the owner's unique (`ms … E<cas> ME`: a write
+//!                                      meanwhile wins)
 //!   get_many ──► each hot key's replica picked as above; the batch grouped by the server
 //!        asked ──► keys a copy missed or could not answer: one batch from their owners, hits
 //!        `add`ed to the copies
@@ -22,9 +24,9 @@
 //! a client that did not count the key hot yet (the consistency rule's only exception).
 
 use super::Pool;
-use crate::client::{Client, Item};
+use crate::client::{Client, Item, ItemRef};
 use crate::error::{Error, Result};
-use shoal_proto::{hotkeys_limits, parse_hotkeys, HotKey, Shape};
+use shoal_proto::{hotkeys_limits, parse_hotkeys, Body, HotKey, Op, Shape};
 use shoal_route::{HotSet, ReplicaSet};
 use std::time::{Duration, Instant};
 
@@ -82,6 +84,22 @@ impl Hot {
 }
 
 impl Client {
+    /// Makes a hot key's copy on this server: `item` as its owner answered it, kept `ttl`
+    /// seconds, with the owner's CAS unique (`ms <key> <len> T<ttl> F<flags> E<cas> ME`: add
+    /// mode, so a write that landed meanwhile wins); whether it was stored. A server without
+    /// `E` (Debian's memcached 1.6.18) refuses it with an error, and no copy is made.
+    pub fn add_copy(&mut self, key: &[u8], item: ItemRef<'_>, ttl: i64) -> Result<bool> {
+        crate::client::check_key(key)?;
+        let flags = shoal_route::hot::copy_flags(ttl, item.flags, item.cas);
+        let body = Body::Meta { flags: flags.as_bytes(), data: Some(item.value), base64: false };
+        let request = crate::client::request(Op::MetaSet, key, ttl, body);
+        self.exchange(&request, |line| match line {
+            b"HD" => Ok(true),
+            b"NS" | b"EX" => Ok(false),
+            other => Err(crate::response::unexpected(other, "HD or NS")),
+        })
+    }
+
     /// The server's hot keys (`stats hotkeys`, a Shoal extension), hottest first, at most
     /// `limit`. A server without the extension (memcached) answers none; an answer that is
     /// malformed or longer than `limit` is [`Error::Protocol`].
@@ -170,19 +188,29 @@ impl Pool {
         }
         let (client, retry) = (&self.client, self.retry_interval);
         if let Ok(Some(item)) = self.members[copy].run(client, retry, |c| c.get(key)) {
+            // A copy carries the owner's CAS unique (made with `E<cas>`): a `cas` with it goes
+            // to the owner, which judges it as if the owner had been read.
             self.counters.hot_copy_hits += 1;
-            // A copy's CAS unique is its server's, not the owner's: 0 makes a `cas` with it
-            // fail (EXISTS) rather than match an unrelated unique on the owner.
-            return Some(Ok(Some(Item { cas: 0, ..item })));
+            return Some(Ok(Some(item)));
         }
-        let found = self.owner_get(key);
-        if let Ok(Some(item)) = &found {
+        let (found, from_owner) = self.read_from_owner(|pool| pool.owner_get(key));
+        if let (Ok(Some(item)), true) = (&found, from_owner) {
             // Best effort: a copy that cannot be made leaves the next read to the owner again.
             let (client, retry) = (&self.client, self.retry_interval);
-            let _ = self.members[copy].run(client, retry, |c| c.add(key, &item.value, item.flags, ttl));
+            let _ = self.members[copy].run(client, retry, |c| c.add_copy(key, item.as_ref(), ttl));
             self.counters.hot_copies_made += 1;
         }
         Some(found)
+    }
+
+    /// Runs `read` and says whether every hit it returned came from the keys' owners now,
+    /// whose CAS uniques a copy may carry: not from the Gutter pool (a failed owner's keys)
+    /// nor from an old owner during a Proteus transition, whose uniques are their servers'.
+    fn read_from_owner<T>(&mut self, read: impl FnOnce(&mut Pool) -> T) -> (T, bool) {
+        let moving = self.active.is_some_and(|a| a.before.is_some());
+        let gutter_reads = self.counters.gutter_reads;
+        let found = read(self);
+        (found, !moving && self.counters.gutter_reads == gutter_reads)
     }
 
     /// The hot keys of a batch read from a copy (as [`Pool::hot_get`] picks them, one turn
@@ -238,13 +266,15 @@ impl Pool {
         }
         let asked: Vec<&[u8]> = missed.iter().map(|&i| keys[i]).collect();
         let mut found = Vec::new();
-        self.get_many_routed(&asked, false, &mut |j, item| found.push((missed[j], item.to_item())))?;
+        let (read, from_owner) = self.read_from_owner(|pool| {
+            pool.get_many_routed(&asked, false, &mut |j, item| found.push((missed[j], item.to_item())))
+        });
+        read?;
         let ttl = self.hot.as_ref().map_or(0, |h| i64::from(h.options.ttl));
         let (client, retry) = (&self.client, self.retry_interval);
         for (i, item) in found {
-            if let Some(copy) = copy_of[i] {
-                let _ =
-                    self.members[copy].run(client, retry, |c| c.add(keys[i], &item.value, item.flags, ttl));
+            if let (Some(copy), true) = (copy_of[i], from_owner) {
+                let _ = self.members[copy].run(client, retry, |c| c.add_copy(keys[i], item.as_ref(), ttl));
                 self.counters.hot_copies_made += 1;
             }
             hit(i, item.as_ref());

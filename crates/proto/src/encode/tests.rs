@@ -112,7 +112,11 @@ fn meta_requests_parse_back_with_their_flags_and_base64_keys() {
 #[test]
 fn numbers_are_decimal_whatever_their_size() {
     let mut out = Vec::new();
-    for n in [0, 7, 10, 100, 99_999_999, 100_000_000, 1 << 40, u64::MAX] {
+    // Every length of one to twenty digits, with each digit pair at its boundaries.
+    let powers = (0..20).map(|e| 10u64.pow(e));
+    let edges = powers.flat_map(|p| [p - 1, p, p + 1, p.saturating_mul(9) + 9, p + p / 10 * 9]);
+    let some = [0, 7, 10, 42, 99, 100, 101, 109, 110, 999, 1000, 12_345, 99_999_999, 100_000_000];
+    for n in edges.chain(some).chain([1 << 40, u64::MAX]).chain(0..10_000) {
         out.clear();
         out.push(b'x');
         push_u64(&mut out, n);

@@ -11,7 +11,7 @@ impl Writer {
         key: &[u8],
         hash: &KeyHash,
         expect: Expect,
-        f: impl FnOnce(Option<Found>),
+        f: impl FnOnce(Option<&Found>),
     ) -> bool {
         let _locks = self.lock_buckets(hash);
         let at =
@@ -21,29 +21,35 @@ impl Writer {
             Expect::Exactly(state) => at.as_ref().map(state_of) == state,
         };
         if ok {
-            f(at);
+            f(at.as_ref());
         }
         ok
     }
 
+    /// Locks the key's candidate buckets, in index order (one if they coincide).
     pub(super) fn lock_buckets(&self, hash: &KeyHash) -> BucketLocks<'_> {
-        let mut order = hash.buckets;
-        order.sort_unstable();
-        let count = if order[0] == order[1] { 1 } else { 2 };
-        let mut held = [(0, 0); 2];
-        for i in 0..count {
-            held[i] = (order[i], write_lock(&self.region.bucket(order[i]).version));
+        let [a, b] = hash.buckets;
+        let (low, high) = (a.min(b), a.max(b));
+        let lock = |b: usize| {
+            let version = &self.region.bucket(b).version;
+            (version, write_lock(version))
+        };
+        let first = lock(low);
+        if low == high {
+            return BucketLocks { held: [first; 2], count: 1 };
         }
-        BucketLocks { region: &self.region, held, count }
+        BucketLocks { held: [first, lock(high)], count: 2 }
     }
 
     /// Points the index at a new item: over the key's old slot if it has one, else into the
     /// emptier candidate bucket, else over an item evicted from a full bucket. Locks held.
     /// False if there is no room and eviction is disabled.
-    pub(super) fn link(&self, hash: &KeyHash, at: Option<Found>, word: u64, marks: Marks) -> bool {
+    pub(super) fn link(&self, hash: &KeyHash, at: Option<&Found>, word: u64, marks: Marks) -> bool {
         let (b, i) = match at {
             Some(f) => {
-                self.unlink(f.bucket, f.slot_index);
+                // The old version leaves its segment's live counts; its slot is overwritten
+                // below (its header is as `f` read it under the lock: no need to read it again).
+                self.unaccount(f.slot.segment, f.header.size());
                 (f.bucket, f.slot_index)
             }
             None => match self.free_slot(hash) {
@@ -186,12 +192,17 @@ impl Writer {
         let cell = &self.region.bucket(b).slots[i];
         if let Some(slot) = self.region.layout.slot(cell.load(Ordering::Relaxed)) {
             if let Some(h) = self.region.item_header(slot) {
-                let m = self.region.meta(slot.segment);
-                m.live_items.fetch_sub(1, Ordering::Relaxed);
-                m.live_bytes.fetch_sub(h.size() as u64, Ordering::Relaxed);
+                self.unaccount(slot.segment, h.size());
             }
         }
         cell.store(0, Ordering::Release);
+    }
+
+    /// Takes an item of `size` bytes off segment `segment`'s live counts.
+    pub(super) fn unaccount(&self, segment: usize, size: usize) {
+        let m = self.region.meta(segment);
+        m.live_items.fetch_sub(1, Ordering::Relaxed);
+        m.live_bytes.fetch_sub(size as u64, Ordering::Relaxed);
     }
 
     pub(super) fn account(&self, segment: usize, size: usize) {
@@ -264,6 +275,26 @@ mod tests {
             }
         }
         keys
+    }
+
+    #[test]
+    fn overwrites_keep_the_live_counts_exact() {
+        // Small segments, so a key's versions land in the same segment and in others; values
+        // of every length, so the items' sizes differ from version to version.
+        let config = Config { region_bytes: 4 << 20, max_item_bytes: 64 << 10, avg_item_bytes: 256 };
+        let w = Writer::create_anonymous(&config, true).unwrap();
+        let mut rng = TestRng(0x2545_f491_4f6c_dd1d);
+        let mut sizes: HashMap<Vec<u8>, usize> = HashMap::new();
+        for _ in 0..5000 {
+            let key = format!("key:{}", rng.below(200)).into_bytes();
+            let value = vec![b'v'; rng.below(700) as usize];
+            w.set(&key, &value, 0, 0).unwrap();
+            sizes.insert(key.clone(), item_bytes(key.len(), value.len(), false));
+        }
+        let stats = w.stats();
+        assert_eq!(w.stats().evictions, 0, "nothing evicted: every key is live");
+        assert_eq!(stats.items, sizes.len() as u64, "one live item a key");
+        assert_eq!(stats.bytes, sizes.values().sum::<usize>() as u64, "the live items' bytes");
     }
 
     #[test]

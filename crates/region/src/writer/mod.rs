@@ -277,17 +277,17 @@ fn state_of(f: &Found) -> (usize, usize, u64, u64) {
     (f.bucket, f.slot_index, f.word & !SLOT_ACCESSED, f.segment_gen)
 }
 
-/// Locks on a key's candidate buckets, taken in index order; released on drop.
+/// Locks on a key's candidate buckets, taken in index order: each bucket's version and the
+/// odd value it was locked at; released on drop. The second is unused when `count` is 1.
 struct BucketLocks<'a> {
-    region: &'a Region,
-    held: [(usize, u32); 2],
+    held: [(&'a AtomicU32, u32); 2],
     count: usize,
 }
 
 impl Drop for BucketLocks<'_> {
     fn drop(&mut self) {
-        for &(b, v) in &self.held[..self.count] {
-            write_unlock(&self.region.bucket(b).version, v);
+        for &(version, v) in &self.held[..self.count] {
+            write_unlock(version, v);
         }
     }
 }

@@ -4,6 +4,25 @@
 
 use super::*;
 
+/// What a new version carries besides its key and value, as [`Writer::store`] writes it.
+#[derive(Clone, Copy)]
+struct Version {
+    flags: u32,
+    /// Absolute expiry (0: never).
+    expiry: u32,
+    /// An explicit CAS unique; `None` gives the version a fresh one.
+    cas: Option<u64>,
+    marks: Marks,
+}
+
+/// The expiry a new version is stored with: an item that arrives expired (`None`, see
+/// [`absolute_expiry`]) is stored as memcached stores it, expiring `now`, so that a read finds
+/// it and counts it expired (`get_expired`); its segment is reclaimed with the dead ones.
+#[inline]
+fn arrival_expiry(expiry: Option<u32>, now: u32) -> u32 {
+    expiry.unwrap_or(now.max(1))
+}
+
 impl Writer {
     /// The region file's path (for a memfd, the `/proc` path other processes open).
     pub fn path(&self) -> &Path {
@@ -26,6 +45,7 @@ impl Writer {
     }
 
     /// The server clock (Unix seconds) that expiry is judged by.
+    #[inline]
     pub fn clock(&self) -> u32 {
         self.region.header().clock.load(Ordering::Acquire)
     }
@@ -306,12 +326,24 @@ impl Writer {
     }
 
     /// memcached `set`. If it fails for lack of memory or size, the old value is removed.
+    ///
+    /// The request path's own store: no decision to make, so the new version goes straight to
+    /// [`Writer::store`], without a [`Change`] built and matched on the way.
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Store, OpError> {
         check_key(key)?;
         let hash = self.region.hash(key);
-        let plan = (Change::Store(self.new_item(Value::Given, flags, exptime)), Store::Stored);
-        match self.execute(key, &hash, value, &[], plan, Expect::Any) {
-            Ok(stored) => Ok(stored.expect("unconditional").0),
+        let now = self.clock();
+        let version = Version {
+            flags,
+            expiry: arrival_expiry(absolute_expiry(exptime, now), now),
+            cas: None,
+            marks: Marks::default(),
+        };
+        match self.store(key, &hash, [value, &[]], version, now, Expect::Any) {
+            Ok(stored) => {
+                debug_assert!(stored.is_some(), "unconditional");
+                Ok(Store::Stored)
+            }
             Err(e @ (OpError::ValueTooLarge { .. } | OpError::OutOfMemory)) => {
                 // As memcached does for `set` only: a failed set must not leave the old value
                 // readable, or the client would keep reading what it just tried to replace.
@@ -488,18 +520,9 @@ impl Writer {
         (change, result): Plan<T>,
         expect: Expect,
     ) -> Result<Option<(T, Option<u64>)>, OpError> {
-        // An item that arrives expired is stored as memcached stores it, expiring now, so that
-        // a read finds it and counts it expired (`get_expired`); its segment is reclaimed with
-        // the dead ones.
-        let change = match change {
-            Change::Store(item @ NewItem { expiry: None, .. }) => {
-                Change::Store(NewItem { expiry: Some(self.clock().max(1)), ..item })
-            }
-            change => change,
-        };
         match change {
             Change::Keep => Ok(Some((result, None))),
-            Change::Store(NewItem { expiry: None, .. }) | Change::Remove => {
+            Change::Remove => {
                 let done = self.with_locked(key, hash, expect, |at| {
                     if let Some(f) = at {
                         self.drop_slot(f.bucket, f.slot_index);
@@ -510,12 +533,12 @@ impl Writer {
             Change::Mark(mark) => {
                 let done = self.with_locked(key, hash, expect, |at| {
                     if let Some(f) = at {
-                        self.mark(&f, mark);
+                        self.mark(f, mark);
                     }
                 });
                 Ok(done.then_some((result, None)))
             }
-            Change::Store(NewItem { value, flags, expiry: Some(expiry), cas, marks }) => {
+            Change::Store(NewItem { value, flags, expiry, cas, marks }) => {
                 let parts: [&[u8]; 2] = match &value {
                     Value::Given => [given, &[]],
                     Value::Current => [current, &[]],
@@ -523,61 +546,69 @@ impl Writer {
                     Value::Prepend => [given, current],
                     Value::Owned(v) => [v, &[]],
                 };
-                let len = parts[0].len() + parts[1].len();
-                let limit = self.region.layout.max_item_bytes;
-                if item_bytes(key.len(), len, cas.is_some()) > limit {
-                    return Err(OpError::ValueTooLarge { len, max: max_value_len(limit, key.len(), false) });
-                }
-                let header = ItemHeader {
-                    key_len: key.len(),
-                    value_len: len,
-                    explicit_cas: cas.is_some(),
-                    expiry,
-                    flags,
-                };
-                let class = self.class_of(expiry, self.clock());
-                let r = self.reserve(class, header.size())?;
-                self.write_item(r, &header, cas, key, parts);
-                let new_cas = cas.unwrap_or_else(|| {
-                    self.region
-                        .layout
-                        .derived_cas(self.region.meta(r.segment).generation.load(Ordering::Relaxed), r.offset)
-                });
-                let word = self.region.layout.slot_word(Slot {
-                    tag: hash.tag,
-                    segment: r.segment,
-                    offset: r.offset,
-                });
-                let mut linked = false;
-                let done = self.with_locked(key, hash, expect, |at| {
-                    let new_key = at.is_none();
-                    // A dead (expired or flushed) version replaced is reclaimed here, as
-                    // memcached counts it; its segment's reclaim no longer finds it indexed.
-                    let dead = at.as_ref().filter(|f| self.region.judge(f).hit().is_none()).map(|f| f.word);
-                    linked = self.link(hash, at, word, marks);
-                    if let Some(word) = dead.filter(|_| linked) {
-                        self.count_drop(word, false);
-                    }
-                    if linked && new_key {
-                        if let Some(observer) = self.observer.get() {
-                            observer.key_added(key);
-                        }
-                    }
-                    if linked {
-                        self.account(r.segment, r.size);
-                        self.region.header().total_items.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
-                if !linked {
-                    self.write_filler(r.segment, r.offset, r.size);
-                }
-                self.release(r.segment);
-                if done && !linked {
-                    return Err(OpError::OutOfMemory);
-                }
-                Ok(done.then_some((result, Some(new_cas))))
+                let now = self.clock();
+                let version = Version { flags, expiry: arrival_expiry(expiry, now), cas, marks };
+                let stored = self.store(key, hash, parts, version, now, expect)?;
+                Ok(stored.map(|new_cas| (result, Some(new_cas))))
             }
         }
+    }
+
+    /// Stores a new version of `key` whose value is `parts` joined: reserves its space, writes
+    /// it there, and points the index at it if the index still matches `expect`. `Ok(None)` if
+    /// it did not (the space is given up as a filler), else the new version's CAS unique.
+    /// `now` is the server clock the version's time class is chosen by.
+    fn store(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        parts: [&[u8]; 2],
+        version: Version,
+        now: u32,
+        expect: Expect,
+    ) -> Result<Option<u64>, OpError> {
+        let Version { flags, expiry, cas, marks } = version;
+        let len = parts[0].len() + parts[1].len();
+        let limit = self.region.layout.max_item_bytes;
+        let size = item_bytes(key.len(), len, cas.is_some());
+        if size > limit {
+            return Err(OpError::ValueTooLarge { len, max: max_value_len(limit, key.len(), false) });
+        }
+        let header =
+            ItemHeader { key_len: key.len(), value_len: len, explicit_cas: cas.is_some(), expiry, flags };
+        let class = self.class_of(expiry, now);
+        let r = self.reserve(class, size)?;
+        let segment_gen = self.write_item(r, &header, cas, key, parts);
+        let new_cas = cas.unwrap_or_else(|| self.region.layout.derived_cas(segment_gen, r.offset));
+        let word = self.region.layout.slot_word(Slot { tag: hash.tag, segment: r.segment, offset: r.offset });
+        let mut linked = false;
+        let done = self.with_locked(key, hash, expect, |at| {
+            let new_key = at.is_none();
+            // A dead (expired or flushed) version replaced is reclaimed here, as memcached
+            // counts it; its segment's reclaim no longer finds it indexed.
+            let dead = at.filter(|f| self.region.judge(f).hit().is_none()).map(|f| f.word);
+            linked = self.link(hash, at, word, marks);
+            if let Some(word) = dead.filter(|_| linked) {
+                self.count_drop(word, false);
+            }
+            if linked && new_key {
+                if let Some(observer) = self.observer.get() {
+                    observer.key_added(key);
+                }
+            }
+            if linked {
+                self.account(r.segment, r.size);
+                self.region.header().total_items.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        if !linked {
+            self.write_filler(r.segment, r.offset, r.size);
+        }
+        self.release(r.segment);
+        if done && !linked {
+            return Err(OpError::OutOfMemory);
+        }
+        Ok(done.then_some(new_cas))
     }
 
     /// Changes a live item in place: expiry, marks, read mark. Its buckets are locked.

@@ -5,7 +5,8 @@
 use super::*;
 
 impl Writer {
-    /// Writes an item into reserved space, and raises its segment's latest expiry.
+    /// Writes an item into reserved space, and raises its segment's latest expiry. Returns the
+    /// segment's generation (a CAS unique not stored explicitly derives from it).
     pub(super) fn write_item(
         &self,
         r: Reservation,
@@ -13,7 +14,8 @@ impl Writer {
         cas: Option<u64>,
         key: &[u8],
         value: [&[u8]; 2],
-    ) {
+    ) -> u64 {
+        debug_assert_eq!(header.size(), r.size, "the space reserved is the item's");
         let map = &self.region.map;
         let mut at = self.region.layout.segment_offset(r.segment) + r.offset;
         map.write(at, &header.encode());
@@ -30,7 +32,16 @@ impl Writer {
             map.write(at, part);
             at += part.len();
         }
-        self.region.meta(r.segment).max_expiry.fetch_max(never_if_zero(header.expiry), Ordering::AcqRel);
+        let m = self.region.meta(r.segment);
+        // While a segment is open its latest expiry only grows (from the reservation on, which
+        // follows its opening): one already as late needs no read-modify-write. Either way, the
+        // release of the reservation (`in_flight`) publishes a latest expiry at least this one
+        // to whoever then sees the segment idle.
+        let expiry = never_if_zero(header.expiry);
+        if m.max_expiry.load(Ordering::Acquire) < expiry {
+            m.max_expiry.fetch_max(expiry, Ordering::AcqRel);
+        }
+        m.generation.load(Ordering::Relaxed)
     }
 
     pub(super) fn write_filler(&self, segment: usize, offset: usize, size: usize) {
@@ -66,6 +77,7 @@ impl Writer {
 
     /// Bump-allocates in segment `s`. The in-flight count is raised first, so an evictor that
     /// sees it at zero after sealing knows no reservation can still succeed.
+    #[inline(always)]
     pub(super) fn try_reserve(&self, s: usize, size: usize) -> Option<Reservation> {
         let m = self.region.meta(s);
         m.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -82,6 +94,7 @@ impl Writer {
         None
     }
 
+    #[inline]
     pub(super) fn release(&self, s: usize) {
         self.region.meta(s).in_flight.fetch_sub(1, Ordering::Release);
     }

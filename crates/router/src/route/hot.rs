@@ -10,21 +10,25 @@
 //!  poller thread (one per pool route, started by its first request, gone with the config)
 //!        ──► `stats hotkeys` of each server every refresh ──► HotSet (union, capped; a
 //!            malformed or huge answer keeps that server's last good list)
-//!  get of a hot key ──► round-robin replica ── the owner: the pool's ordinary read
-//!                         └─ a copy ── hit ──► answer
-//!                                  └─ else the owner's answer; a hit is `add`ed to the copy
-//!                                     with the TTL (in the background)
-//!  a change of a key hot now (or until the TTL ago) ──► owner, then `delete` on every copy
-//!        (awaited, before the client hears back; spooled for a copy that is down)
+//!  get/gets of a hot key ──► round-robin replica ── the owner: the pool's ordinary read
+//!                         └─ a copy ── hit ──► answer (its CAS unique is the owner's)
+//!                                  └─ else the owner's answer, asked with `gets`; a hit is
+//!                                     added to the copy with the TTL and the owner's unique
+//!                                     (`ms … E<cas> ME`, in the background); a `get` is
+//!                                     answered without the unique
+//!  a change of a key hot now (or until the TTL ago), `cas` included ──► owner, then
+//!        `delete` on every copy (awaited, before the client hears back; spooled for a copy
+//!        that is down)
 //! ```
 //!
 //! The replicas are `shoal_route::hot`'s: the owner and its successors among the servers on,
 //! the same as every pool client with the same pool, hashing and R picks.
 
-use super::{background, Child};
+use super::{background, Child, Route};
 use crate::ctx::Ctx;
 use crate::request::{Op, Reply, Request};
 use serde_json::{Map, Value};
+use shoal_proto::answer::{blocks, ValueHeader};
 use shoal_route::{HotSet, Placement, ReplicaSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, Weak};
@@ -80,7 +84,8 @@ pub fn options(fields: &Map<String, Value>) -> Result<Option<HotOptions>, (&'sta
 pub enum Plan {
     /// Not hot (or a read the owner must answer): the pool's ordinary route.
     Owner,
-    /// A get of a hot key, from the copy on `copy`; `owner` answers when the copy misses.
+    /// A get or gets of a hot key, from the copy on `copy`; `owner` answers when the copy
+    /// misses.
     ReadCopy { copy: usize, owner: usize },
     /// A change of a hot key: the ordinary route, then a delete on every copy.
     WriteAll(ReplicaSet),
@@ -136,7 +141,8 @@ impl HotPool {
             return false;
         }
         match request.op {
-            Op::Get => set.is_hot(request.routed_key()),
+            // A copy carries its owner's CAS unique: `gets` spreads as `get` does.
+            Op::Get | Op::Gets => set.is_hot(request.routed_key()),
             op if op.is_read() || op == Op::FlushAll => false,
             _ => set.writes_spread(request.routed_key(), Instant::now()),
         }
@@ -150,7 +156,7 @@ impl HotPool {
         let Ok(set) = placement.replicas(active, request.routed_key(), self.options.replicas) else {
             return Plan::Owner;
         };
-        if request.op != Op::Get {
+        if !matches!(request.op, Op::Get | Op::Gets) {
             return Plan::WriteAll(set);
         }
         let copy = set.pick(self.turn.fetch_add(1, Ordering::Relaxed));
@@ -237,20 +243,58 @@ fn poll(pool: Weak<HotPool>) {
     }
 }
 
-/// A get of a hot key from its copy on `copy`; on a miss (or error) there, the owner's answer,
-/// a hit of which is copied to `copy` with `add` (a write meanwhile wins).
+/// A get or gets of a hot key from its copy on `copy`; on a miss (or error) there, the
+/// owner's answer, asked with `gets`, a hit of which is copied to `copy` with the owner's CAS
+/// unique (`ms … E<cas> ME`: a write meanwhile wins). Only a server that owns the key (a
+/// destination, not a route that may answer from elsewhere) gives a copy its unique.
 pub async fn read_copy(hot: &HotPool, copy: &Child, owner: &Child, request: &Request, ctx: &Ctx) -> Reply {
     let first = copy.execute(request, ctx).await;
     if first.is_hit() {
         hot.copy_hits.fetch_add(1, Ordering::Relaxed);
         return first;
     }
-    let found = owner.execute(request, ctx).await;
-    if let Some((flags, data)) = found.value() {
+    let mut gets = request.as_get();
+    gets.op = Op::Gets;
+    let found = owner.execute(&gets, ctx).await;
+    let Some(item) = OwnersItem::of(&found) else { return found };
+    if matches!(**owner, Route::Destination { .. }) {
         hot.copies_made.fetch_add(1, Ordering::Relaxed);
-        background(copy.clone(), request.as_add(flags, data, hot.options.ttl.into()), ctx);
+        let ttl = i64::from(hot.options.ttl);
+        let flags = shoal_route::hot::copy_flags(ttl, item.flags, item.cas).into_bytes();
+        background(copy.clone(), request.as_meta_set(flags, item.data.clone(), ttl), ctx);
     }
-    found
+    match request.op {
+        Op::Gets => found,
+        _ => Reply::Answer(item.get_answer()),
+    }
+}
+
+/// The item of an owner's answer to `gets`: one `VALUE` block, whole.
+struct OwnersItem {
+    line_key: Vec<u8>,
+    flags: u32,
+    cas: u64,
+    data: Vec<u8>,
+}
+
+impl OwnersItem {
+    fn of(reply: &Reply) -> Option<OwnersItem> {
+        let Reply::Answer(answer) = reply else { return None };
+        let block = blocks(answer).next()?;
+        let h = ValueHeader::parse(block.line)?;
+        Some(OwnersItem { line_key: h.key.to_vec(), flags: h.flags, cas: h.cas, data: block.data.to_vec() })
+    }
+
+    /// The answer a `get` would have had: the block without the unique.
+    fn get_answer(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.line_key.len() + self.data.len() + 32);
+        out.extend_from_slice(b"VALUE ");
+        out.extend_from_slice(&self.line_key);
+        out.extend_from_slice(format!(" {} {}\r\n", self.flags, self.data.len()).as_bytes());
+        out.extend_from_slice(&self.data);
+        out.extend_from_slice(b"\r\n");
+        out
+    }
 }
 
 /// After a change of a hot key: a delete on each copy, awaited (a copy that is down has it
@@ -266,6 +310,16 @@ mod tests {
 
     fn fields(json: &str) -> Map<String, Value> {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn an_owners_gets_answer_gives_the_copy_and_the_get_answer() {
+        let reply = Reply::Answer(b"VALUE k 3 2 12345\r\nhi\r\n".to_vec());
+        let item = OwnersItem::of(&reply).unwrap();
+        assert_eq!((item.flags, item.cas, &item.data[..]), (3, 12345, &b"hi"[..]));
+        assert_eq!(item.get_answer(), b"VALUE k 3 2\r\nhi\r\n");
+        assert!(OwnersItem::of(&Reply::Answer(Vec::new())).is_none());
+        assert!(OwnersItem::of(&Reply::Answer(b"SERVER_ERROR busy\r\n".to_vec())).is_none());
     }
 
     #[test]

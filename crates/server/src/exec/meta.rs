@@ -34,9 +34,15 @@ struct Found {
 /// Executes one meta command.
 pub fn execute(cx: &mut Context<'_>, m: Meta<'_>, out: &mut Vec<u8>) {
     Counters::bump(&cx.counters.cmd_meta);
-    let mut scratch = [0u8; KEY_MAX];
-    // The decoded key borrows the stack scratch: no allocation per command.
-    let key = m.key(&mut scratch);
+    // A base64 key is decoded into stack scratch (no allocation per command), zeroed only
+    // when there is one to decode.
+    let mut scratch;
+    let key = if m.flags.has(b'b') {
+        scratch = [0u8; KEY_MAX];
+        m.key(&mut scratch)
+    } else {
+        m.key
+    };
     match m.cmd {
         MetaCmd::Noop => reply(out, b"MN"),
         MetaCmd::Get => get(cx, &m, key, out),

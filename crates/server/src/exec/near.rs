@@ -6,7 +6,11 @@
 //!  get/gets of several keys ───────► prefetch: the keys not held fetched in one exchange
 //!        (kept per policy) and noted for this request, whose misses fetch_miss then answers
 //!  mg whose key is absent ─────────► fetched and kept first, then mg runs as usual
-//!  lease-get not held here ────────► forwarded; its answer relayed; a hit is kept
+//!        (a key lease-read here lately and absent upstream since is not fetched by any of
+//!         the three: a miss, and the lease-get that follows is the fill's one pool request)
+//!  lease-get not held here ────────► forwarded; its answer relayed; the key noted lease-read
+//!        and absent or not (a value answered is not kept, for want of its TTL: the next miss
+//!        fetches it); deletes note it absent, writes, lease-sets and fetches present
 //!  set add replace append prepend cas incr decr touch gat gats delete lease-set
 //!        ──► local copy dropped, forwarded, answer relayed, local copy dropped again
 //!            (lease-set STORED: kept instead, unless its key changed since the lease-get)
@@ -60,7 +64,7 @@ pub fn intercept(cx: &mut Context<'_>, request: &Request<'_>, out: &mut Vec<u8>)
             MetaCmd::Get => {
                 let mut scratch = [0u8; KEY_MAX];
                 let key = m.key(&mut scratch);
-                if !held(cx, key) {
+                if !held(cx, key) && !up.leaves_to_lease(key) {
                     fetch_and_keep(cx, up, key);
                 }
                 return None;
@@ -84,6 +88,7 @@ pub fn fetch_miss(cx: &Context<'_>, key: &[u8], sink: &mut dyn ValueSink) -> boo
     let prefetched = PREFETCHED.with(|p| p.borrow().get(key).cloned());
     let found = match prefetched {
         Some(found) => found,
+        None if up.leaves_to_lease(key) => return false,
         None => fetch_and_keep(cx, up, key),
     };
     let Some(found) = found else { return false };
@@ -110,7 +115,8 @@ thread_local! {
 /// per the policy before the get runs, so that its misses cost one round trip, not one each.
 /// An exchange that fails makes its keys misses (not tried again one by one).
 fn prefetch(cx: &Context<'_>, up: &Upstream, get: &Get<'_>) {
-    let mut missing: Vec<&[u8]> = get.keys.clone().filter(|key| !held(cx, key)).collect();
+    let mut missing: Vec<&[u8]> =
+        get.keys.clone().filter(|key| !held(cx, key) && !up.leaves_to_lease(key)).collect();
     missing.sort_unstable();
     missing.dedup();
     if missing.len() < 2 {
@@ -150,6 +156,7 @@ fn fetch_and_keep(cx: &Context<'_>, up: &Upstream, key: &[u8]) -> Option<Fetched
 
 /// [`keep`] for a fetched value: its CAS unique, and no longer than the upstream keeps it.
 fn keep_fetched(cx: &Context<'_>, up: &Upstream, key: &[u8], epoch: u64, found: &Fetched) {
+    up.note_absent(key, false);
     let Some(ttl) = found.near_ttl(up.settings.near_ttl) else { return };
     let cas = (found.cas != 0).then_some(found.cas);
     keep(cx, up, key, epoch, found.flags, cas, ttl, &found.value);
@@ -169,7 +176,7 @@ fn keep(
     ttl: u32,
     value: &[u8],
 ) {
-    if !up.admits(key, || hot_keys(cx)) {
+    if !up.may_keep() || !up.admits(key, || hot_keys(cx)) {
         return;
     }
     if up.epoch(key) != epoch {
@@ -246,6 +253,7 @@ fn write_through(
     let mut request = Vec::new();
     encode_request(op, key, exptime, body, &mut request);
     let (_, answer) = forward(cx, up, key, &request, Shape::Line);
+    up.note_absent(key, false);
     if noreply {
         return;
     }
@@ -264,13 +272,19 @@ fn server_error(out: &mut Vec<u8>, e: &UpError) {
 
 /// `delete`: forwarded; when the upstream cannot take it, answered by what the local delete
 /// found, so an invalidator's or router's spool moves on (the near copy is gone, which is what
-/// an invalidation asks of a near cache; the upstream gets its own).
+/// an invalidation asks of a near cache; the upstream gets its own). One that did not reach
+/// the upstream is owed to it: sent before any later exchange, so that no fetch brings the
+/// old value back here from a pool that has not had its own copy of the delete yet.
 fn delete(cx: &Context<'_>, up: &Upstream, key: &[u8], hold: u32, noreply: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
     let mut request = Vec::new();
     let hold = (hold > 0).then_some(hold);
     encode_request(Op::Delete, key, 0, &Body::<&[u8]>::Delete { hold }, &mut request);
     let (was_here, answer) = forward(cx, up, key, &request, Shape::Line);
+    up.note_absent(key, true);
+    if matches!(answer, Err(UpError::Unavailable(_))) {
+        up.owe_delete(&request); // sent again before the next exchange: see owe_delete
+    }
     let line = match answer {
         Ok(line) if line == b"DELETED\r\n" || line == b"NOT_FOUND\r\n" => line,
         _ => (if was_here { &b"DELETED\r\n"[..] } else { b"NOT_FOUND\r\n" }).to_vec(),
@@ -316,7 +330,11 @@ fn all_values_of(answer: &[u8], asked: impl Fn(&[u8]) -> bool) -> bool {
 }
 
 /// `lease-get`: a value held here is answered here; otherwise the upstream's lease is taken
-/// (its answer relayed: the value, the token, or a hot miss) and a value it holds is kept.
+/// (its answer relayed: the value, the token, or a hot miss) and the key noted lease-read
+/// (and absent upstream unless a value came), so that a get's miss of it is not fetched first
+/// while it stays absent (one pool request per miss, not two). A value
+/// the upstream answers is not kept: a `VALUE` line does not say its TTL, and a near copy must
+/// not outlive the upstream's; the key's next miss fetches it with its TTL and keeps it.
 fn lease_get(cx: &Context<'_>, up: &Upstream, key: &[u8], stale: bool, out: &mut Vec<u8>) {
     let c = cx.counters;
     Counters::bump(&c.cmd_get);
@@ -337,15 +355,12 @@ fn lease_get(cx: &Context<'_>, up: &Upstream, key: &[u8], stale: bool, out: &mut
     Counters::bump(&c.get_misses);
     let mut request = Vec::new();
     encode_request(Op::LeaseGet, key, 0, &Body::<&[u8]>::LeaseGet { stale }, &mut request);
-    let epoch = up.epoch(key);
     up.lease_taken(key);
     up.forwarded();
     match up.exchange(&request, Shape::Values) {
         Ok(a) if all_values_of(&a, |k| k == key) => {
             if let Some(block) = blocks(&a).next() {
-                if let Some(h) = ValueHeader::parse(block.line) {
-                    keep(cx, up, key, epoch, h.flags, None, up.settings.near_ttl, block.data);
-                }
+                up.note_lease_read(key, ValueHeader::parse(block.line).is_none());
             }
             out.extend_from_slice(&a);
         }
@@ -367,6 +382,9 @@ fn lease_set(cx: &Context<'_>, up: &Upstream, s: &Store<'_>, out: &mut Vec<u8>) 
     let epoch = up.epoch(s.key);
     up.forwarded();
     let answer = up.exchange(&request, Shape::Line);
+    if matches!(&answer, Ok(line) if line == b"STORED\r\n") {
+        up.note_absent(s.key, false);
+    }
     match &answer {
         Ok(line) if line == b"STORED\r\n" && up.lease_unchanged(s.key) => {
             if let Some(ttl) = lease_set_ttl(s.exptime, up.settings.near_ttl) {

@@ -173,11 +173,23 @@ pub(crate) fn count_store<'a>(
     data_len: usize,
     expiry: Option<u32>,
 ) -> &'a Writer {
+    count_store_lazily(cx, key, data_len, || expiry)
+}
+
+/// [`count_store`] with the expiry worked out only if it is needed (a tenant with a curve):
+/// the request path's stores skip it otherwise.
+#[inline]
+pub(crate) fn count_store_lazily<'a>(
+    cx: &Context<'a>,
+    key: &[u8],
+    data_len: usize,
+    expiry: impl FnOnce() -> Option<u32>,
+) -> &'a Writer {
     let (tenant, t) = cx.tenant(key);
     cx.shared.prefixes.record(key, Event::Set);
     cx.shared.logs.store_lookup(cx.connection(), key, &t.writer);
     if let Some(curve) = &t.curve {
-        curve.stored(key, item_bytes(key, data_len), expiry, t.writer.clock());
+        curve.stored(key, item_bytes(key, data_len), expiry(), t.writer.clock());
     }
     Counters::bump(&cx.counters.cmd_set);
     Counters::bump(&cx.tenant_counters[tenant].cmd_set);
@@ -196,7 +208,7 @@ pub(crate) fn store_op(
     let (mode, req_cas, fresh) = (op.mode, op.cas, &op.fresh);
     let concat = matches!(mode, StoreMode::Append | StoreMode::Prepend);
     // Expired on arrival (`None`) is expiry 1: long past.
-    let writer = count_store(cx, key, data.len(), (!concat).then(|| fresh.expiry.unwrap_or(1)));
+    let writer = count_store_lazily(cx, key, data.len(), || (!concat).then(|| fresh.expiry.unwrap_or(1)));
     let now = writer.clock();
     let result = writer.update(key, data, concat, |current| {
         // A lease record is there for `add` (a hold-off refuses it) and for a store under

@@ -1,7 +1,7 @@
 //! The text protocol's data commands: `get gets gat gats`, `set add replace append prepend
 //! cas`, `delete`, `incr decr`, `touch`.
 
-use super::ops::{count_store, delete_key, delete_leaving_lease, read_counted, Placed};
+use super::ops::{count_store_lazily, delete_key, delete_leaving_lease, read_counted, Placed};
 use super::{push_u64, reply, reply_unless, store_error, Context};
 use crate::config::Settings;
 use crate::counters::Counters;
@@ -32,11 +32,17 @@ impl ValueBlock<'_> {
     }
 }
 
+/// A `VALUE` block's bytes besides its key and value, at most.
+const VALUE_BLOCK_FIXED: usize = b"VALUE ".len() + 3 * (1 + 20) + 2 * b"\r\n".len();
+
 impl ValueSink for ValueBlock<'_> {
     fn append_to(&mut self, item: &ItemInfo) -> &mut Vec<u8> {
         let (flags, len) = (item.flags, item.value_len);
         let out = &mut *self.out;
         out.truncate(self.start);
+        // One reservation for the whole block: `VALUE `, the key, three numbers of at most 20
+        // digits with their spaces, the value and the two line ends.
+        out.reserve(VALUE_BLOCK_FIXED + self.key.len() + len);
         out.extend_from_slice(b"VALUE ");
         out.extend_from_slice(self.key);
         out.push(b' ');
@@ -48,7 +54,6 @@ impl ValueSink for ValueBlock<'_> {
             push_u64(out, settings.visible_cas(item.cas));
         }
         out.extend_from_slice(b"\r\n");
-        out.reserve(len + 2);
         out
     }
 }
@@ -59,17 +64,21 @@ const ITEMS_AHEAD: usize = 4;
 /// The keys placed ahead of the lookup: key `n` waits in slot `n % AHEAD`.
 const AHEAD: usize = INDEX_AHEAD + 1;
 
-/// Places key `n` (its tenant found, hashed) as it comes in reach of the index prefetch, starts
-/// loading its index buckets, and keeps the placement for its item prefetch and its lookup.
-fn place_ahead(cx: &Context<'_>, ahead: &mut [Option<Placed>; AHEAD], (n, key): (usize, &[u8])) {
+/// A key of a multiget, placed (its tenant found, hashed) once for its prefetches and its
+/// lookup; the ring keeps the key too, so the line is split into keys once here.
+type Ahead<'k> = [Option<(&'k [u8], Placed)>; AHEAD];
+
+/// Places key `n` as it comes in reach of the index prefetch, starts loading its index
+/// buckets, and keeps it with its placement for its item prefetch and its lookup.
+fn place_ahead<'k>(cx: &Context<'_>, ahead: &mut Ahead<'k>, (n, key): (usize, &'k [u8])) {
     let placed = cx.place(key);
     cx.writer_at(&placed).prefetch_index(&placed.hash);
-    ahead[n % AHEAD] = Some(placed);
+    ahead[n % AHEAD] = Some((key, placed));
 }
 
 /// Starts loading the item of key `n`, if it is placed.
-fn prefetch_item(cx: &Context<'_>, ahead: &[Option<Placed>; AHEAD], n: usize) {
-    if let Some(placed) = &ahead[n % AHEAD] {
+fn prefetch_item(cx: &Context<'_>, ahead: &Ahead<'_>, n: usize) {
+    if let Some((_, placed)) = &ahead[n % AHEAD] {
         cx.writer_at(placed).prefetch_item(&placed.hash);
     }
 }
@@ -95,14 +104,18 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
 fn multiget(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
     // Loading the index buckets of keys several ahead, and the items of keys a few ahead, lets
     // their memory misses overlap instead of queueing. Each key is placed once, when its index
-    // is loaded; its item's load and its lookup use that placement.
-    let mut ahead: [Option<Placed>; AHEAD] = [None; AHEAD];
-    let mut upcoming = get.keys.clone().enumerate().skip(1);
+    // is loaded; its item's load and its lookup use that placement. The first key is looked
+    // up at once: it is placed without a prefetch.
+    let mut ahead: Ahead<'_> = [None; AHEAD];
+    let mut upcoming = get.keys.clone().enumerate();
+    if let Some((_, first)) = upcoming.next() {
+        ahead[0] = Some((first, cx.place(first)));
+    }
     upcoming.by_ref().take(INDEX_AHEAD).for_each(|key| place_ahead(cx, &mut ahead, key));
     (1..=ITEMS_AHEAD).for_each(|n| prefetch_item(cx, &ahead, n));
-    for (n, key) in get.keys.clone().enumerate() {
-        // The first key was not placed ahead: it is placed now.
-        let placed = ahead[n % AHEAD].take().unwrap_or_else(|| cx.place(key));
+    // Keys are placed in order, each into the slot its lookup frees.
+    for n in 0..get.count {
+        let Some((key, placed)) = ahead[n % AHEAD].take() else { break };
         if let Some(next) = upcoming.next() {
             place_ahead(cx, &mut ahead, next);
         }
@@ -144,8 +157,8 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
     let (c, shared) = (cx.counters, cx.shared);
     // Append and prepend keep the item's expiry.
     let keeps_expiry = matches!(s.cmd, StoreCmd::Append | StoreCmd::Prepend);
-    let expiry = (!keeps_expiry).then(|| touch_expiry(s.exptime, cx.region_clock()));
-    let w = count_store(cx, s.key, s.data.len(), expiry);
+    let expiry = || (!keeps_expiry).then(|| touch_expiry(s.exptime, cx.region_clock()));
+    let w = count_store_lazily(cx, s.key, s.data.len(), expiry);
     let result = match s.cmd {
         StoreCmd::Set => w.set(s.key, s.data, s.flags, s.exptime),
         StoreCmd::Add => w.add(s.key, s.data, s.flags, s.exptime),
@@ -161,25 +174,28 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
         StoreCmd::LeaseSet(_) => unreachable!("Context::execute hands lease-set to lease::set"),
     };
     log_store(cx, &s, &result);
+    // Whole lines, each appended at once.
     let answer: &[u8] = match result {
         Ok(Stored::Stored) => {
             if let StoreCmd::Cas(_) = s.cmd {
                 Counters::bump(&c.cas_hits);
             }
-            b"STORED"
+            b"STORED\r\n"
         }
-        Ok(Stored::NotStored) => b"NOT_STORED",
+        Ok(Stored::NotStored) => b"NOT_STORED\r\n",
         Ok(Stored::Exists) => {
             Counters::bump(&c.cas_badval);
-            b"EXISTS"
+            b"EXISTS\r\n"
         }
         Ok(Stored::NotFound) => {
             Counters::bump(&c.cas_misses);
-            b"NOT_FOUND"
+            b"NOT_FOUND\r\n"
         }
-        Err(e) => store_error(c, &e),
+        Err(e) => return reply_unless(s.noreply, out, store_error(c, &e)),
     };
-    reply_unless(s.noreply, out, answer);
+    if !s.noreply {
+        out.extend_from_slice(answer);
+    }
 }
 
 /// Tells `watch mutations` of a storage command and its outcome.

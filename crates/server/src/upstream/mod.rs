@@ -28,7 +28,7 @@ pub mod link;
 use admit::{key_hash, Ghost, HotSnapshot, Policy};
 use link::{parse_upstream, Address, Link};
 use shoal_proto::answer::{Limits, Shape};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -39,8 +39,25 @@ pub const DOWN_FOR: Duration = Duration::from_secs(1);
 /// Idle connections kept for reuse (a worker holds one at a time, so this many workers).
 const MAX_IDLE: usize = 64;
 
-/// Slots of the delete epochs (and of the lease epochs): 512 KiB each.
+/// Deletes owed to the upstream at most ([`Upstream::owe_delete`]); past it, nothing fetched is
+/// kept for `--near-ttl` seconds instead.
+const MAX_OWED: usize = 16_384;
+
+/// Slots of the delete epochs (and of the lease epochs, and the lease reads): 512 KiB each.
 const EPOCH_SLOTS: usize = 1 << 16;
+
+/// How long a key stays "lease-read here" after its last `lease-get` through this near cache:
+/// meanwhile a get's miss of it is not fetched, the `lease-get` that follows is the fill's
+/// one pool request ([`Upstream::leaves_to_lease`]).
+pub const LEASE_READ_WINDOW: Duration = Duration::from_secs(60);
+
+/// In a lease-read note: the bit saying the upstream lacks the key (below it, the second).
+const ABSENT: u32 = 1 << 31;
+
+/// A key's fingerprint in a lease-read note (the note's high 32 bits).
+fn lease_print(key: &[u8]) -> u64 {
+    key_hash(key) >> 32
+}
 
 /// Why `--upstream` refuses the binary protocol: the text commands are the ones forwarded.
 pub const TEXT_ONLY: &str = "--upstream: a near cache speaks the text protocol only (not -B binary or -S)";
@@ -146,9 +163,14 @@ pub struct NearCounters {
     pub raced: AtomicU64,
     /// Requests forwarded upstream (writes, deletes, leases, gat).
     pub forwarded: AtomicU64,
+    /// Misses of keys lease-read here, not fetched: the `lease-get` that follows asks.
+    pub left_to_lease: AtomicU64,
     /// Exchanges that failed: unreachable or too slow, and bad answers.
     pub unavailable: AtomicU64,
     pub bad_answers: AtomicU64,
+    /// Deletes the upstream did not take when forwarded, and those it took later.
+    pub deletes_owed: AtomicU64,
+    pub deletes_paid: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -169,6 +191,17 @@ pub struct Upstream {
     epochs: Box<[AtomicU64]>,
     /// Per slot: the epoch a `lease-get` forwarded for a key in it saw.
     leases: Box<[AtomicU64]>,
+    /// Deletes forwarded that did not reach the upstream (`delete` requests), sent again before
+    /// the next exchange; `owed_count` is their number, `paying` one worker sending them.
+    owed: Mutex<Vec<Vec<u8>>>,
+    owed_count: AtomicUsize,
+    paying: Mutex<()>,
+    /// Nanoseconds after `started` until which nothing fetched is kept (owed deletes were lost).
+    keep_nothing_until: AtomicU64,
+    /// Per slot: the last key lease-read through here, as its fingerprint (high 32 bits),
+    /// whether the upstream lacks it ([`ABSENT`]) and the second after `started` it was
+    /// lease-read (the low 31 bits, + 1; 0: none).
+    lease_reads: Box<[AtomicU64]>,
     pub counters: NearCounters,
 }
 
@@ -186,6 +219,11 @@ impl Upstream {
             hot: HotSnapshot::default(),
             epochs: slots(),
             leases: slots(),
+            lease_reads: slots(),
+            owed: Mutex::new(Vec::new()),
+            owed_count: AtomicUsize::new(0),
+            paying: Mutex::new(()),
+            keep_nothing_until: AtomicU64::new(0),
             counters: NearCounters::default(),
         }
     }
@@ -206,16 +244,88 @@ impl Upstream {
 
     /// Sends `request` (`count` pipelined requests) and returns their `count` answers of
     /// `shape`, on a pooled connection.
+    /// Deletes owed from a failed forward are sent first: no answer of the upstream is read
+    /// before it took them.
     pub fn exchange_many(&self, request: &[u8], count: usize, shape: Shape) -> Result<Vec<Vec<u8>>, UpError> {
-        let c = &self.counters;
+        self.pay_owed()?;
+        self.send(request, count, shape)
+    }
+
+    /// Fails at once while the upstream is left alone after a failure.
+    fn not_down(&self) -> Result<(), UpError> {
         let until = self.down_until.load(Ordering::Relaxed);
         if until != 0 && self.now_ns() < until {
-            bump(&c.unavailable);
+            bump(&self.counters.unavailable);
             return Err(UpError::Unavailable(format!(
                 "{} did not answer a moment ago",
                 self.settings.address
             )));
         }
+        Ok(())
+    }
+
+    /// Notes a `delete` (the whole request) that did not reach the upstream: the near copy is
+    /// gone and the invalidator's spool moved on, but the pool may still hold the old value,
+    /// which a fetch would bring back here and keep until `--near-ttl`. So it is sent again
+    /// before any other exchange (which thus never reads the pool before it took the delete).
+    pub fn owe_delete(&self, request: &[u8]) {
+        let mut owed = self.owed.lock().unwrap_or_else(|p| p.into_inner());
+        if owed.len() >= MAX_OWED {
+            // Too many to hold: keep no fetched value for as long as a near copy lives.
+            self.keep_nothing_for_a_while();
+            return;
+        }
+        owed.push(request.to_vec());
+        self.owed_count.store(owed.len(), Ordering::Release);
+        bump(&self.counters.deletes_owed);
+    }
+
+    /// Whether fetched values may be kept (not while owed deletes were lost for want of room).
+    pub fn may_keep(&self) -> bool {
+        self.now_ns() >= self.keep_nothing_until.load(Ordering::Relaxed)
+    }
+
+    /// Sends the owed deletes, [`FETCH_BATCH`] an exchange, until one fails to reach the
+    /// upstream (those stay owed, and the error is returned). Any answer is taken as paid: a
+    /// router that cannot pass a delete on spools it and reads nothing from that server until
+    /// it has (docs/design/faults.md). One worker at a time: the others wait, so that none
+    /// reads the upstream while a delete is on its way.
+    fn pay_owed(&self) -> Result<(), UpError> {
+        if self.owed_count.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let _paying = self.paying.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due = std::mem::take(&mut *self.owed.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut result = Ok(());
+        while !due.is_empty() {
+            let n = due.len().min(FETCH_BATCH);
+            if let Err(e) = self.send(&due[..n].concat(), n, Shape::Line) {
+                result = Err(e);
+                break;
+            }
+            self.counters.deletes_paid.fetch_add(n as u64, Ordering::Relaxed);
+            due.drain(..n);
+        }
+        let mut owed = self.owed.lock().unwrap_or_else(|p| p.into_inner());
+        owed.append(&mut due);
+        if owed.len() > MAX_OWED {
+            owed.truncate(MAX_OWED);
+            self.keep_nothing_for_a_while();
+        }
+        self.owed_count.store(owed.len(), Ordering::Release);
+        result
+    }
+
+    /// Keeps no fetched value for `--near-ttl` seconds (owed deletes were dropped).
+    fn keep_nothing_for_a_while(&self) {
+        let until = self.now_ns() + u64::from(self.settings.near_ttl) * 1_000_000_000;
+        self.keep_nothing_until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// One exchange on a pooled connection (no owed deletes first).
+    fn send(&self, request: &[u8], count: usize, shape: Shape) -> Result<Vec<Vec<u8>>, UpError> {
+        let c = &self.counters;
+        self.not_down()?;
         let deadline = Instant::now() + self.settings.timeout;
         let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let link = match pooled {
@@ -300,6 +410,45 @@ impl Upstream {
         self.leases[slot].load(Ordering::Acquire) == self.epochs[slot].load(Ordering::Acquire)
     }
 
+    /// Notes that a `lease-get` of `key` went upstream now, and whether the upstream lacked
+    /// the value (`absent`: it answered a token or a hot miss): while both hold, its get
+    /// misses are left to the `lease-get` that follows, for [`LEASE_READ_WINDOW`].
+    pub fn note_lease_read(&self, key: &[u8], absent: bool) {
+        let second = self.started.elapsed().as_secs().min(u64::from(ABSENT - 2)) + 1;
+        let absent = if absent { u64::from(ABSENT) } else { 0 };
+        self.lease_reads[Self::slot(key)].store(lease_print(key) << 32 | absent | second, Ordering::Relaxed);
+    }
+
+    /// Notes whether the upstream now lacks `key` (a delete went through: true; a write, a
+    /// `lease-set` stored or a fetch that found it: false), if the key is lease-read here.
+    pub fn note_absent(&self, key: &[u8], absent: bool) {
+        let slot = &self.lease_reads[Self::slot(key)];
+        let noted = slot.load(Ordering::Relaxed);
+        if noted >> 32 == lease_print(key) {
+            let flag = u64::from(ABSENT);
+            let new = if absent { noted | flag } else { noted & !flag };
+            let _ = slot.compare_exchange(noted, new, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a read's miss of `key` is answered as a miss without a fetch: the key was
+    /// lease-read here within [`LEASE_READ_WINDOW`] and the upstream lacks it as far as this
+    /// near cache knows, so its reader's `lease-get`, which follows, asks the pool once (a
+    /// token, a hot miss, or the value after all) instead of a fetch and a lease. Counted. A
+    /// miss is never stale; a key the upstream holds is fetched as usual.
+    pub fn leaves_to_lease(&self, key: &[u8]) -> bool {
+        let noted = self.lease_reads[Self::slot(key)].load(Ordering::Relaxed);
+        let second = noted & u64::from(ABSENT - 1);
+        let left = second != 0
+            && noted & u64::from(ABSENT) != 0
+            && noted >> 32 == lease_print(key)
+            && self.started.elapsed().as_secs() + 1 < second + LEASE_READ_WINDOW.as_secs();
+        if left {
+            bump(&self.counters.left_to_lease);
+        }
+        left
+    }
+
     /// Whether the policy keeps a value of `key` that was just missed; `hot` lists this
     /// server's hot keys (asked at most once a second).
     pub fn admits(&self, key: &[u8], hot: impl FnOnce() -> Vec<Vec<u8>>) -> bool {
@@ -346,6 +495,9 @@ impl Upstream {
             ("near_not_admitted", &c.not_admitted),
             ("near_raced", &c.raced),
             ("near_forwarded", &c.forwarded),
+            ("near_left_to_lease", &c.left_to_lease),
+            ("near_deletes_owed", &c.deletes_owed),
+            ("near_deletes_paid", &c.deletes_paid),
             ("near_upstream_unavailable", &c.unavailable),
             ("near_upstream_bad_answers", &c.bad_answers),
         ] {

@@ -7,26 +7,30 @@ fn settings(address: &str, timeout: Duration) -> NearSettings {
 }
 
 /// An upstream on loopback that answers each request it reads with the next of `answers`
-/// (a `None` answer: read the request, never answer).
-fn scripted(answers: Vec<Option<&'static [u8]>>) -> (String, std::thread::JoinHandle<()>) {
+/// (a `None` answer: read the request, never answer); its thread returns what it read.
+fn scripted(answers: Vec<Option<&'static [u8]>>) -> (String, std::thread::JoinHandle<Vec<Vec<u8>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let thread = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let mut buf = [0u8; 4096];
+        let mut read = Vec::new();
         for answer in answers {
-            if s.read(&mut buf).unwrap_or(0) == 0 {
-                return;
+            let n = s.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                break;
             }
+            read.push(buf[..n].to_vec());
             match answer {
                 Some(a) => s.write_all(a).unwrap(),
                 None => {
                     // Hold the connection open, silent, until the client gives up.
                     let _ = s.read(&mut buf);
-                    return;
+                    break;
                 }
             }
         }
+        read
     });
     (address, thread)
 }
@@ -171,4 +175,49 @@ fn flags_become_settings_and_bad_ones_say_what_to_fix() {
     assert!(parse(&["--upstream", "r:1", "--admit", "lfu"]).unwrap_err().contains("one of all, reuse"));
     assert!(parse(&["--upstream", "r:1", "--near-ttl", "0"]).is_err());
     assert!(parse(&["--admit", "all"]).unwrap_err().contains("--upstream"));
+}
+
+#[test]
+fn a_key_lease_read_here_and_absent_upstream_is_left_to_its_lease_get() {
+    let up = Upstream::new(settings("127.0.0.1:1", Duration::from_secs(1)), 1 << 20);
+    assert!(!up.leaves_to_lease(b"a"), "never lease-read: fetched");
+    up.note_lease_read(b"a", true);
+    assert!(up.leaves_to_lease(b"a"), "a token or a hot miss: absent upstream");
+    assert!(!up.leaves_to_lease(b"b"), "another key");
+    up.note_absent(b"b", false);
+    assert!(up.leaves_to_lease(b"a"), "a note of another key leaves it");
+    up.note_absent(b"a", false);
+    assert!(!up.leaves_to_lease(b"a"), "filled upstream: fetched");
+    up.note_absent(b"a", true);
+    assert!(up.leaves_to_lease(b"a"), "deleted: absent again");
+    up.note_lease_read(b"a", false);
+    assert!(!up.leaves_to_lease(b"a"), "a lease-get found the value");
+    up.note_absent(b"c", true);
+    assert!(!up.leaves_to_lease(b"c"), "a delete of a key not lease-read here: fetched");
+    assert_eq!(up.counters.left_to_lease.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn a_delete_that_did_not_reach_the_upstream_is_sent_before_the_next_exchange() {
+    // Down: the delete stays owed, and the fetch is not sent.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let up = Upstream::new(settings(&down, Duration::from_secs(30)), 1 << 20);
+    up.owe_delete(b"delete k\r\n");
+    assert!(matches!(up.fetch(b"k"), Err(UpError::Unavailable(_))));
+    assert_eq!(up.owed_count.load(Ordering::Relaxed), 1);
+
+    // Back: the delete goes first, in an exchange of its own; then the fetch.
+    let (address, thread) = scripted(vec![Some(b"DELETED\r\nNOT_FOUND\r\n"), Some(b"EN\r\n")]);
+    let up = Upstream::new(settings(&address, Duration::from_secs(30)), 1 << 20);
+    up.owe_delete(b"delete k\r\n");
+    up.owe_delete(b"delete other\r\n");
+    assert_eq!(up.fetch(b"k").unwrap(), None);
+    let read = thread.join().unwrap();
+    assert_eq!(read.concat(), b"delete k\r\ndelete other\r\nmg k v f t c k\r\n".to_vec());
+    assert_eq!(up.owed_count.load(Ordering::Relaxed), 0);
+    assert_eq!(up.counters.deletes_owed.load(Ordering::Relaxed), 2);
+    assert_eq!(up.counters.deletes_paid.load(Ordering::Relaxed), 2);
+    assert!(up.may_keep());
 }
