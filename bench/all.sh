@@ -7,7 +7,10 @@
 # Each script starts what it measures (memcached, shoal server, PostgreSQL) and pins servers
 # to CPU 0 and load to CPU 1; bench/rewrite-doc.sh replaces the section between its markers.
 # The region store's figures (`shoal region bench`) are not rewritten here, nor bench/ab.sh's
-# (it compares two binaries, so it is run around a change, not on its own).
+# (it compares two binaries, so it is run around a change, not on its own). Nor are the
+# sections written by hand from runs of their own, each with its command in docs/BENCHMARKS.md:
+# bench/curves-cost.sh, bench/local-get-many.sh, bench/near-zipf.py, bench/connections.sh,
+# bench/faults/run.py (minutes to hours each, and root for the namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -16,7 +16,7 @@ step "toolchain components"
 rustup component add rustfmt clippy
 if [ "${CI:-}" = "true" ]; then
   export SHOAL_STRESS_SECS="${SHOAL_STRESS_SECS:-5}"
-  export SHOAL_FUZZ_SECS="${SHOAL_FUZZ_SECS:-10}"
+  export SHOAL_FUZZ_SECS="${SHOAL_FUZZ_SECS:-6}"
 fi
 export SHOAL_STRESS_SECS="${SHOAL_STRESS_SECS:-60}"
 export SHOAL_FUZZ_SECS="${SHOAL_FUZZ_SECS:-30}"
