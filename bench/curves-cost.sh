@@ -17,12 +17,14 @@
 # Prints a markdown table; the JSON reports are kept in target/bench/curves-cost-<time>/.
 #   SHOAL (default target/release/shoal)  BENCH_SECS (5)  ROUNDS (5)  SERVER_CPU (0)  LOAD_CPU (1)
 #   PROFILE (1: profile with perf when it is installed; 0: not)
+#   LATENCY (1: the client rows too; 0: the server rows alone — the client's cost does not
+#           depend on the sample's size, since its one key is always in the sample)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shoal=${SHOAL:-target/release/shoal}
 secs=${BENCH_SECS:-5} rounds=${ROUNDS:-5} server_cpu=${SERVER_CPU:-0} load_cpu=${LOAD_CPU:-1}
-profile=${PROFILE:-1}
+profile=${PROFILE:-1} latency=${LATENCY:-1}
 out=target/bench/curves-cost-$(date -u +%Y%m%dT%H%M%SZ)
 say() { printf '%s\n' "$*" >&2; }
 command -v jq >/dev/null || { say "jq is needed to read the JSON reports (apt-get install jq)"; exit 1; }
@@ -55,8 +57,10 @@ load=(--through shm --get-ratio 0.9 --keys 100000 --key-size 16 --value-size 100
 for round in $(seq "$rounds"); do
   for name in "${variants[@]}"; do
     say "round $round: curves $name"
-    taskset -c "$load_cpu" "$shoal" bench latency --server "${address[$name]}" --sizes 100 --requests 200000 \
-      --json >"$out/latency-$name-$round.json"
+    if [ "$latency" = 1 ]; then
+      taskset -c "$load_cpu" "$shoal" bench latency --server "${address[$name]}" --sizes 100 --requests 200000 \
+        --json >"$out/latency-$name-$round.json"
+    fi
     recorder=
     if [ "$profile" = 1 ] && [ "$name" = on ]; then
       perf record -q -e cpu-clock -F 4000 --call-graph dwarf,8192 -p "${pid[on]}" -o "$out/perf-$round.data" \
@@ -98,8 +102,10 @@ echo
 echo "| measure | curves off (rounds) | curves on (rounds) | off median | on median | ratio |"
 echo "|---|---|---|---:|---:|---:|"
 sm='.rows[] | select(.path == "shared memory")'
-row "local get, p50 µs" latency "$sm | select(.operation == \"get\") | .latency_us.p50"
-row "10-key local multiget, p50 µs" latency "$sm | select(.operation | endswith(\"multiget\")) | .latency_us.p50"
+if [ "$latency" = 1 ]; then
+  row "local get, p50 µs" latency "$sm | select(.operation == \"get\") | .latency_us.p50"
+  row "10-key local multiget, p50 µs" latency "$sm | select(.operation | endswith(\"multiget\")) | .latency_us.p50"
+fi
 row "server CPU µs per request, 90 % local gets" load '.server_cpu_us_per_request'
 if [ "$profile" = 1 ]; then
   shares=$(for round in $(seq "$rounds"); do share "$out/perf-$round.data"; done)

@@ -39,6 +39,9 @@
 #   LOAD_CPU         CPU the load generator is pinned to (default 1)
 #   MEMCACHED        the memcached binary (default /usr/bin/memcached)
 #   SHOAL            the shoal binary, used as it is (default: target/release/shoal, built first)
+#   SHOAL_BEFORE     a second shoal binary (say the last commit's), run as a fourth server in
+#                    the same rounds: the io_uring table gets a `shoal before` column, so a
+#                    change is judged against its parent under the same load
 # Needs memcached, gcc and jq (apt-get install memcached gcc jq); --io uring also liburing-dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +67,7 @@ server_cpu=${SERVER_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 memcached=${MEMCACHED:-/usr/bin/memcached}
 shoal=${SHOAL:-target/release/shoal}
+shoal_before=${SHOAL_BEFORE:-}
 out=target/bench/server-vs-memcached-$(date -u +%Y%m%dT%H%M%SZ)
 
 say() { printf '%s\n' "$*" >&2; }
@@ -89,6 +93,10 @@ if "$shoal" server -V >/dev/null 2>&1; then
   servers+=(shoal)
 else
   say "NOTE: \`shoal server\` is not available in this build: measuring memcached alone"
+fi
+if [ -n "$shoal_before" ]; then
+  "$shoal_before" server -V >/dev/null 2>&1 || { say "SHOAL_BEFORE=$shoal_before: no \`shoal server\` there"; exit 1; }
+  servers+=(shoal_before)
 fi
 
 server_flags=()
@@ -146,9 +154,11 @@ stat_of() {
 }
 
 for name in "${servers[@]}"; do start "$name"; done
-if [ "$io" = uring ] && [[ " ${servers[*]} " = *" shoal "* ]] && [ "$(stat_of shoal io_uring)" != 1 ]; then
-  say "shoal server did not serve with io_uring (see $out/shoal.log)"; exit 1
-fi
+for name in shoal shoal_before; do
+  if [ "$io" = uring ] && [[ " ${servers[*]} " = *" $name "* ]] && [ "$(stat_of $name io_uring)" != 1 ]; then
+    say "$name server did not serve with io_uring (see $out/$name.log)"; exit 1
+  fi
+done
 for stick in "${sticks[@]}"; do start_floor "$stick"; done
 echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git describe --always --dirty)," \
   "\`bench/server-vs-memcached.sh --io $io\` (BENCH_SECS=$secs ROUNDS=$rounds${ROWS:+ ROWS='$ROWS'}): servers \`-t 1 -m $memory_mb -U 0\` (Shoal on $io) and the floor sticks (${sticks[*]}) on CPU $server_cpu," \
@@ -208,8 +218,10 @@ if [ "$io" = uring ]; then
   echo
   echo "Total server CPU per request against memcached's, Shoal on io_uring (issue #29's target on the get and set rows at 50 connections: ≤ 0.7):"
   echo
-  echo "| row | memcached CPU µs/req | shoal (io_uring) | epoll stick | uring stick | shoal ÷ memcached | epoll stick ÷ memcached | uring stick ÷ memcached | target |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+  before_head="" before_rule=""
+  [ -n "$shoal_before" ] && before_head=" shoal before | before ÷ memcached |" before_rule="---:|---:|"
+  echo "| row | memcached CPU µs/req | shoal (io_uring) | epoll stick | uring stick | shoal ÷ memcached | epoll stick ÷ memcached | uring stick ÷ memcached |$before_head target |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|$before_rule---|"
   for row in "${rows[@]}"; do
     IFS='|' read -r label target _ <<<"$row"
     [ "$target" = binary ] && continue
@@ -217,10 +229,15 @@ if [ "$io" = uring ]; then
     mc_cpu=$(median memcached "$slug" .server_cpu_us_per_request) sh_cpu=$(median shoal "$slug" .server_cpu_us_per_request)
     ep_cpu=$(median floor "$slug" .server_cpu_us_per_request) ur_cpu=$(median uring_floor "$slug" .server_cpu_us_per_request)
     total=$(ratio "$sh_cpu" "$mc_cpu")
+    before=""
+    if [ -n "$shoal_before" ]; then
+      bf_cpu=$(median shoal_before "$slug" .server_cpu_us_per_request)
+      before=" $(shown "$bf_cpu" %.2f) | $(ratio "$bf_cpu" "$mc_cpu") |"
+    fi
     judged="—"
     [[ $label =~ ^(get|set),\ 50\ connections$ ]] && judged="≤ 0.7: $(verdict "$total" 0.7)"
     echo "| $label | $(shown "$mc_cpu" %.2f) | $(shown "$sh_cpu" %.2f) | $(shown "$ep_cpu" %.2f) | $(shown "$ur_cpu" %.2f) |" \
-      "$total | $(ratio "$ep_cpu" "$mc_cpu") | $(ratio "$ur_cpu" "$mc_cpu") | $judged |"
+      "$total | $(ratio "$ep_cpu" "$mc_cpu") | $(ratio "$ur_cpu" "$mc_cpu") |$before $judged |"
   done
 fi
 stop_all
@@ -237,6 +254,7 @@ echo
 echo "| | memcached | shoal | ratio |"
 echo "|---|---:|---:|---:|"
 for name in "${servers[@]}"; do
+  [ "$name" = shoal_before ] && continue
   say "items that fit: $name"
   start "$name"
   bench fill "$name" "$out/fill-$name.json" --key-size 16 --value-size 100

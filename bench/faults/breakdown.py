@@ -46,7 +46,7 @@ def gone_times(ops: Path, regions: dict, wanted):
 
 
 def classify(verdict, ops=None, regions=None):
-    faults = sorted(verdict.get("fault_log", []), key=lambda f: f["start"])
+    faults = sorted(verdict.get("fault_log", []) + verdict.get("machine_stalls", []), key=lambda f: f["start"])
     starts = [f["start"] for f in faults]
     bad = [b for h in verdict["inconsistent_keys"].values() for b in h["bad_reads"]]
     acks = {(int(k), v): t for k, h in verdict["inconsistent_keys"].items() for v, t in h["writes"]}

@@ -6,6 +6,7 @@ verdict.
 
     nice -n 19 bench/faults/run.py --writes 1000000 --faults 300 --seed 1 --json out.json
     bench/faults/run.py --seconds 30 --kinds kill --control   # hold and ack rule off: must find some
+    bench/faults/run.py --seconds 300 --seed 1 --bound 1 --near   # near caches on a1 a2 b1 b2
 
 Root is needed (namespaces). A progress line goes to standard error every 5 s; the verdict
 (without the fault log and key histories, which --json keeps) to standard output. Exits 1 when
@@ -38,6 +39,9 @@ def main():
                         help="the kinds of fault to inject, comma-separated (empty: none)")
     parser.add_argument("--bound", type=float, default=1.0, help="seconds after a write's visibility (and "
                         "after a fault's end) by which every read must see it")
+    parser.add_argument("--near", action="store_true", help="near caches on the client hosts (tests/cluster/near.py)")
+    parser.add_argument("--near-without-deletes", action="store_true",
+                        help="with --near: the invalidators send the near caches nothing (a control: must find some)")
     parser.add_argument("--json", help="write the whole verdict here")
     parser.add_argument("--dir", default="/tmp/shoal-faults", help="logs and the operations' histories")
     args = parser.parse_args()
@@ -49,14 +53,16 @@ def main():
     verdict = scenario.run(Path(args.dir), seed=args.seed, seconds=args.seconds, writes=args.writes,
                            faults=args.faults, keys=args.keys, control=args.control,
                            rejoin_hold=args.rejoin_hold, kinds=tuple(k for k in args.kinds.split(",") if k),
-                           bound=args.bound, max_seconds=args.max_seconds, progress=lambda line: print(line, file=sys.stderr))
+                           bound=args.bound, max_seconds=args.max_seconds, near=args.near,
+                           near_deletes=not args.near_without_deletes,
+                           progress=lambda line: print(line, file=sys.stderr))
     if args.json:
         Path(args.json).write_text(json.dumps(verdict, indent=1))
     short = {k: v for k, v in verdict.items() if k not in ("fault_log", "inconsistent_keys")}
     short["inconsistent_keys"] = sorted(verdict["inconsistent_keys"])[:50]
     print(json.dumps(short, indent=1))
     found = verdict["inconsistent_reads"] > 0
-    sys.exit(0 if found == args.control else 1)
+    sys.exit(0 if found == (args.control or args.near_without_deletes) else 1)
 
 
 if __name__ == "__main__":

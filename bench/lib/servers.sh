@@ -15,6 +15,7 @@ start() {
   local name=$1 ports="$out/$1.ports" port=
   local -a command=("$memcached")
   [ "$name" = shoal ] && command=("$shoal" server)
+  [ "$name" = shoal_before ] && command=("$shoal_before" server)
   rm -f "$ports"
   MEMCACHED_PORT_FILENAME=$ports taskset -c "$server_cpu" "${command[@]}" \
     -p -1 -U 0 -l 127.0.0.1 -t 1 -m "$memory_mb" "${as_root[@]}" "${server_flags[@]}" >>"$out/$name.log" 2>&1 &

@@ -8,6 +8,13 @@ commit that was acknowledged later proves this one replayed; the harness polls e
 So region B's bound is the replica's lag, measured, plus the same `bound`. A write never seen
 replayed in B is not checked there.
 
+A machine stall — a span of at least `STALL` seconds in which no worker on any host started an
+operation, local readers included, which wait for nothing but a CPU — is a fault of the
+machine, not of the system under test: every process on it was descheduled alike (seen once,
+for 10 s, at a load average of 30: the harness's own 50 ms timer did not fire either). It is
+found in the logs themselves (`stalls`) and counts as a fault: deadlines move past its end
+plus the bound, as for any fault; the verdict lists them (`machine_stalls`).
+
 Input: the workers' logs (tests/cluster/worker.py's format), each file named
 `<host>-<thread>.log`, and the region of each host; the replay polls as (time, replay time).
 Output: counts, inconsistencies per million writes, and each inconsistent key's history.
@@ -36,6 +43,19 @@ def parse(out: Path, regions: dict):
                     version = None if fields[3] == "E" else int(fields[3])
                     reads.append((region, host, int(fields[1]), float(fields[2]), version, fields[4]))
     return writes, reads
+
+
+# A gap this long with no operation started anywhere is a machine stall (module doc). Seven
+# worker processes start thousands of operations a second; at load averages of 15-30 their
+# longest common gap was 0.3 s in runs without a stall.
+STALL = 1.0
+
+
+def stalls(writes, reads, gap=STALL):
+    """Spans (start, end) of at least `gap` seconds in which no operation started (the reads'
+    starts and the writes' acknowledgements), between the run's first and last."""
+    times = sorted([t for history in writes.values() for _, t in history] + [r[3] for r in reads])
+    return [(a, b) for a, b in zip(times, times[1:]) if b - a >= gap]
 
 
 def extend(deadline, faults, bound):
@@ -88,13 +108,15 @@ class Visibility:
         return versions[i - 1] if i else None
 
 
-def check(out: Path, regions: dict, replay_polls, bound=1.0, faults=()):
+def check(out: Path, regions: dict, replay_polls, bound=1.0, faults=(), stall=STALL):
     """The verdict over a run's logs (see the module's doc): inconsistent reads counted twice,
     `strict` (the bound alone, Polaris's measure, faults included) and `after_fault` (a write's
     deadline moved to the end of each fault that began before it plus the bound: the guarantee,
-    "no stale value after any single fault", whose reads are listed by key)."""
+    "no stale value after any single fault", whose reads are listed by key). `stall`: the gap
+    that makes a machine stall (None: none is looked for, for histories written by hand)."""
     writes, reads = parse(out, regions)
-    faults = sorted(faults)
+    machine_stalls = stalls(writes, reads, stall) if stall else []
+    faults = sorted([*faults, *machine_stalls])
     strict = {"A": Visibility(writes, bound=bound), "B": Visibility(writes, replay_polls, bound=bound)}
     visibility = {"A": Visibility(writes, bound=bound, faults=faults),
                   "B": Visibility(writes, replay_polls, bound=bound, faults=faults)}
@@ -133,6 +155,8 @@ def check(out: Path, regions: dict, replay_polls, bound=1.0, faults=()):
         "inconsistent_per_million_writes": round(len(bad) * 1e6 / max(total_writes, 1), 3),
         "inconsistent_keys": histories,
         "bound_seconds": bound,
+        "machine_stalls": [{"kind": "stall", "what": "machine stall (no worker ran)", "hosts": [],
+                            "start": round(a, 3), "end": round(b, 3)} for a, b in machine_stalls],
     }
 
 

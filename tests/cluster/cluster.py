@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -222,12 +223,26 @@ class Proc:
         os.kill(self.proc.pid, signal.SIGCONT)
 
 
+# How fast a replication connection whose link was cut is noticed and replaced (issue #26):
+# the replica's walreceiver asks for a reply after 2.5 s of silence and gives the connection up
+# after 5 s (PostgreSQL's default: a minute), reports every second, and retries its primary
+# 100 ms after a failure (the default, 5 s, left region B's database seconds behind after each
+# WAN cut). Not shorter: a delay spike (up to 1.5 s on the WAN) over a quiet stream must not
+# end a connection that works — and Toxiproxy 2.9's removal of a toxic can hang when one of its
+# connections closes meanwhile (a CI run with 2 s: a connection closed during a delay spike,
+# and the API answered 503 after 25 s). The walsenders keep PostgreSQL's `wal_sender_timeout`:
+# the invalidators end their own old ones.
+REPLICATION_TIMING = ("wal_receiver_timeout=5s", "wal_receiver_status_interval=1s",
+                      "wal_retrieve_retry_interval=100ms")
+
+
 class HostPostgres(Postgres):
     """harness.Postgres on a simulated host, listening on the host's address (trusting the
-    harness's link-local network)."""
+    harness's link-local network), with REPLICATION_TIMING."""
 
     def __init__(self, host, *settings):
-        super().__init__(*settings, "listen_addresses='*'", "max_wal_senders=8", "hot_standby=on")
+        super().__init__(*REPLICATION_TIMING, *settings, "listen_addresses='*'", "max_wal_senders=8",
+                         "hot_standby=on")
         self.host, self.port = host, 5432
 
     @property
@@ -325,16 +340,34 @@ class Toxiproxy:
         wait_for("Toxiproxy's API", lambda: listening(host.ip, self.API))
         self.proxies = []
 
-    def call(self, method, path, body=None):
+    def call(self, method, path, body=None, done_already=()):
+        """One API call, tried again when Toxiproxy answers 503 or not at all (under load its
+        toxic changes can wait behind a link being torn down, and it gives up after 25 s). A
+        status in `done_already` on a retry means the earlier try took effect (a toxic created
+        twice is a 409, one deleted twice a 404)."""
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"http://{self.host.ip}:{self.API}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.read()
+        deadline = time.monotonic() + 180
+        retried = False
+        while True:
+            request = urllib.request.Request(f"http://{self.host.ip}:{self.API}{path}", data=data, method=method,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as r:
+                    return r.read()
+            except urllib.error.HTTPError as e:
+                if retried and e.code in done_already:
+                    return b""
+                if e.code != 503 or time.monotonic() > deadline:
+                    raise
+            except (urllib.error.URLError, TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+            retried = True
+            time.sleep(0.5)
 
     def proxy(self, name, port, upstream):
         self.call("POST", "/proxies", {"name": name, "listen": f"{self.host.ip}:{port}", "upstream": upstream,
-                                       "enabled": True})
+                                       "enabled": True}, done_already=(409,))
         self.proxies.append(name)
         return port
 
@@ -346,9 +379,9 @@ class Toxiproxy:
         for name in self.proxies:
             if ms:
                 self.call("POST", f"/proxies/{name}/toxics", {"name": "spike", "type": "latency",
-                                                              "attributes": {"latency": ms}})
+                                                              "attributes": {"latency": ms}}, done_already=(409,))
             else:
-                self.call("DELETE", f"/proxies/{name}/toxics/spike")
+                self.call("DELETE", f"/proxies/{name}/toxics/spike", done_already=(404,))
 
     def stop(self):
         self.proc.kill()

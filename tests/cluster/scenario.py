@@ -11,6 +11,12 @@ bench/faults/run.py call.
 Each router reads its region's servers through `FailoverWithExptimeRoute` (a server that
 fails, times out, is TKO or catching up is read from the region's Gutter, whose copies live
 `GUTTER_TTL` seconds), and sends every delete to the Gutter as well (`router_config`).
+
+With `near` (issue #28 item 3; near.py): a near cache on a1 a2 b1 b2 (`shoal server --upstream`
+the host's router, its region in the host's /dev/shm), read by a reader of its own on that host
+(near_worker.py), listed at its region's invalidator (a spool of its own) unless `near_deletes`
+is off (the control: its copies then go stale), and killed, warm-restarted and paused like the
+other processes.
 """
 
 import json
@@ -25,9 +31,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import checker  # noqa: E402
+import near as nearcache  # noqa: E402
 from cluster import (FAULT_KINDS, WORKER, HostPostgres, Net, Proc, Toxiproxy, cleanup, kill_all,  # noqa: E402
                      restart_crashed, stop_workers, wait_for)
 from harness import SHOAL  # noqa: E402
+
+NEAR_WORKER = Path(__file__).resolve().parent / "near_worker.py"
 
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
 REPLICA_DELAY_MS = 500
@@ -41,11 +50,13 @@ FAULT_WEIGHTS = (3, 2, 2, 2, 1)
 
 
 class Cluster:
-    def __init__(self, work: Path, keys=2000, rejoin_hold=3, control=False):
+    def __init__(self, work: Path, keys=2000, rejoin_hold=3, control=False, near=False, near_deletes=True):
         self.work, self.keys, self.control = work, keys, control
         self.rejoin_hold = 0 if control else rejoin_hold
+        self.near, self.near_deletes = near, near_deletes
         self.net = Net()
         self.procs, self.servers, self.routers, self.invalidators, self.gutters = [], [], [], [], []
+        self.nears, self.near_counters = [], None
         self.pgs, self.workers = [], []
         self.toxi = None
         self.replay_polls = []
@@ -67,8 +78,7 @@ class Cluster:
             db.execute("CREATE TABLE kv (k int PRIMARY KEY, v bigint NOT NULL)")
             db.execute("INSERT INTO kv SELECT g, 0 FROM generate_series(0, %s) g", (self.keys - 1,))
         wan = self.toxi.proxy("wan-pg", 5432, f"{h['a0'].ip}:5432")
-        self.replica = HostPostgres(h["b0"], f"recovery_min_apply_delay={REPLICA_DELAY_MS}ms",
-                                    "wal_retrieve_retry_interval=500ms")
+        self.replica = HostPostgres(h["b0"], f"recovery_min_apply_delay={REPLICA_DELAY_MS}ms")
         self.pgs.append(self.replica)
         self.replica.replica_of(h["wan"].ip, wan)
 
@@ -92,6 +102,14 @@ class Cluster:
             self.routers.append(self.proc(f"router {name}", h[name], [
                 str(SHOAL), "router", "-l", h[name].ip, "-p", str(ROUTER_PORT), "-t", "2", "-f", str(config),
                 "--spool-dir", str(self.work / f"spool-{name}")], ROUTER_PORT))
+        if self.near:
+            for name in nearcache.NEAR_HOSTS:
+                self.nears.append(self.proc(f"near {name}", h[name], nearcache.near_argv(
+                    h[name], f"{h[name].ip}:{ROUTER_PORT}", self.rejoin_hold), nearcache.NEAR_PORT))
+        # Each region's near caches are destinations of its invalidator (near.py).
+        listed = self.near and self.near_deletes
+        near_a = nearcache.destinations([h[n] for n in nearcache.NEAR_HOSTS if n[0] == "a"], listed)
+        near_b = nearcache.destinations([h[n] for n in nearcache.NEAR_HOSTS if n[0] == "b"], listed)
         ack = ["--ack-rule", "off"] if self.control else []
         # Invalidator B delivers through both region B routers; the control run's through b1's
         # alone, so that its kill loses what is sent meanwhile (a kill of one of two routers
@@ -100,11 +118,11 @@ class Cluster:
                      for arg in ("-d", f"{h[r].ip}:{ROUTER_PORT}")]
         self.invalidators.append(self.proc("invalidator a0", h["a0"], [
             str(SHOAL), "invalidator", "--postgres", self.primary.conninfo, "-d", f"{h['a1'].ip}:{ROUTER_PORT}",
-            "-d", f"{h['a2'].ip}:{ROUTER_PORT}", "--state-dir", str(self.work / "invalidator-a"),
+            "-d", f"{h['a2'].ip}:{ROUTER_PORT}", *near_a, "--state-dir", str(self.work / "invalidator-a"),
             "--metrics-listen", f"{h['a0'].ip}:{METRICS_PORT}", *ack], METRICS_PORT))
         self.invalidators.append(self.proc("invalidator b0", h["b0"], [
             str(SHOAL), "invalidator", "--postgres", f"host={h['wan'].ip} port={wan} user=postgres dbname=postgres",
-            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, *b_routers,
+            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, *b_routers, *near_b,
             "--state-dir", str(self.work / "invalidator-b"), "--metrics-listen", f"{h['b0'].ip}:{METRICS_PORT}",
             *ack], METRICS_PORT))
         for p in self.procs:
@@ -112,6 +130,8 @@ class Cluster:
         with psycopg.connect(self.primary.conninfo, autocommit=True) as db:
             slots = "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ('shoal_invalidator', 'shoal_b')"
             wait_for("both invalidators' slots", lambda: db.execute(slots).fetchone()[0] == 2)
+        if self.near:
+            self.near_counters = nearcache.NearCounters([p.host for p in self.nears], self.stopping)
 
     def sites(self):
         """The hosts of the two regions (not the WAN's)."""
@@ -139,9 +159,14 @@ class Cluster:
                         "routers": routers, "read_dsn": read_dsn, "write_dsn": self.primary.conninfo,
                         "writers": writers_per_host if host.region == "A" else 0,
                         "local_server": f"{host.ip}:{SERVER_PORT}" if name[1] != "0" else None}
-            self.workers.append(host.popen([sys.executable, str(WORKER), json.dumps(settings)],
+            script = WORKER
+            if self.near and name in nearcache.NEAR_HOSTS:
+                script, settings["near"] = NEAR_WORKER, nearcache.address(host)
+            self.workers.append(host.popen([sys.executable, str(script), json.dumps(settings)],
                                            self.work / f"worker-{name}.log"))
         threading.Thread(target=self.poll_replay, daemon=True).start()
+        if self.near_counters:
+            self.near_counters.start()
 
     def poll_replay(self):
         """(time, replay time) of the replica every 50 ms, for region B's visibility."""
@@ -159,7 +184,7 @@ class Cluster:
             self.stopping.wait(0.05)
 
     def counts(self):
-        total = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0, "router_failovers": 0}
+        total = {"reads": 0, "answered": 0, "writes": 0, "local_reads": 0, "router_failovers": 0, "near_reads": 0}
         for path in self.ops.glob("status-*.json"):
             try:
                 for k, v in json.loads(path.read_text()).items():
@@ -173,20 +198,27 @@ class Cluster:
     def fault(self, kind, rng, log):
         """Injects one fault of `kind`, holds it, and undoes it; returns what it did."""
         servers = self.servers + self.gutters
-        processes = servers + self.routers + self.invalidators
+        processes = servers + self.routers + self.invalidators + self.nears
         started = time.time()
         if kind == "kill":
             # Servers, routers and invalidators in turn, and each class's processes in turn:
-            # every process is killed in a run of 3 × 7 kills, both invalidators in five.
+            # every process is killed in a run of 3 × 7 kills, both invalidators in five. With
+            # near caches they are a fourth class, after the invalidators: the kills are an
+            # invalidator, a near cache, a server, then router b1 (as without: the control's
+            # premise), and every near cache is killed in 14 kills.
             self.kills = getattr(self, "kills", 0) + 1
-            group = (servers, self.routers, self.invalidators)[self.kills % 3]
-            p = group[(self.kills // 3) % len(group)]
+            groups = (self.routers, self.invalidators, self.nears, servers) if self.nears else \
+                (servers, self.routers, self.invalidators)
+            group = groups[self.kills % len(groups)]
+            p = group[(self.kills // len(groups)) % len(group)]
             p.kill()
             time.sleep(rng.uniform(0.2, 1.5))  # the fault's length, not synchronisation
             p.start()
             what, hosts = p.name, [p.host.name]
         elif kind == "pause":
-            p = rng.choice(processes)
+            # Any process; the first pause is a near cache's (its local readers read on meanwhile).
+            first_near = self.nears and not any(f["kind"] == "pause" for f in log)
+            p = rng.choice(self.nears if first_near else processes)
             p.pause()
             time.sleep(rng.uniform(0.2, 0.8))
             p.resume()
@@ -231,6 +263,8 @@ class Cluster:
         if not self.workers:
             return
         stop_workers(self.ops, self.workers)
+        if self.near_counters:
+            self.near_counters.poll_once()  # the last reads' counts
         self.stopping.set()
 
     def stop(self):
@@ -257,14 +291,18 @@ def router_config(servers, gutter):
 
 
 def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control=False, progress=None,
-        rejoin_hold=3, gap=(2.0, 4.0), kinds=FAULT_KINDS, bound=1.0, max_seconds=None):
+        rejoin_hold=3, gap=(2.0, 4.0), kinds=FAULT_KINDS, bound=1.0, max_seconds=None, near=False,
+        near_deletes=True):
     """Builds the cluster, runs the workload under a seeded fault schedule until `seconds` have
     passed and at least `writes` writes and `faults` faults were made (each kind at least once
-    first, in a shuffled order) — or `max_seconds` have passed — tears everything down and returns the checker's verdict."""
+    first, in a shuffled order) — or `max_seconds` have passed — tears everything down and returns the checker's verdict.
+    `near`: near caches on the client hosts (the module's doc), sent the invalidators' deletes
+    unless `near_deletes` is off; the verdict's `near` says what they served."""
     cleanup()  # what a crashed run left
     work.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    cluster = Cluster(work, keys=keys, rejoin_hold=rejoin_hold, control=control)
+    cluster = Cluster(work, keys=keys, rejoin_hold=rejoin_hold, control=control, near=near,
+                      near_deletes=near_deletes)
     fault_log = []
     began = time.time()
     try:
@@ -291,7 +329,7 @@ def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control
             if progress and time.time() - last_progress >= 5:
                 last_progress = time.time()
                 progress(f"{elapsed:6.0f} s  {counts['writes']} writes  {counts['reads']} reads "
-                         f"({counts['local_reads']} local)  {len(fault_log)} faults")
+                         f"({counts['local_reads']} local, {counts['near_reads']} near)  {len(fault_log)} faults")
         cluster.stop_workload()
         wall = time.time() - started
     finally:
@@ -307,6 +345,9 @@ def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control
     verdict["unanswered_by_fault"] = checker.unanswered_by_fault(
         cluster.ops, regions, [(*span, f["what"]) for span, f in zip(spans, fault_log)])
     verdict["router_failovers"] = cluster.counts()["router_failovers"]
+    if near:
+        verdict["near"] = {"deletes": near_deletes, **nearcache.summary(verdict, cluster.near_counters, cluster.ops,
+                                                                         regions, checker.parse)}
     kinds_done = {}
     for f in fault_log:
         kinds_done[f["kind"]] = kinds_done.get(f["kind"], 0) + 1

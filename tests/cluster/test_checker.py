@@ -21,7 +21,7 @@ def logs(tmp_path, writes, reads):
 def test_a_read_older_than_a_write_past_the_bound_is_caught_with_its_history(tmp_path):
     out = logs(tmp_path, [(7, 1, 10.0), (7, 2, 20.0)],
                [(7, 10.5, 0), (7, 11.5, 1), (7, 20.9, 1), (7, 21.2, 1), (7, 21.3, -1), (7, 21.4, "E")])
-    verdict = checker.check(out, REGIONS, [], bound=1.0)
+    verdict = checker.check(out, REGIONS, [], bound=1.0, stall=None)
     assert verdict["writes"] == 2 and verdict["reads"] == 6 and verdict["read_errors"] == 1
     assert verdict["inconsistent_reads"] == 1, verdict  # only 21.2 returning 1: past 20 + 1 s
     history = verdict["inconsistent_keys"][7]
@@ -32,7 +32,7 @@ def test_a_read_older_than_a_write_past_the_bound_is_caught_with_its_history(tmp
 
 def test_a_fault_excuses_reads_until_its_end_plus_the_bound_and_strict_counts_them(tmp_path):
     out = logs(tmp_path, [(3, 1, 10.0)], [(3, 12.0, 0), (3, 15.5, 0), (3, 16.5, 0)])
-    verdict = checker.check(out, REGIONS, [], bound=1.0, faults=[(10.5, 15.0)])
+    verdict = checker.check(out, REGIONS, [], bound=1.0, faults=[(10.5, 15.0)], stall=None)
     assert verdict["strict_inconsistent_reads"] == 3
     assert verdict["inconsistent_reads"] == 1  # 16.5: after the fault's end + 1 s
 
@@ -41,9 +41,24 @@ def test_region_b_sees_a_write_once_its_replica_replayed_it(tmp_path):
     # Replayed (a commit stamped at or after the write's acknowledgement) at 13.0.
     polls = [(11.0, 9.0), (12.0, 9.5), (13.0, 10.2), (14.0, 10.3)]
     out = logs(tmp_path, [(5, 1, 10.0)], [(5, 1013.5, 0), (5, 1014.1, 0)])
-    verdict = checker.check(out, REGIONS, polls, bound=1.0)
+    verdict = checker.check(out, REGIONS, polls, bound=1.0, stall=None)
     assert verdict["inconsistent_reads"] == 1
     assert verdict["inconsistent_keys"][5]["bad_reads"][0]["start"] == 14.1
+
+
+def test_a_machine_stall_is_a_fault_found_in_the_logs_and_nothing_else_is(tmp_path):
+    # Operations every 0.1 s from 0 to 30 s, none from 12.0 to 14.5 (every process
+    # descheduled); a write at 11.5 read stale at 14.6 (within the stall's end + 1 s: excused)
+    # and at 16.0 (past it: caught); with no stall, the 14.6 read is caught too.
+    times = [round(0.1 * i, 1) for i in range(301) if not 12.0 < 0.1 * i < 14.5]
+    reads = [(1, t, 1) for t in times if t != 11.5] + [(9, 14.6, 0), (9, 16.0, 0)]
+    out = logs(tmp_path, [(9, 1, 11.5)], reads)
+    verdict = checker.check(out, REGIONS, [], bound=1.0)
+    assert verdict["machine_stalls"] == [{"kind": "stall", "what": "machine stall (no worker ran)", "hosts": [],
+                                          "start": 12.0, "end": 14.5}]
+    assert [b["start"] for b in verdict["inconsistent_keys"][9]["bad_reads"]] == [16.0]
+    assert verdict["strict_inconsistent_reads"] == 2
+    assert checker.check(out, REGIONS, [], bound=1.0, stall=None)["inconsistent_reads"] == 2
 
 
 def test_availability_leaves_out_a_faulted_host_while_its_fault_lasts(tmp_path):

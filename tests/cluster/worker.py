@@ -113,13 +113,7 @@ class Worker:
         log = self.log(f"r{n}")
         caches = [shoal.Client(r, connect_timeout=2.0, timeout=2.0, local=False) for r in routers]
         dead_until = [0.0] * len(caches)
-        conn = None
-        while not self.stop.is_set():
-            if conn is None or conn.closed:
-                conn = self.db(self.s["read_dsn"])
-                continue
-            k = self.draw_key(rng)
-            key = key_name(k)
+        for conn, k, key in self.keys_to_read(rng):
             now = time.time()
             order = sorted(range(len(caches)), key=lambda i: dead_until[i] > now)
             line, first_start = None, None
@@ -145,6 +139,26 @@ class Worker:
                 self.count(reads=1, answered=1)
                 self.stop.wait(PACE)
         log.close()
+
+    def keys_to_read(self, rng):
+        """(database connection, key number, key name) for each read until the worker stops;
+        the connection is opened again whenever it closed (a read's psycopg error closes it)."""
+        conn = None
+        while not self.stop.is_set():
+            if conn is None or conn.closed:
+                conn = self.db(self.s["read_dsn"])
+                continue
+            k = self.draw_key(rng)
+            yield conn, k, key_name(k)
+
+    def read_or_row(self, cache, conn, k, key, start):
+        """`lease_read`, or when the cache cannot lease (out of reach) the database's row, not
+        cached, as an application reads when its cache fails; (the log line, whether leased)."""
+        try:
+            return self.lease_read(cache, conn, k, key, start), True
+        except shoal.Error:
+            version = conn.execute("SELECT v FROM kv WHERE k = %s", (k,)).fetchone()[0]
+            return f"R {k} {start:.6f} {version} d\n", False
 
     def lease_read(self, cache, conn, k, key, start):
         """One look-aside read: the cache's hit, or the database's row (filled under the lease

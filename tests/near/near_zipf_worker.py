@@ -34,7 +34,7 @@ import shoal
 
 # The fault harness's host worker: logs, counts, the writers and the look-aside read.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cluster"))
-from worker import Worker, key_name  # noqa: E402
+from worker import Worker  # noqa: E402
 
 SKEW = 0.99
 
@@ -83,19 +83,14 @@ class ZipfWorker(Worker):
         return Paced(self.s["write_rate"], self.stop).wait
 
     def reader(self, n, rng):
-        log, conn = self.log(f"r{n}"), None
+        log = self.log(f"r{n}")
         near = self.s["near"]
         if near:
             cache = shoal.Client(near, connect_timeout=5.0, timeout=10.0)
         else:
             cache = shoal.Client(self.s["router"], connect_timeout=5.0, timeout=10.0, local=False)
         pace = Paced(self.s["read_rate"], self.stop)
-        while not self.stop.is_set():
-            if conn is None or conn.closed:
-                conn = self.db(self.s["read_dsn"])
-                continue
-            k = self.draw_key(rng)
-            key = key_name(k)
+        for conn, k, key in self.keys_to_read(rng):
             start = time.time()
             try:
                 value = cache.get(key) if near else None
@@ -103,15 +98,11 @@ class ZipfWorker(Worker):
                     log.write(f"R {k} {start:.6f} {int(value)} l\n")
                     self.count(reads=1, get_values=1)
                 else:
-                    try:
-                        line = self.lease_read(cache, conn, k, key, start)
-                        self.count(reads=1, **({"lease_hits": 1} if line.endswith(" h\n") else {"fills": 1}))
-                    except shoal.Error:
-                        # No lease to take (the pool is out of reach): the row, not cached,
-                        # as an application reads when its cache fails.
-                        version = conn.execute("SELECT v FROM kv WHERE k = %s", (k,)).fetchone()[0]
-                        line = f"R {k} {start:.6f} {version} d\n"
+                    line, leased = self.read_or_row(cache, conn, k, key, start)
+                    if not leased:
                         self.count(reads=1, lease_errors=1)
+                    else:
+                        self.count(reads=1, **({"lease_hits": 1} if line.endswith(" h\n") else {"fills": 1}))
                     log.write(line)
             except shoal.Error:
                 log.write(f"R {k} {start:.6f} E l\n")

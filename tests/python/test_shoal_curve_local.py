@@ -43,10 +43,10 @@ def eventually(condition, seconds=30.0):
 def test_a_local_read_of_a_sampled_key_enters_the_curve_and_of_an_unsampled_key_does_not():
     with Server.shoal("--hit-curve", "--curve-half-life", "0") as server:
         address = server.address
-        # 9 000 keys read over the network overflow the 8 192-key sample once (the threshold
+        # 13 000 keys read over the network overflow the 12 288-key sample once (the threshold
         # drops below its top); the flush then empties it, so a key read next is tracked
         # exactly when it is in the sample.
-        warm = b"".join(b"get warm:%d\r\n" % i for i in range(9000))
+        warm = b"".join(b"get warm:%d\r\n" % i for i in range(13000))
         ask(address, warm + b"flush_all\r\n", b"OK\r\n")
         stats = curve_stats(address)
         assert stats["rate"] < 1 and stats["tracked"] == 0, stats

@@ -2,8 +2,9 @@
 //! read through the shared memory of Shoal servers on this host (`shoal bench pool`'s
 //! shared-memory row without the TCP rows, so that a profiler sees this path only).
 //!
-//! `cargo bench -p shoal-client --bench local_get_many -- <host:port,…> [calls] [hashing]`
-//! prints the p50 and mean in µs of the whole multiget and of two of its parts, each timed
+//! `cargo bench -p shoal-client --bench local_get_many -- <host:port,…> [calls] [hashing] [whole]`
+//! prints the p50 and mean in µs of the whole multiget (alone with `whole`, for a profiler)
+//! and of two of its parts, each timed
 //! alone over the same keys: the placement (`Pool::server_for` of every key) and the bare
 //! region reads (`shoal_region::Reader::get` of every key on its server's region, without
 //! hints, freshness checks or batch bookkeeping). With no servers it prints how to run it
@@ -49,6 +50,10 @@ fn main() -> Result<(), String> {
     })?;
     if hits != (calls + 1) * keys.len() * value.len() {
         return Err(format!("{hits} value bytes read, not every key a hit"));
+    }
+    if args.get(3).is_some_and(|a| a == "whole") {
+        println!("get_many_each        p50 {:>6.2} µs, mean {:>6.2} µs over {calls} calls", whole.0, whole.1);
+        return Ok(());
     }
     let placement = time(calls, || {
         keys.iter().try_for_each(|k| local.server_for(k).map(drop)).map_err(|e| e.to_string())

@@ -7,7 +7,7 @@ use crate::local::Local;
 use crate::response::unexpected;
 use shoal_proto::answer::{blocks, is_error_line, lines, number, stat, ValueHeader};
 use shoal_proto::{encode_request, encode_retrieval, Body, Limits, Op, Shape};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a [`Client`] connects.
 #[derive(Clone, Debug)]
@@ -149,8 +149,9 @@ impl Client {
         keys.iter().try_for_each(|k| check_key(k))?;
         let all: Vec<usize> = (0..keys.len()).collect();
         let mut found = Vec::with_capacity(keys.len());
-        let remote =
-            self.local_get_each(keys, &all, &mut |i, item| found.push((keys[i].to_vec(), item.to_item())));
+        let remote = self.local_get_each(keys, &all, Instant::now(), &mut |i, item| {
+            found.push((keys[i].to_vec(), item.to_item()))
+        });
         let remote: Vec<&[u8]> = remote.iter().map(|&i| keys[i]).collect();
         for chunk in remote.chunks(KEYS_PER_LINE) {
             found.extend(self.network_get(chunk)?);
@@ -394,15 +395,16 @@ impl Client {
     }
 
     /// Reads `keys[i]` for each `i` of `wanted` from the server's region (checked once for
-    /// the whole batch), handing each hit to `hit`; returns the indexes the region could not
-    /// answer (all of them when reads are not local).
+    /// the whole batch, as of `now`), handing each hit to `hit`; returns the indexes the
+    /// region could not answer (all of them when reads are not local).
     pub(crate) fn local_get_each(
         &mut self,
         keys: &[&[u8]],
         wanted: &[usize],
+        now: Instant,
         hit: &mut impl FnMut(usize, ItemRef<'_>),
     ) -> Vec<usize> {
-        let Some(local) = self.local_region() else { return wanted.to_vec() };
+        let Some(local) = self.local_region_at(now) else { return wanted.to_vec() };
         let mut rest = Vec::new();
         for &i in wanted {
             match local.get_ref(keys[i]) {
@@ -422,10 +424,11 @@ impl Client {
         &mut self,
         keys: &[&[u8]],
         wanted: &[usize],
+        now: Instant,
         gather: &mut dyn crate::hits::Gather,
     ) -> Vec<usize> {
         let current = match (self.local.as_mut(), self.conn.as_mut()) {
-            (Some(local), Some(conn)) => !local.is_near() && local.is_current(conn),
+            (Some(local), Some(conn)) => !local.is_near() && local.is_current_at(conn, now),
             _ => false,
         };
         let Some(local) = self.local.as_mut().filter(|_| current) else { return wanted.to_vec() };
@@ -483,8 +486,13 @@ impl Client {
     /// The region, if reads may be local now. A region that is no longer current (the server
     /// restarted, stopped or died) sends the client back to the server for a new answer.
     fn local_region(&mut self) -> Option<&mut Local> {
+        self.local_region_at(Instant::now())
+    }
+
+    /// [`Client::local_region`], its freshness judged at `now`.
+    fn local_region_at(&mut self, now: Instant) -> Option<&mut Local> {
         let current = match (self.local.as_mut(), self.conn.as_mut()) {
-            (Some(local), Some(conn)) => local.is_current(conn),
+            (Some(local), Some(conn)) => local.is_current_at(conn, now),
             _ => true, // nothing local to judge
         };
         if !current {

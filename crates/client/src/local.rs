@@ -125,11 +125,16 @@ impl Local {
     /// Whether the region is still the live one discovery found (`conn`: the connection to
     /// its server, checked every [`CONNECTION_CHECK`]).
     pub fn is_current(&mut self, conn: &mut Connection) -> bool {
+        self.is_current_at(conn, Instant::now())
+    }
+
+    /// [`Local::is_current`] judged at `now` (a batch reads the clock once for all its
+    /// servers: each reading is a system clock call).
+    pub fn is_current_at(&mut self, conn: &mut Connection, now: Instant) -> bool {
         let r = &self.reader;
         if r.cookie() != self.cookie || r.generation() != self.generation || !r.writer_attached() {
             return false;
         }
-        let now = Instant::now();
         if now.duration_since(self.connection_checked) >= CONNECTION_CHECK {
             if !conn.is_open() {
                 return false;

@@ -2,8 +2,8 @@
 //! of bytes, and its concave hull (what a planner can get by mixing sizes).
 
 /// How far a measured curve's sizes may be off, as a fraction (a step more comes on top): the
-/// sampled distances of SHARDS (a cliff of a key set the 8 192 sampled keys span is placed
-/// within about 1/√8192 ≈ 1.1 %), the bytes-per-item calibration to the region's own bytes
+/// sampled distances of SHARDS (a cliff of a key set the 12 288 sampled keys span is placed
+/// within about 1/√12288 ≈ 0.9 %), the bytes-per-item calibration to the region's own bytes
 /// (about 1 %), and margin for a workload that drifts between readings.
 pub const SIZE_ERROR: f64 = 0.03;
 

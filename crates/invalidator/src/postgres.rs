@@ -11,6 +11,12 @@
 //! handed on only once every transaction in it is visible to a new snapshot
 //! ([`first_invisible`]), checked over the SQL connection.
 //!
+//! A stream given up (it failed, or went silent: `replication.rs`'s keep-alive) may leave its
+//! walsender running on the primary, holding the slot until it notices (`wal_sender_timeout`,
+//! a minute by default): the reconnect ends it by its process id, and only if it is still the
+//! one reading this slot ([`Postgres::end_old_walsender`]). Nothing is lost: the new stream
+//! starts at the confirmed position, which only the caller's confirmations move.
+//!
 //! A slot that disappears is never recreated silently: the commits made while it was gone
 //! were not seen, so the caches may hold stale values. A marker file in the state directory
 //! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
@@ -65,6 +71,9 @@ pub struct Postgres {
     /// While the stream sends nothing: since when, and the last look at the primary (its
     /// newest transaction id, `xmax`, and when), for [`Postgres::quiet_stream`].
     quiet: Option<Quiet>,
+    /// The walsender of the last stream started (or being started), ended on reconnect if it
+    /// still reads the slot.
+    walsender: Option<i32>,
 }
 
 /// A silence of the stream: since when, the last look at the primary (its `xmax`, and when),
@@ -146,6 +155,7 @@ impl Postgres {
             recreate,
             progress: None,
             quiet: None,
+            walsender: None,
         };
         source.reconnect()?;
         Ok(source)
@@ -383,9 +393,46 @@ impl Source for Postgres {
         })?;
         self.client = Some(client);
         self.ensure_slot()?;
+        self.end_old_walsender()?;
         // The SQL connection manages the slot and waits for commits to be visible; changes
         // come over the stream.
-        self.stream = Some(Stream::start(&self.conninfo, &self.slot).map_err(Fault::Transient)?);
+        self.stream =
+            Some(Stream::start(&self.conninfo, &self.slot, &mut self.walsender).map_err(Fault::Transient)?);
+        Ok(())
+    }
+}
+
+impl Postgres {
+    /// Ends the walsender of the stream given up, if it still reads this slot (and waits up to
+    /// a second for it to go): a walsender whose connection was cut holds the slot until it
+    /// notices, and the new stream's start would fail with "slot … is active" meanwhile. A
+    /// process id that now reads another slot, or none, is left alone.
+    fn end_old_walsender(&mut self) -> Result<(), Fault> {
+        let Some(pid) = self.walsender.take() else { return Ok(()) };
+        let slot = self.slot.clone();
+        let ended = self
+            .client()?
+            .query_opt(
+                "SELECT pg_terminate_backend(active_pid, 1000) FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND active_pid = $2",
+                &[&slot, &pid],
+            )
+            .map_err(|e| why(&e));
+        // Not allowed, or the query failed: the old walsender goes when it notices itself.
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(why) => {
+                eprintln!("shoal invalidator: could not end the old walsender (process {pid}): {why}");
+                None
+            }
+        };
+        if let Some(row) = ended {
+            let gone: bool = row.get(0);
+            eprintln!(
+                "shoal invalidator: ended the walsender of the stream given up (process {pid}){}",
+                if gone { "" } else { "; it has not gone yet" }
+            );
+        }
         Ok(())
     }
 }

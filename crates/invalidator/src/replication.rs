@@ -12,6 +12,13 @@
 //!
 //! Message framing and authentication exchanges come from `postgres-protocol` (the codecs the
 //! `postgres` crate uses); the copy-both stream, which that crate does not parse, is read here.
+//!
+//! A stream that goes silent is asked whether it is alive: after [`PROBE_AFTER`] with nothing
+//! received, a standby status update asking for a reply (its last byte 1; the walsender answers
+//! with a keepalive at once). Nothing within [`ANSWER_WITHIN`] of that question fails the stream,
+//! so that the caller reconnects rather than wait out TCP's retransmission back-off on a link
+//! that was cut (issue #26); the walsender's process id (given to [`Stream::start`]'s caller) lets it end the
+//! old walsender, which holds the slot until it notices itself.
 
 use bytes::BytesMut;
 use postgres::config::Host;
@@ -27,6 +34,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const POSTGRES_EPOCH_MICROS: u64 = 946_684_800_000_000;
 /// How often the flush position is reported even when nothing is asked.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How long the stream may send nothing before it is asked for a reply.
+pub const PROBE_AFTER: Duration = Duration::from_millis(500);
+/// How long a question may go unanswered (with nothing else received) before the stream is
+/// given up as dead.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// A socket to PostgreSQL.
 enum Socket {
@@ -82,6 +94,14 @@ pub struct Stream {
     last_status: Instant,
     /// The furthest WAL position the server said it has sent (its `walEnd`).
     sent: u64,
+    /// When bytes last arrived.
+    heard: Instant,
+    /// When a status update asking for a reply was sent, while nothing has arrived since.
+    asked: Option<Instant>,
+    /// The walsender's process id (the startup's `BackendKeyData`).
+    walsender: Option<i32>,
+    /// How long a message of the start-up exchange may take.
+    answer_within: Duration,
 }
 
 /// Why the stream failed: a message for the operator.
@@ -93,8 +113,9 @@ fn io_failure(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 
 impl Stream {
     /// Connects with `conninfo` as a replication connection and starts streaming `slot` from
-    /// its confirmed position.
-    pub fn start(conninfo: &str, slot: &str) -> Result<Stream, Failure> {
+    /// its confirmed position. `walsender` is given the server's process id for the
+    /// connection as soon as it is known, even when the start then fails.
+    pub fn start(conninfo: &str, slot: &str, walsender: &mut Option<i32>) -> Result<Stream, Failure> {
         let config = crate::postgres::config_of(conninfo)?;
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let within = config.get_connect_timeout().copied().unwrap_or(crate::postgres::CONNECT_WITHIN);
@@ -111,9 +132,27 @@ impl Stream {
         if let Socket::Tcp(s) = &socket {
             s.set_nodelay(true).map_err(io_failure("set TCP_NODELAY"))?;
         }
-        let mut stream =
-            Stream { socket, buffer: Vec::new(), flushed: 0, last_status: Instant::now(), sent: 0 };
-        stream.socket.set_read_timeout(Some(Duration::from_secs(10))).map_err(io_failure("set a timeout"))?;
+        // The start-up exchange is given the connect's time for each answer (at least 2 s): a
+        // connection through a proxy whose own connect to PostgreSQL is lost in a cut link
+        // would otherwise wait out that connect's retransmissions.
+        let answer_within = within.max(crate::postgres::CONNECT_WITHIN);
+        let mut stream = Stream {
+            socket,
+            buffer: Vec::new(),
+            flushed: 0,
+            last_status: Instant::now(),
+            sent: 0,
+            heard: Instant::now(),
+            asked: None,
+            walsender: None,
+            answer_within,
+        };
+        if let Socket::Tcp(s) = &stream.socket {
+            // A write to a peer that stopped reading fails rather than blocks.
+            s.set_write_timeout(Some(ANSWER_WITHIN.max(Duration::from_secs(2))))
+                .map_err(io_failure("set a timeout"))?;
+        }
+        stream.socket.set_read_timeout(Some(answer_within)).map_err(io_failure("set a timeout"))?;
         let user = config
             .get_user()
             .map(str::to_string)
@@ -127,7 +166,11 @@ impl Stream {
         stream.authenticate(user.as_bytes(), config.get_password().unwrap_or_default())?;
         // Ready: ParameterStatus, BackendKeyData … ReadyForQuery.
         loop {
-            let (tag, _) = stream.message()?;
+            let (tag, body) = stream.message()?;
+            if tag == b'K' && body.len() >= 4 {
+                stream.walsender = Some(i32::from_be_bytes(body[..4].try_into().expect("4 bytes")));
+                *walsender = stream.walsender;
+            }
             if tag == b'Z' {
                 break;
             }
@@ -157,8 +200,11 @@ impl Stream {
             if let Some(message) = self.buffered_message()? {
                 return Ok(message);
             }
-            if !self.read_more(Some(Duration::from_secs(10)))? {
-                return Err("PostgreSQL did not answer within 10 s".into());
+            if !self.read_more(Some(self.answer_within))? {
+                return Err(format!(
+                    "PostgreSQL did not answer within {:.1} s",
+                    self.answer_within.as_secs_f64()
+                ));
             }
         }
     }
@@ -204,6 +250,7 @@ impl Stream {
             Ok(0) => Err("PostgreSQL closed the replication connection".into()),
             Ok(n) => {
                 self.buffer.extend_from_slice(&chunk[..n]);
+                (self.heard, self.asked) = (Instant::now(), None);
                 Ok(true)
             }
             // A read with a timeout fails with EINTR when the process is stopped and continued
@@ -291,7 +338,7 @@ impl Stream {
                         rows.push(StreamRow { lsn, data: body[25..].to_vec() });
                     }
                     // A keepalive that asks for an answer gets the flush position.
-                    b'k' if body.len() >= 18 && body[17] == 1 => self.status()?,
+                    b'k' if body.len() >= 18 && body[17] == 1 => self.status(false)?,
                     _ => {}
                 }
             }
@@ -301,10 +348,34 @@ impl Stream {
                 break;
             }
         }
+        if rows.is_empty() {
+            self.keep_alive()?;
+        }
         if self.last_status.elapsed() >= STATUS_EVERY {
-            self.status()?;
+            self.status(false)?;
         }
         Ok(rows)
+    }
+
+    /// After a silence of [`PROBE_AFTER`], asks the walsender for a reply; fails when the
+    /// question has gone [`ANSWER_WITHIN`] without anything arriving.
+    fn keep_alive(&mut self) -> Result<(), Failure> {
+        match self.asked {
+            Some(asked) if asked.elapsed() >= ANSWER_WITHIN => Err(format!(
+                "PostgreSQL replication connection: nothing received for {:.1} s, and no answer to a \
+                 keep-alive within {:.1} s (walsender {}): given up as cut",
+                self.heard.elapsed().as_secs_f64(),
+                ANSWER_WITHIN.as_secs_f64(),
+                self.walsender.map_or_else(|| "unknown".to_string(), |pid| pid.to_string())
+            )),
+            Some(_) => Ok(()),
+            None if self.heard.elapsed() >= PROBE_AFTER => {
+                self.status(true)?;
+                self.asked = Some(Instant::now());
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// The furthest WAL position the server has said it sent (rows and keepalives).
@@ -315,17 +386,18 @@ impl Stream {
     /// Confirms everything before `lsn`: PostgreSQL may forget it and never sends it again.
     pub fn confirm(&mut self, lsn: u64) -> Result<(), Failure> {
         self.flushed = self.flushed.max(lsn);
-        self.status()
+        self.status(false)
     }
 
-    fn status(&mut self) -> Result<(), Failure> {
+    /// A standby status update with the flush position; `reply`: asking for an answer at once.
+    fn status(&mut self, reply: bool) -> Result<(), Failure> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         let mut body = vec![b'r'];
         for position in [self.flushed, self.flushed, self.flushed, now.saturating_sub(POSTGRES_EPOCH_MICROS)]
         {
             body.extend_from_slice(&position.to_be_bytes());
         }
-        body.push(0);
+        body.push(u8::from(reply));
         let mut frame = vec![b'd'];
         frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
         frame.extend_from_slice(&body);

@@ -202,6 +202,11 @@ impl Parser {
         let line = &buf[..nl];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let at = Line { buf, line, end: nl + 1, max_item_bytes: self.max_item_bytes };
+        // The commonest request, `get`, without splitting its command word off first.
+        if let Some(keys) = line.strip_prefix(b"get ") {
+            self.scanned = 0;
+            return text::get_keys(&at, keys);
+        }
         let mut args = Tokens::new(line);
         let command = args.next().unwrap_or_default();
         let result = if command.len() == 2 && command[0] == b'm' {

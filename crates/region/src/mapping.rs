@@ -236,10 +236,22 @@ impl Mapping {
             return;
         }
         let end = dst.len() + len;
-        // Whole words only, the last one cut back after: no copy of a variable length. Each
+        // Whole words only, the length set back after: no copy of a variable length. Each
         // aligned word that holds value bytes is loaded once; an unaligned value's words are
-        // each made of the two that hold its bytes (every load being one of the next's).
-        dst.reserve(len + 8);
+        // each made of the two that hold its bytes (every load being one of the next's). The
+        // words go straight into the reserved spare capacity: one per aligned word from
+        // `off - skip` to `last`, so at most `len + 14` bytes.
+        dst.reserve(len + 16);
+        let mut to = dst.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+        let mut put = |word: u64| {
+            // SAFETY: `to` stays inside the `len + 16` bytes of spare capacity reserved above
+            // (the words written cover at most `len + 14` bytes, as argued there); an
+            // unaligned write of a `u64` has no other requirement.
+            unsafe {
+                to.cast::<u64>().write_unaligned(word.to_le());
+                to = to.add(8);
+            }
+        };
         let skip = off & 7;
         let mut pos = off - skip;
         // The end of the last aligned word holding value bytes: within the mapping, whose
@@ -249,7 +261,7 @@ impl Mapping {
         let mut low = unsafe { self.word(pos) }.load(Ordering::Relaxed);
         if skip == 0 {
             loop {
-                dst.extend_from_slice(&low.to_le_bytes());
+                put(low);
                 pos += 8;
                 if pos == last {
                     break;
@@ -261,12 +273,14 @@ impl Mapping {
             while pos + 8 < last {
                 // SAFETY: `pos + 8` is 8-aligned and below `last`, so `pos + 16 <= last <= len`.
                 let high = unsafe { self.word(pos + 8) }.load(Ordering::Relaxed);
-                dst.extend_from_slice(&((low >> (8 * skip)) | (high << (64 - 8 * skip))).to_le_bytes());
+                put((low >> (8 * skip)) | (high << (64 - 8 * skip)));
                 (low, pos) = (high, pos + 8);
             }
-            dst.extend_from_slice(&(low >> (8 * skip)).to_le_bytes());
+            put(low >> (8 * skip));
         }
-        dst.truncate(end);
+        // SAFETY: the words written above cover `dst.len()..end` (they hold the value's `len`
+        // bytes, the last word cut back here), all within the reserved capacity.
+        unsafe { dst.set_len(end) };
     }
 
     /// Copies `src` into the region at `off`. Only the writer calls this, and only on space it

@@ -74,6 +74,7 @@ impl Reader {
 
     /// Whether a writer is attached (or died attached): false once a server detached cleanly,
     /// after which nothing in the region changes any more.
+    #[inline]
     pub fn writer_attached(&self) -> bool {
         self.region.header().clean.load(Ordering::Acquire) == 0
     }
@@ -84,16 +85,19 @@ impl Reader {
     }
 
     /// The locality cookie as it is in the region now (compare with what the server said).
+    #[inline]
     pub fn cookie(&self) -> u64 {
         self.region.map.u64_at(COOKIE_OFFSET).load(Ordering::Acquire)
     }
 
     /// How many times a writer has attached: changes when the server restarts on the region.
+    #[inline]
     pub fn generation(&self) -> u64 {
         self.region.header().generation.load(Ordering::Acquire)
     }
 
     /// The server clock (Unix seconds) as last published.
+    #[inline]
     pub fn clock(&self) -> u32 {
         self.region.header().clock.load(Ordering::Acquire)
     }

@@ -249,18 +249,25 @@ impl Region {
         }
     }
 
-    /// Starts loading the first bytes of the items `hash`'s buckets point to under its tag
-    /// (best after [`Region::prefetch_buckets`] had time to bring the buckets in). The slots
+    /// Starts loading the first bytes of the first item `hash`'s buckets point to under its
+    /// tag (best after [`Region::prefetch_buckets`] had time to bring the buckets in). The slots
     /// are read without validation: a stale one costs only a wasted prefetch.
     #[inline]
     pub fn prefetch_items(&self, hash: &KeyHash) {
+        // The first slot under the tag is almost surely the key's (a 16-bit tag), so the
+        // search stops there: the rest of the slots are screened, not decoded.
         for &b in hash.candidates() {
             for cell in &self.bucket(b).slots {
-                match self.layout.slot(cell.load(Ordering::Relaxed)) {
-                    Some(slot) if slot.tag == hash.tag && slot.segment < self.layout.segment_count => {
+                let word = cell.load(Ordering::Relaxed);
+                if !Slot::matches(word, hash.tag) {
+                    continue;
+                }
+                match self.layout.slot(word) {
+                    Some(slot) if slot.segment < self.layout.segment_count => {
                         let at = self.item_offset(slot);
                         self.map.prefetch(at);
                         self.map.prefetch(at + 64);
+                        return;
                     }
                     _ => {}
                 }
@@ -368,10 +375,10 @@ impl Region {
         let marks = bucket.marks.load(Ordering::Relaxed);
         for (slot_index, cell) in bucket.slots.iter().enumerate() {
             let word = cell.load(Ordering::Relaxed);
-            let Some(slot) = self.layout.slot(word) else { continue };
-            if slot.tag != tag {
+            if !Slot::matches(word, tag) {
                 continue;
             }
+            let Some(slot) = self.layout.slot(word) else { continue };
             if let Some((header, segment_gen, cas)) = self.read_item(slot, key) {
                 let marks = Marks::of(marks, slot_index);
                 let last_access =

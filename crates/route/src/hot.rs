@@ -14,6 +14,10 @@
 //!             flags and CAS unique, so every replica answers `gets` alike
 //!   write ──► every replica (the owner with the write itself, the copies as the caller's
 //!             consistency rule says)
+//!   Proteus ──► ActiveHistory: each active count the writer used, and when it last did
+//!        write ──► copies_to_delete: the copies of the replica set now ∪ those of every set
+//!                  used within the last `ttl` (a copy made under one lives that long), so a
+//!                  shrink then a grow (or any walk of the active count) leaves no old copy
 //! ```
 //!
 //! Placing the copies on the owner's successors in the pool's order works for every hashing
@@ -86,6 +90,59 @@ impl Placement {
 /// (always sent to the owner) succeeds exactly when it would have after reading the owner.
 pub fn copy_flags(ttl: i64, flags: u32, cas: u64) -> String {
     format!("T{ttl} F{flags} E{cas} ME")
+}
+
+/// The Proteus active counts a writer (pool client or router) used lately: a hot key's copy
+/// made under any of them may live `ttl` seconds more, so its writes delete those copies too.
+#[derive(Clone, Debug, Default)]
+pub struct ActiveHistory {
+    /// Each active count used, with the last instant it was (at most a few: one per count
+    /// used within `ttl`).
+    used: Vec<(usize, Instant)>,
+}
+
+impl ActiveHistory {
+    /// An empty history.
+    pub fn new() -> ActiveHistory {
+        ActiveHistory::default()
+    }
+
+    /// Notes that copies may be placed with `active` servers on as of `now`; counts not used
+    /// within `ttl` are forgotten.
+    pub fn used(&mut self, active: usize, now: Instant, ttl: Duration) {
+        self.used.retain(|&(a, last)| a != active && now.saturating_duration_since(last) < ttl);
+        self.used.push((active, now));
+    }
+
+    /// The counts used within `ttl` before `now`.
+    pub fn recent(&self, now: Instant, ttl: Duration) -> impl Iterator<Item = usize> + '_ {
+        self.used.iter().filter(move |&&(_, last)| now.saturating_duration_since(last) < ttl).map(|&(a, _)| a)
+    }
+}
+
+/// The servers whose copy of `key` a write must delete (never the owner now, which took the
+/// write): the copies of its replica set with `active` servers on (Proteus; `None`: every
+/// server), and every server of its replica sets under the counts in `former` (the
+/// [`ActiveHistory`] of the last `ttl`: a copy placed under one may still be there, on a server
+/// the set now lacks — the old owner included). Sorted, each once.
+pub fn copies_to_delete(
+    placement: &Placement,
+    active: Option<usize>,
+    former: impl IntoIterator<Item = usize>,
+    key: &[u8],
+    replicas: usize,
+) -> Result<Vec<usize>> {
+    let now = placement.replicas(active, key, replicas)?;
+    let mut copies: Vec<usize> = now.copies().collect();
+    if active.is_some() {
+        for count in former {
+            let old = placement.replicas(Some(count), key, replicas)?;
+            copies.extend(old.iter().filter(|&s| s != now.owner));
+        }
+    }
+    copies.sort_unstable();
+    copies.dedup();
+    Ok(copies)
 }
 
 /// The hot set a client or router learned: the keys whose reads go to a replica, and the keys
@@ -218,6 +275,37 @@ mod tests {
             }
         }
         assert!(p.replicas(Some(9), b"k", 3).is_err());
+    }
+
+    #[test]
+    fn a_write_deletes_the_copies_of_every_active_set_used_within_the_ttl() {
+        let p = Placement::new(Hashing::Proteus, pool(6)).unwrap();
+        let (t0, ttl) = (Instant::now(), Duration::from_secs(10));
+        let mut history = ActiveHistory::new();
+        history.used(6, t0, ttl);
+        history.used(3, t0 + Duration::from_secs(2), ttl);
+        history.used(6, t0 + Duration::from_secs(4), ttl); // shrunk, then grown back
+        let recent: Vec<usize> = history.recent(t0 + Duration::from_secs(5), ttl).collect();
+        assert_eq!(recent, [3, 6]);
+        assert_eq!(history.recent(t0 + Duration::from_secs(13), ttl).collect::<Vec<_>>(), [6]);
+        history.used(5, t0 + Duration::from_secs(20), ttl);
+        assert_eq!(history.used.len(), 1, "counts unused for a ttl are forgotten");
+        for i in 0..300 {
+            let key = format!("k{i}");
+            let key = key.as_bytes();
+            let union = copies_to_delete(&p, Some(6), [3, 6], key, 2).unwrap();
+            let (six, three) = (p.replicas(Some(6), key, 2).unwrap(), p.replicas(Some(3), key, 2).unwrap());
+            assert!(!union.contains(&six.owner), "never the owner now");
+            for s in six.copies().chain(three.iter().filter(|&s| s != six.owner)) {
+                assert!(union.contains(&s), "{i}: {s} missing from {union:?}");
+            }
+            assert!(union.iter().all(|&s| six.contains(s) || three.contains(s)));
+            // Without Proteus (no active count), only the set now.
+            assert_eq!(
+                copies_to_delete(&p, None, [3], key, 2).unwrap(),
+                p.replicas(None, key, 2).unwrap().copies().collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

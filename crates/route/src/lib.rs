@@ -40,7 +40,7 @@ pub mod spooky;
 pub use digest::Digest;
 pub use error::{Error, Result};
 pub use hashing::{Hashing, Placement};
-pub use hot::{HotSet, ReplicaSet};
+pub use hot::{ActiveHistory, HotSet, ReplicaSet};
 pub use prefix::{hash_part, Routed};
 pub use proteus::{ProteusArc, ProteusRing};
 pub use server::{validate_key, Server};

@@ -55,16 +55,56 @@ impl<'a> Routed<'a> {
 
 /// The bytes of `key` that choose its server: all of it, or what precedes the first `|#|`.
 pub fn hash_part(key: &[u8]) -> &[u8] {
-    // Byte by byte: comparing every 3-byte window as a slice called memcmp per window, which
-    // cost a sixth of a jump placement (16 ns a key for 14-byte keys, now 14).
-    let stop =
-        key.windows(3).position(|w| w[0] == HASH_STOP[0] && w[1] == HASH_STOP[1] && w[2] == HASH_STOP[2]);
-    stop.map_or(key, |stop| &key[..stop])
+    // Only a `|` makes the bytes after it worth a look, and `|`s are found eight bytes at a
+    // time (comparing every 3-byte window as a slice called memcmp per window, which cost a
+    // sixth of a jump placement).
+    let mut from = 0;
+    while let Some(at) = find_bar(key, from) {
+        if key[at..].starts_with(HASH_STOP) {
+            return &key[..at];
+        }
+        from = at + 1;
+    }
+    key
+}
+
+/// Where the first `|` (the hash stop's first byte) at or after `from` is in `key`.
+#[inline]
+fn find_bar(key: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut at = from;
+    while at + 8 <= key.len() {
+        // The bytes equal to `|` become zero; the lowest byte flagged here is the first zero
+        // byte (flags above a zero byte may be false, never below it).
+        let word =
+            u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes")) ^ (ONES * u64::from(b'|'));
+        let zero = word.wrapping_sub(ONES) & !word & (ONES << 7);
+        if zero != 0 {
+            return Some(at + zero.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    key[at..].iter().position(|&b| b == b'|').map(|p| at + p)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hash_part_ends_at_the_first_hash_stop() {
+        let naive = |key: &[u8]| key.windows(3).position(|w| w == HASH_STOP).map_or(key.len(), |p| p);
+        let bytes = [b'a', b'|', b'#', b'\xff'];
+        for len in 0..=19usize {
+            // Every key of `len` bytes over `bytes`, sampled (4^len keys in all).
+            for seed in 0..4u64.pow(len.min(7) as u32) {
+                let key: Vec<u8> = (0..len).map(|i| bytes[((seed >> (2 * (i % 7))) & 3) as usize]).collect();
+                assert_eq!(hash_part(&key).len(), naive(&key), "{:?}", String::from_utf8_lossy(&key));
+            }
+        }
+        assert_eq!(hash_part(b"user:1|#|x|#|y"), b"user:1");
+        assert_eq!(hash_part(b"||#|"), b"|");
+    }
 
     #[test]
     fn splits_routing_prefixes() {

@@ -372,7 +372,7 @@ impl ServerArgs {
             tls,
             io,
         } = crate::suboptions::parse(&self.extended, self.enable_ssl)?;
-        let near = self.near.settings()?;
+        let near = self.near.settings(self.memory_file.as_deref().or(self.region_path.as_deref()))?;
         let protocol = match (near.is_some(), self.protocol()?) {
             (true, Protocol::Binary) => return Err(crate::upstream::TEXT_ONLY.into()),
             // The text protocol's requests are the ones a near cache forwards.

@@ -11,12 +11,13 @@
 //! screens each read by the same hash against the threshold the server publishes in the
 //! region's header, and queues the sampled ones (hash, hit with size and expiry, miss, dead)
 //! in its hints area ([`shoal_region::hints::SampleReader`]); the tracker drains every local
-//! client's queue into the curve as the network gets — every 100 ms, and before any change a
-//! mutation makes to a sampled key, so a local read before a `set`, `delete` or `flush_all`
-//! counts before it (a look-aside fill gives the key its size after its miss, as over the
-//! network). A record no client writes (an unknown kind, a size no item has) or of a key
-//! outside the sample is counted and dropped ([`LocalReadCounts`]); the unsampled local
-//! reads reach the correction through the hints counters (`crate::hints`).
+//! client's queue into the curve as the network gets — every 100 ms, and before a network
+//! read of a sampled key or any change a mutation makes to one, so a local read before a
+//! network `get`, `set`, `delete` or `flush_all` counts before it (a look-aside fill gives
+//! the key its size after its miss, as over the network). A record no client writes (an
+//! unknown kind, a size no item has) or of a key outside the sample is counted and dropped
+//! ([`LocalReadCounts`]); the unsampled local reads reach the correction through the hints
+//! counters (`crate::hints`).
 //!
 //! The key's hash is the tenant's region's own (`shoal_region::key_hash` under the region's
 //! seed, the hash its index probe computes): local readers take the sample from the hash their
@@ -154,13 +155,15 @@ impl CurveTracker {
     }
 
     /// A read of `key` at server time `now`; a key screened out counts in `unsampled`, the
-    /// calling worker's own count.
+    /// calling worker's own count. The local reads queued so far go in first: they happened
+    /// before it (fed after, a local read and a network read of one key would swap places,
+    /// and each would take the other's reuse distance).
     pub fn access(&self, key: &[u8], read: Read, now: u32, unsampled: &AtomicU64) {
         let Some(key) = self.sampled(key) else {
             Counters::bump(unsampled);
             return;
         };
-        let mut tracking = self.lock();
+        let mut tracking = self.local_first();
         tracking.shards.advance(now);
         read.feed(&mut tracking.shards, key);
         self.threshold.store(tracking.shards.threshold(), Ordering::Relaxed);
@@ -256,6 +259,9 @@ impl CurveTracker {
             });
             // A lost read still happened: it counts among the references, so the miss ratio
             // is short only by the lost reads' own misses, not scaled up by a short total.
+            // (Taking out the references it stood for instead, as though the sample never held
+            // it, was tried: reads are lost in bursts of hits with no mutation to drain the
+            // queue before the clock thread does, so the curve then fell far below the truth.)
             shards.unsampled(drained.lost);
             Counters::add(&counts.lost, drained.lost);
         }
@@ -348,13 +354,13 @@ mod tests {
         batched.attach_local(1, area.samples().unwrap(), 1 << 20);
         let unsampled = AtomicU64::new(0);
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        // 40 000 keys, skewed (the square of a uniform draw), so the sample fills past the
-        // default 8 192 keys and its threshold drops while records wait in the ring.
+        // 24 000 keys (the products of two draws under 300), skewed, so the sample fills past
+        // the default 12 288 keys and its threshold drops while records wait in the ring.
         for i in 0..200_000u64 {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            let rank = (state % 200) * (state / 200 % 200);
+            let rank = (state % 300) * (state / 300 % 300);
             let key = format!("key:{rank}");
             let bytes = item_bytes(key.len(), 64 + (rank % 7) as usize * 40, false) as u32;
             let read = match state >> 60 {

@@ -134,7 +134,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let delimiter = settings.prefix_delimiter;
     let prefixes = PrefixStats::new(delimiter.unwrap_or(b':'), delimiter.is_some());
     let rows = settings.threads + 2;
-    let upstream = crate::upstream::Upstream::of(settings.near.clone(), settings.max_item_bytes);
+    let upstream = crate::upstream::Upstream::of(settings.near.clone(), settings.max_item_bytes)?;
     let shared = Arc::new(Shared {
         tenant_counters: (0..rows)
             .map(|_| tenants.all().iter().map(|_| TenantCounters::default()).collect())
@@ -170,6 +170,7 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let waker = listeners.waker().map_err(|e| format!("could not create a poll waker: {e}"))?;
     spawn_signal_thread(shared.clone(), waker.clone())?;
     let ticker = spawn_clock_thread(shared.clone());
+    let payer = spawn_payer(&shared)?;
     let handoff = handoff.map(|socket| socket.spawn(shared.clone())).transpose()?;
     let metrics = match &shared.settings.metrics_listen {
         Some(address) => Some(crate::metrics::spawn(address, &shared)?),
@@ -178,6 +179,9 @@ pub fn run(settings: Settings) -> Result<(), String> {
     let result = serve(shared.clone(), listeners);
     shared.request_stop(stop::NOW);
     let _ = ticker.join();
+    if let Some(payer) = payer {
+        let _ = payer.join(); // a near cache's owed deletes: it ends within --upstream-timeout
+    }
     if let Some(handoff) = handoff {
         let _ = handoff.join();
     }
@@ -272,4 +276,25 @@ fn spawn_clock_thread(shared: Arc<Shared>) -> thread::JoinHandle<()> {
             }
         })
         .expect("spawning the clock thread")
+}
+
+/// Starts the thread that sends a near cache's owed deletes while no request does
+/// ([`crate::upstream::Upstream::pay_in_background`]); `None` without `--upstream`. It ends
+/// when the server stops.
+fn spawn_payer(
+    shared: &std::sync::Arc<crate::state::Shared>,
+) -> Result<Option<std::thread::JoinHandle<()>>, String> {
+    if shared.upstream.is_none() {
+        return Ok(None);
+    }
+    let shared = shared.clone();
+    std::thread::Builder::new()
+        .name("near-owed".into())
+        .spawn(move || {
+            if let Some(up) = &shared.upstream {
+                up.pay_in_background(|| shared.stopping());
+            }
+        })
+        .map(Some)
+        .map_err(|e| format!("could not start the near cache's owed-deletes thread: {e}"))
 }

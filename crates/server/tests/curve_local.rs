@@ -72,7 +72,7 @@ fn local_reads_move_the_curve_exactly_as_network_reads() {
     one_hit_in_three(&mut local, &mut client(&near, false));
     let mut network = client(&far, false);
     one_hit_in_three(&mut network, &mut client(&far, false));
-    // Every key is in the sample (fewer than 8 192): 300 local reads reach the curve, each
+    // Every key is in the sample (fewer than the 12 288 it holds): 300 local reads reach the curve, each
     // before the write that followed it — the fill gives the missed key its size, the delete
     // takes the hit key away so that its next read is a miss at every size.
     assert!(eventually(30, || curve_stat(&near, "local_sampled") == 300.0), "{:?}", curve(&near));
@@ -84,13 +84,13 @@ fn local_reads_move_the_curve_exactly_as_network_reads() {
     }
 }
 
-/// Reads 9 000 keys over the network and flushes: the sample overflowed once, so the threshold
+/// Reads 13 000 keys over the network and flushes: the sample overflowed once, so the threshold
 /// is below its top, and nothing is tracked any more.
 fn lower_the_threshold(server: &Server) {
     let mut s = TcpStream::connect(server.address()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut request = Vec::new();
-    for i in 0..9000 {
+    for i in 0..13_000 {
         request.extend_from_slice(format!("get warm:{i}\r\n").as_bytes());
     }
     request.extend_from_slice(b"flush_all\r\n");

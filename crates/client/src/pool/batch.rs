@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::hits::{Gather, Hits};
 use shoal_proto::{encode_request, encode_retrieval, Body, Op};
 use std::collections::VecDeque;
+use std::time::Instant;
 
 /// Keys (or commands) per request: one `gets` line, or one pipelined run of storage commands.
 const KEYS_PER_REQUEST: usize = 100;
@@ -63,10 +64,11 @@ impl Pool {
             return Ok((0..keys.len()).collect());
         }
         let mut rest = Vec::new();
+        let now = Instant::now();
         for (member, indexes) in self.owners(keys)?.into_iter().enumerate() {
             match self.members[member].connected() {
                 Some(client) if !indexes.is_empty() => {
-                    rest.extend(client.local_gather(keys, &indexes, gather))
+                    rest.extend(client.local_gather(keys, &indexes, now, gather))
                 }
                 _ => rest.extend(indexes),
             }
@@ -107,13 +109,15 @@ impl Pool {
         let mut failed = Vec::new();
         let mut failure = None;
         let mut remote: Vec<Vec<usize>> = Vec::new();
+        let now = Instant::now();
         for (member, indexes) in owners.into_iter().enumerate() {
             if indexes.is_empty() {
                 continue;
             }
             let (client, retry) = (&self.client, self.retry_interval);
             // Local reads need the connection's discovery: `run` opens it first if needed.
-            match self.members[member].run(client, retry, |c| Ok(c.local_get_each(keys, &indexes, &mut note)))
+            match self.members[member]
+                .run(client, retry, |c| Ok(c.local_get_each(keys, &indexes, now, &mut note)))
             {
                 Ok(rest) if rest.is_empty() => {}
                 Ok(rest) => {
@@ -275,12 +279,13 @@ impl Pool {
 
     /// Checks every key and groups their indexes by owner.
     fn owners(&self, keys: &[&[u8]]) -> Result<Vec<Vec<usize>>> {
-        let owner_of: Vec<usize> = keys.iter().map(|key| self.owner(key)).collect::<Result<_>>()?;
+        let mut owner_of = vec![0; keys.len()];
+        self.owner_each(keys, &mut owner_of)?;
         // Each list allocated once, at its final size: a batch's cost is in its keys.
         let mut counts = vec![0; self.members.len()];
-        owner_of.iter().for_each(|&owner| counts[owner] += 1);
+        owner_of.iter().for_each(|&owner| counts[owner as usize] += 1);
         let mut owners: Vec<Vec<usize>> = counts.into_iter().map(Vec::with_capacity).collect();
-        owner_of.into_iter().enumerate().for_each(|(i, owner)| owners[owner].push(i));
+        owner_of.into_iter().enumerate().for_each(|(i, owner)| owners[owner as usize].push(i));
         Ok(owners)
     }
 

@@ -27,7 +27,7 @@ use super::Pool;
 use crate::client::{Client, Item, ItemRef};
 use crate::error::{Error, Result};
 use shoal_proto::{hotkeys_limits, parse_hotkeys, Body, HotKey, Op, Shape};
-use shoal_route::{HotSet, ReplicaSet};
+use shoal_route::{ActiveHistory, HotSet, ReplicaSet};
 use std::time::{Duration, Instant};
 
 /// Hot-key replicas of a pool ([`super::PoolOptions::hot`]).
@@ -63,9 +63,9 @@ pub(super) struct Hot {
     /// The reader's round-robin over replicas, started at a random turn so that clients do not
     /// all ask the owner first.
     turn: u64,
-    /// Proteus: active counts the pool left less than `ttl` ago, each with when that ends. A
-    /// copy placed under one may still be there, so writes delete those replicas too.
-    former: Vec<(usize, Instant)>,
+    /// Proteus: active counts the pool left less than `ttl` ago. A copy placed under one may
+    /// still be there, so writes delete those replicas too.
+    former: ActiveHistory,
 }
 
 impl Hot {
@@ -78,7 +78,7 @@ impl Hot {
             answers: vec![Vec::new(); members],
             next_refresh: Instant::now(),
             turn,
-            former: Vec::new(),
+            former: ActiveHistory::new(),
         }
     }
 }
@@ -288,9 +288,7 @@ impl Pool {
     /// active set moves next.
     pub(super) fn hot_view_left(&mut self, before: usize) {
         if let Some(hot) = &mut self.hot {
-            let now = Instant::now();
-            hot.former.retain(|(_, until)| *until > now);
-            hot.former.push((before, now + Duration::from_secs(hot.options.ttl.into())));
+            hot.former.used(before, Instant::now(), Duration::from_secs(hot.options.ttl.into()));
         }
     }
 
@@ -304,15 +302,17 @@ impl Pool {
         if !hot.set.writes_spread(key, now) {
             return;
         }
-        let Ok(set) = self.replica_set(key) else { return };
-        let mut copies: Vec<usize> = set.copies().collect();
-        for &(active, _) in hot.former.iter().filter(|(_, until)| *until > now) {
-            if let Ok(old) = self.placement.replicas(Some(active), key, hot.options.replicas) {
-                copies.extend(old.iter().filter(|&s| s != set.owner));
-            }
+        if crate::client::check_key(key).is_err() {
+            return;
         }
-        copies.sort_unstable();
-        copies.dedup();
+        let ttl = Duration::from_secs(hot.options.ttl.into());
+        let former = hot.former.recent(now, ttl);
+        let active = self.active.map(|a| a.now);
+        let Ok(copies) =
+            shoal_route::hot::copies_to_delete(&self.placement, active, former, key, hot.options.replicas)
+        else {
+            return;
+        };
         let (client, retry) = (&self.client, self.retry_interval);
         for copy in copies {
             // A copy that cannot be reached keeps its value at most `ttl` seconds.

@@ -222,6 +222,22 @@ impl Pool {
         Ok(self.owner_with(self.active.map(|a| a.now), key))
     }
 
+    /// [`Pool::owner`] of each of `keys`, written to `owners`: every key checked first, then
+    /// placed as a batch (`Placement::owner_each`) unless a Proteus transition names owners
+    /// among fewer servers, which goes key by key.
+    fn owner_each(&self, keys: &[&[u8]], owners: &mut [u32]) -> Result<()> {
+        keys.iter().try_for_each(|key| check_key(key))?;
+        match self.active {
+            Some(active) if self.placement.proteus().is_some() => {
+                for (key, owner) in keys.iter().zip(owners) {
+                    *owner = self.owner_with(Some(active.now), key) as u32;
+                }
+            }
+            _ => self.placement.owner_each(keys, owners),
+        }
+        Ok(())
+    }
+
     /// Runs `call` on the client of `key`'s server.
     fn on_owner<T>(&mut self, key: &[u8], call: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
         let i = self.owner(key)?;

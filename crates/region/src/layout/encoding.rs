@@ -72,6 +72,15 @@ impl Slot {
             | (self.offset as u64 >> 3)
     }
 
+    /// Whether `word` holds a present slot under `tag`: one mask and compare of its top bits
+    /// (the accessed bit left out), the screen a lookup runs on every slot of a bucket before
+    /// it decodes the one or two that pass.
+    #[inline]
+    pub(crate) fn matches(word: u64, tag: u16) -> bool {
+        const SCREEN: u64 = SLOT_PRESENT | (0xffff << TAG_SHIFT);
+        word & SCREEN == SLOT_PRESENT | (u64::from(tag) << TAG_SHIFT)
+    }
+
     /// The slot stored in `word`, if one is present.
     #[inline]
     pub(super) fn decode(word: u64, bits: SlotBits) -> Option<Slot> {
@@ -247,6 +256,24 @@ mod tests {
         // The default split is the one every region had before large items.
         let word = Slot { tag: 1, segment: 3, offset: 40 }.encode(bits);
         assert_eq!(word, 1 << 63 | 1 << 46 | 3 << 21 | 5);
+    }
+
+    /// The screen agrees with decoding: a present slot under the tag, read or not.
+    #[test]
+    fn the_tag_screen_agrees_with_decoding() {
+        let bits = SlotBits::for_segment(DEFAULT_SEGMENT_BYTES);
+        for tag in [0, 1, 0x8000, 0xbeef, 0xffff] {
+            let s = Slot { tag, segment: MAX_SEGMENTS - 1, offset: DEFAULT_SEGMENT_BYTES - 8 };
+            for word in [s.encode(bits), s.encode(bits) | SLOT_ACCESSED] {
+                for want in [0, 1, 0x7fff, 0x8000, 0xbeef, 0xfffe, 0xffff] {
+                    let decoded = Slot::decode(word, bits).is_some_and(|d| d.tag == want);
+                    assert_eq!(Slot::matches(word, want), decoded, "{word:#x} {want:#x}");
+                }
+            }
+            assert!(
+                !Slot::matches(0, tag) && !Slot::matches(SLOT_ACCESSED | (u64::from(tag) << TAG_SHIFT), tag)
+            );
+        }
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //!                                     answered without the unique
 //!  a change of a key hot now (or until the TTL ago), `cas` included ──► owner, then
 //!        `delete` on every copy (awaited, before the client hears back; spooled for a copy
-//!        that is down)
+//!        that is down) — a Proteus pool's copies under every active count this router used
+//!        within the TTL included (`shoal_route::hot::copies_to_delete`; the counts are kept
+//!        per pool across configuration reloads, which is how the active count changes)
 //! ```
 //!
 //! The replicas are `shoal_route::hot`'s: the owner and its successors among the servers on,
@@ -29,9 +31,9 @@ use crate::ctx::Ctx;
 use crate::request::{Op, Reply, Request};
 use serde_json::{Map, Value};
 use shoal_proto::answer::{blocks, ValueHeader};
-use shoal_route::{HotSet, Placement, ReplicaSet};
+use shoal_route::{ActiveHistory, HotSet, Placement};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// A pool's hot-key settings.
@@ -87,8 +89,37 @@ pub enum Plan {
     /// A get or gets of a hot key, from the copy on `copy`; `owner` answers when the copy
     /// misses.
     ReadCopy { copy: usize, owner: usize },
-    /// A change of a hot key: the ordinary route, then a delete on every copy.
-    WriteAll(ReplicaSet),
+    /// A change of a hot key: the ordinary route, then a delete on each of these servers (its
+    /// copies, and those of the Proteus active sets used within the TTL).
+    WriteAll(Vec<usize>),
+}
+
+/// How often at most a pool route notes the active count it uses (so a hot request takes the
+/// history's lock once a second, not each time); the window it keeps is this much longer.
+const NOTE_EVERY_MS: u64 = 1000;
+
+/// A Proteus pool's active counts used lately, by its servers' addresses: a configuration
+/// reload (a new active count) makes a new [`HotPool`], which must still delete the copies
+/// its predecessors placed.
+type Histories = Mutex<Vec<(Vec<String>, Arc<Mutex<ActiveHistory>>)>>;
+
+static HISTORIES: OnceLock<Histories> = OnceLock::new();
+
+/// The most pools whose histories are kept (the oldest goes first).
+const MAX_HISTORIES: usize = 256;
+
+/// The active-count history of the pool of `addresses`, shared by every configuration's route.
+fn history_of(addresses: &[String]) -> Arc<Mutex<ActiveHistory>> {
+    let mut all = HISTORIES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, h)) = all.iter().find(|(a, _)| a == addresses) {
+        return h.clone();
+    }
+    if all.len() >= MAX_HISTORIES {
+        all.remove(0);
+    }
+    let history = Arc::new(Mutex::new(ActiveHistory::new()));
+    all.push((addresses.to_vec(), history.clone()));
+    history
 }
 
 /// A pool route's hot-key numbers.
@@ -111,6 +142,11 @@ pub struct HotPool {
     set: RwLock<HotSet>,
     turn: AtomicU64,
     poller: OnceLock<()>,
+    /// Proteus: the active counts used within the TTL (shared across reloads), and the last
+    /// one noted, as `active << 32 | milliseconds after `born``.
+    history: Arc<Mutex<ActiveHistory>>,
+    noted: AtomicU64,
+    born: Instant,
     /// Gets answered by a copy.
     pub copy_hits: AtomicU64,
     /// Copies made after a copy missed.
@@ -123,6 +159,9 @@ impl HotPool {
         use std::hash::BuildHasher;
         let turn = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
         HotPool {
+            history: history_of(&addresses),
+            noted: AtomicU64::new(u64::MAX),
+            born: Instant::now(),
             options,
             addresses,
             set: RwLock::new(HotSet::new()),
@@ -153,11 +192,27 @@ impl HotPool {
         if !self.spreads(request) {
             return Plan::Owner;
         }
-        let Ok(set) = placement.replicas(active, request.routed_key(), self.options.replicas) else {
+        let key = request.routed_key();
+        let Ok(set) = placement.replicas(active, key, self.options.replicas) else {
             return Plan::Owner;
         };
+        let ttl = self.window();
+        if let Some(active) = active {
+            self.note_active(active);
+        }
         if !matches!(request.op, Op::Get | Op::Gets) {
-            return Plan::WriteAll(set);
+            let history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+            let former = history.recent(Instant::now(), ttl);
+            return match shoal_route::hot::copies_to_delete(
+                placement,
+                active,
+                former,
+                key,
+                self.options.replicas,
+            ) {
+                Ok(copies) => Plan::WriteAll(copies),
+                Err(_) => Plan::WriteAll(set.copies().collect()),
+            };
         }
         let copy = set.pick(self.turn.fetch_add(1, Ordering::Relaxed));
         if copy == set.owner {
@@ -165,6 +220,27 @@ impl HotPool {
         } else {
             Plan::ReadCopy { copy, owner: set.owner }
         }
+    }
+
+    /// How long a copy placed under an active count may outlive its last use: the TTL, and
+    /// the granularity of [`HotPool::note_active`].
+    fn window(&self) -> Duration {
+        Duration::from_secs(self.options.ttl.into()) + Duration::from_millis(NOTE_EVERY_MS)
+    }
+
+    /// Notes that copies may be placed with `active` servers on now (at most once a second
+    /// per count, lock-free in between).
+    fn note_active(&self, active: usize) {
+        let ms = self.born.elapsed().as_millis() as u64 & 0xffff_ffff;
+        let noted = self.noted.load(Ordering::Relaxed);
+        let fresh = noted >> 32 == active as u64
+            && ms.wrapping_sub(noted & 0xffff_ffff) & 0xffff_ffff < NOTE_EVERY_MS;
+        if fresh {
+            return;
+        }
+        self.noted.store((active as u64) << 32 | ms, Ordering::Relaxed);
+        let ttl = self.window();
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).used(active, Instant::now(), ttl);
     }
 
     /// `stats` line for this pool (after its name): replicas per hot key (`all`), hot keys
@@ -299,9 +375,9 @@ impl OwnersItem {
 
 /// After a change of a hot key: a delete on each copy, awaited (a copy that is down has it
 /// spooled by `Ctx::send`, and reads nothing until its spool drains).
-pub async fn delete_copies(set: &ReplicaSet, children: &[Child], request: &Request, ctx: &Ctx) {
+pub async fn delete_copies(copies: &[usize], children: &[Child], request: &Request, ctx: &Ctx) {
     let delete = Request::delete(&request.key, request.prefix_len);
-    futures::future::join_all(set.copies().map(|c| children[c].execute(&delete, ctx))).await;
+    futures::future::join_all(copies.iter().map(|&c| children[c].execute(&delete, ctx))).await;
 }
 
 #[cfg(test)]

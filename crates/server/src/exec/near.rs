@@ -283,7 +283,15 @@ fn delete(cx: &Context<'_>, up: &Upstream, key: &[u8], hold: u32, noreply: bool,
     let (was_here, answer) = forward(cx, up, key, &request, Shape::Line);
     up.note_absent(key, true);
     if matches!(answer, Err(UpError::Unavailable(_))) {
-        up.owe_delete(&request); // sent again before the next exchange: see owe_delete
+        // Owed (on disk before the answer goes out), sent again before the next exchange; one
+        // that cannot be owed is refused, and its sender sends it again.
+        if let Err(why) = up.owe_delete(&request) {
+            note(cx, &UpError::Unavailable(why.clone()));
+            if !noreply {
+                reply(out, format!("SERVER_ERROR {why}").as_bytes());
+            }
+            return;
+        }
     }
     let line = match answer {
         Ok(line) if line == b"DELETED\r\n" || line == b"NOT_FOUND\r\n" => line,

@@ -24,10 +24,13 @@
 
 pub mod admit;
 pub mod link;
+pub mod owed;
 
 use admit::{key_hash, Ghost, HotSnapshot, Policy};
 use link::{parse_upstream, Address, Link};
+use owed::OwedFile;
 use shoal_proto::answer::{Limits, Shape};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -39,9 +42,12 @@ pub const DOWN_FOR: Duration = Duration::from_secs(1);
 /// Idle connections kept for reuse (a worker holds one at a time, so this many workers).
 const MAX_IDLE: usize = 64;
 
-/// Deletes owed to the upstream at most ([`Upstream::owe_delete`]); past it, nothing fetched is
-/// kept for `--near-ttl` seconds instead.
-const MAX_OWED: usize = 16_384;
+/// Deletes owed to the upstream at most ([`Upstream::owe_delete`]); past it, a delete the
+/// upstream cannot take is refused (`SERVER_ERROR`), and nothing fetched is kept for a while.
+pub const MAX_OWED: usize = 16_384;
+
+/// How often the owed deletes are tried when no request comes to pay them.
+const PAY_EVERY: Duration = Duration::from_millis(250);
 
 /// Slots of the delete epochs (and of the lease epochs, and the lease reads): 512 KiB each.
 const EPOCH_SLOTS: usize = 1 << 16;
@@ -84,6 +90,10 @@ pub struct NearArgs {
     #[arg(long = "upstream-timeout", value_name = "MS", default_value_t = 1000, requires = "upstream",
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub timeout_ms: u64,
+    /// file of the deletes acknowledged but not yet taken by the upstream, replayed after a
+    /// restart (default: the -e file's name with `.owed` added; without either, kept in memory)
+    #[arg(long = "owed-deletes", value_name = "FILE", requires = "upstream")]
+    pub owed_deletes: Option<PathBuf>,
 }
 
 /// The near cache's settings, checked.
@@ -93,17 +103,28 @@ pub struct NearSettings {
     pub admit: Policy,
     pub near_ttl: u32,
     pub timeout: Duration,
+    /// Where owed deletes are kept (`None`: in memory only).
+    pub owed_file: Option<PathBuf>,
 }
 
 impl NearArgs {
-    /// The settings, if `--upstream` was given.
-    pub fn settings(&self) -> Result<Option<NearSettings>, String> {
+    /// The settings, if `--upstream` was given; `region_file` is `-e`'s, beside which owed
+    /// deletes are kept unless `--owed-deletes` names a file.
+    pub fn settings(&self, region_file: Option<&Path>) -> Result<Option<NearSettings>, String> {
         let Some(upstream) = &self.upstream else { return Ok(None) };
+        let beside_region = || {
+            region_file.map(|r| {
+                let mut name = r.as_os_str().to_owned();
+                name.push(".owed");
+                PathBuf::from(name)
+            })
+        };
         Ok(Some(NearSettings {
             address: parse_upstream(upstream)?,
             admit: Policy::parse(&self.admit)?,
             near_ttl: self.near_ttl,
             timeout: Duration::from_millis(self.timeout_ms),
+            owed_file: self.owed_deletes.clone().or_else(beside_region),
         }))
     }
 }
@@ -171,6 +192,9 @@ pub struct NearCounters {
     /// Deletes the upstream did not take when forwarded, and those it took later.
     pub deletes_owed: AtomicU64,
     pub deletes_paid: AtomicU64,
+    /// Deletes answered `SERVER_ERROR` because they could not be owed: [`MAX_OWED`] were
+    /// owed already, or the owed-deletes file could not be written.
+    pub deletes_refused: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -192,11 +216,12 @@ pub struct Upstream {
     /// Per slot: the epoch a `lease-get` forwarded for a key in it saw.
     leases: Box<[AtomicU64]>,
     /// Deletes forwarded that did not reach the upstream (`delete` requests), sent again before
-    /// the next exchange; `owed_count` is their number, `paying` one worker sending them.
-    owed: Mutex<Vec<Vec<u8>>>,
+    /// the next exchange, and their file; `owed_count` is their number (those being paid
+    /// included), `paying` one worker sending them.
+    owed: Mutex<Owed>,
     owed_count: AtomicUsize,
     paying: Mutex<()>,
-    /// Nanoseconds after `started` until which nothing fetched is kept (owed deletes were lost).
+    /// Nanoseconds after `started` until which nothing fetched is kept (a delete was refused).
     keep_nothing_until: AtomicU64,
     /// Per slot: the last key lease-read through here, as its fingerprint (high 32 bits),
     /// whether the upstream lacks it ([`ABSENT`]) and the second after `started` it was
@@ -205,8 +230,36 @@ pub struct Upstream {
     pub counters: NearCounters,
 }
 
+/// The owed deletes.
+#[derive(Default)]
+struct Owed {
+    /// Those not being paid now.
+    deletes: Vec<Vec<u8>>,
+    /// Those a worker is sending now.
+    paying: usize,
+    /// The file that keeps them all (`None`: memory only).
+    file: Option<OwedFile>,
+    /// A delete was refused since the owed deletes were last all paid.
+    refused: bool,
+}
+
 impl Upstream {
     /// The upstream of `settings`; values of up to `max_value` bytes are accepted from it.
+    /// The owed-deletes file an earlier run left is read (its deletes are sent before anything
+    /// else); one that is not readable as such is an error naming it.
+    pub fn open(settings: NearSettings, max_value: usize) -> Result<Upstream, String> {
+        let up = Upstream::new(settings, max_value);
+        if let Some(path) = &up.settings.owed_file {
+            let (file, left) = OwedFile::open(path, &up.settings.address.to_string(), MAX_OWED)?;
+            up.owed_count.store(left.len(), Ordering::Release);
+            up.counters.deletes_owed.fetch_add(left.len() as u64, Ordering::Relaxed);
+            *up.owed.lock().unwrap_or_else(|p| p.into_inner()) =
+                Owed { deletes: left, file: Some(file), ..Owed::default() };
+        }
+        Ok(up)
+    }
+
+    /// The upstream of `settings`, with owed deletes in memory only (tests).
     pub fn new(settings: NearSettings, max_value: usize) -> Upstream {
         let slots = || (0..EPOCH_SLOTS).map(|_| AtomicU64::new(0)).collect();
         Upstream {
@@ -220,7 +273,7 @@ impl Upstream {
             epochs: slots(),
             leases: slots(),
             lease_reads: slots(),
-            owed: Mutex::new(Vec::new()),
+            owed: Mutex::new(Owed::default()),
             owed_count: AtomicUsize::new(0),
             paying: Mutex::new(()),
             keep_nothing_until: AtomicU64::new(0),
@@ -228,9 +281,19 @@ impl Upstream {
         }
     }
 
-    /// The upstream `--upstream` names, if any.
-    pub fn of(settings: Option<NearSettings>, max_value: usize) -> Option<Box<Upstream>> {
-        settings.map(|s| Box::new(Upstream::new(s, max_value)))
+    /// The upstream `--upstream` names, if any ([`Upstream::open`]).
+    pub fn of(settings: Option<NearSettings>, max_value: usize) -> Result<Option<Box<Upstream>>, String> {
+        settings.map(|s| Upstream::open(s, max_value).map(Box::new)).transpose()
+    }
+
+    /// Sends the owed deletes every [`PAY_EVERY`] while there are any and no request sent
+    /// them, until `stopping` says so: the pool gets them soon after the upstream returns
+    /// (or this near cache restarts), whether or not anyone reads through here.
+    pub fn pay_in_background(&self, stopping: impl Fn() -> bool) {
+        while !stopping() {
+            std::thread::sleep(PAY_EVERY);
+            let _ = self.pay_owed();
+        }
     }
 
     fn now_ns(&self) -> u64 {
@@ -267,17 +330,41 @@ impl Upstream {
     /// Notes a `delete` (the whole request) that did not reach the upstream: the near copy is
     /// gone and the invalidator's spool moved on, but the pool may still hold the old value,
     /// which a fetch would bring back here and keep until `--near-ttl`. So it is sent again
-    /// before any other exchange (which thus never reads the pool before it took the delete).
-    pub fn owe_delete(&self, request: &[u8]) {
+    /// before any other exchange (which thus never reads the pool before it took the delete),
+    /// and kept in the owed-deletes file (flushed to the disk before this returns, so before
+    /// the delete is acknowledged) for a restart to send. An error says why it could not be
+    /// owed ([`MAX_OWED`] are, or the file failed): the caller refuses the delete.
+    pub fn owe_delete(&self, request: &[u8]) -> Result<(), String> {
         let mut owed = self.owed.lock().unwrap_or_else(|p| p.into_inner());
-        if owed.len() >= MAX_OWED {
-            // Too many to hold: keep no fetched value for as long as a near copy lives.
+        let refused = if owed.deletes.len() + owed.paying >= MAX_OWED {
+            Some(format!(
+                "near cache: {MAX_OWED} deletes are owed to the upstream {} already (unreachable too long)",
+                self.settings.address
+            ))
+        } else {
+            let written = owed.file.as_mut().map_or(Ok(()), |f| {
+                f.append(request)
+                    .map_err(|e| format!("near cache: owed-deletes file {}: {e}", f.path().display()))
+            });
+            written.err()
+        };
+        if let Some(why) = refused {
+            // The delete's own sender tries again; until every owed delete is paid and a near
+            // copy's life after, nothing fetched is kept (a fetch could bring the old value).
+            owed.refused = true;
             self.keep_nothing_for_a_while();
-            return;
+            bump(&self.counters.deletes_refused);
+            return Err(why);
         }
-        owed.push(request.to_vec());
-        self.owed_count.store(owed.len(), Ordering::Release);
+        owed.deletes.push(request.to_vec());
+        self.owed_count.store(owed.deletes.len() + owed.paying, Ordering::Release);
         bump(&self.counters.deletes_owed);
+        Ok(())
+    }
+
+    /// Deletes owed now.
+    pub fn owed_now(&self) -> usize {
+        self.owed_count.load(Ordering::Acquire)
     }
 
     /// Whether fetched values may be kept (not while owed deletes were lost for want of room).
@@ -295,7 +382,12 @@ impl Upstream {
             return Ok(());
         }
         let _paying = self.paying.lock().unwrap_or_else(|p| p.into_inner());
-        let mut due = std::mem::take(&mut *self.owed.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut due = {
+            let mut owed = self.owed.lock().unwrap_or_else(|p| p.into_inner());
+            owed.paying = owed.deletes.len();
+            std::mem::take(&mut owed.deletes)
+        };
+        let before = due.len();
         let mut result = Ok(());
         while !due.is_empty() {
             let n = due.len().min(FETCH_BATCH);
@@ -306,13 +398,24 @@ impl Upstream {
             self.counters.deletes_paid.fetch_add(n as u64, Ordering::Relaxed);
             due.drain(..n);
         }
+        let paid = before - due.len();
         let mut owed = self.owed.lock().unwrap_or_else(|p| p.into_inner());
-        owed.append(&mut due);
-        if owed.len() > MAX_OWED {
-            owed.truncate(MAX_OWED);
+        owed.paying = 0;
+        due.append(&mut owed.deletes);
+        owed.deletes = due;
+        if paid > 0 {
+            // Some were paid: the file keeps the rest (a kill before this sends them twice).
+            let Owed { deletes, file, .. } = &mut *owed;
+            if let Some(Err(e)) = file.as_mut().map(|f| f.rewrite(deletes)) {
+                eprintln!("shoal server: near cache: rewriting the owed-deletes file: {e}");
+            }
+        }
+        if owed.deletes.is_empty() && std::mem::take(&mut owed.refused) {
+            // A refused delete's sender sends it again now the upstream is back: until then
+            // (a near copy's life at most), keep nothing fetched.
             self.keep_nothing_for_a_while();
         }
-        self.owed_count.store(owed.len(), Ordering::Release);
+        self.owed_count.store(owed.deletes.len(), Ordering::Release);
         result
     }
 
@@ -498,11 +601,13 @@ impl Upstream {
             ("near_left_to_lease", &c.left_to_lease),
             ("near_deletes_owed", &c.deletes_owed),
             ("near_deletes_paid", &c.deletes_paid),
+            ("near_deletes_refused", &c.deletes_refused),
             ("near_upstream_unavailable", &c.unavailable),
             ("near_upstream_bad_answers", &c.bad_answers),
         ] {
             out.extend_from_slice(format!("STAT {name} {}\r\n", n.load(Ordering::Relaxed)).as_bytes());
         }
+        out.extend_from_slice(format!("STAT near_deletes_owed_now {}\r\n", self.owed_now()).as_bytes());
     }
 }
 

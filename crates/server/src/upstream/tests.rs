@@ -3,7 +3,13 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 
 fn settings(address: &str, timeout: Duration) -> NearSettings {
-    NearSettings { address: Address::parse(address).unwrap(), admit: Policy::All, near_ttl: 10, timeout }
+    NearSettings {
+        address: Address::parse(address).unwrap(),
+        admit: Policy::All,
+        near_ttl: 10,
+        timeout,
+        owed_file: None,
+    }
 }
 
 /// An upstream on loopback that answers each request it reads with the next of `answers`
@@ -162,15 +168,19 @@ fn flags_become_settings_and_bad_ones_say_what_to_fix() {
     let parse = |argv: &[&str]| {
         Cli::try_parse_from(std::iter::once("server").chain(argv.iter().copied()))
             .map_err(|e| e.to_string())
-            .and_then(|c| c.near.settings())
+            .and_then(|c| c.near.settings(Some(std::path::Path::new("/dev/shm/near"))))
     };
     assert!(parse(&[]).unwrap().is_none(), "no --upstream: no near cache");
     let s = parse(&["--upstream", "127.0.0.1:5000"]).unwrap().unwrap();
     assert_eq!((s.admit, s.near_ttl, s.timeout), (Policy::Reuse, 10, Duration::from_secs(1)));
+    assert_eq!(s.owed_file.unwrap(), std::path::Path::new("/dev/shm/near.owed"), "beside -e");
     let s = parse(&["--upstream", "r:1", "--admit", "hot", "--near-ttl", "3", "--upstream-timeout", "50"])
         .unwrap()
         .unwrap();
     assert_eq!((s.admit, s.near_ttl, s.timeout), (Policy::Hot, 3, Duration::from_millis(50)));
+    let s = parse(&["--upstream", "r:1", "--owed-deletes", "/var/near.owed"]).unwrap().unwrap();
+    assert_eq!(s.owed_file.unwrap(), std::path::Path::new("/var/near.owed"));
+    assert!(parse(&["--owed-deletes", "f"]).unwrap_err().contains("--upstream"));
     assert!(parse(&["--upstream", "r"]).unwrap_err().contains("expected host:port"));
     assert!(parse(&["--upstream", "r:1", "--admit", "lfu"]).unwrap_err().contains("one of all, reuse"));
     assert!(parse(&["--upstream", "r:1", "--near-ttl", "0"]).is_err());
@@ -204,15 +214,15 @@ fn a_delete_that_did_not_reach_the_upstream_is_sent_before_the_next_exchange() {
     let down = closed.local_addr().unwrap().to_string();
     drop(closed);
     let up = Upstream::new(settings(&down, Duration::from_secs(30)), 1 << 20);
-    up.owe_delete(b"delete k\r\n");
+    up.owe_delete(b"delete k\r\n").unwrap();
     assert!(matches!(up.fetch(b"k"), Err(UpError::Unavailable(_))));
     assert_eq!(up.owed_count.load(Ordering::Relaxed), 1);
 
     // Back: the delete goes first, in an exchange of its own; then the fetch.
     let (address, thread) = scripted(vec![Some(b"DELETED\r\nNOT_FOUND\r\n"), Some(b"EN\r\n")]);
     let up = Upstream::new(settings(&address, Duration::from_secs(30)), 1 << 20);
-    up.owe_delete(b"delete k\r\n");
-    up.owe_delete(b"delete other\r\n");
+    up.owe_delete(b"delete k\r\n").unwrap();
+    up.owe_delete(b"delete other\r\n").unwrap();
     assert_eq!(up.fetch(b"k").unwrap(), None);
     let read = thread.join().unwrap();
     assert_eq!(read.concat(), b"delete k\r\ndelete other\r\nmg k v f t c k\r\n".to_vec());
@@ -220,4 +230,53 @@ fn a_delete_that_did_not_reach_the_upstream_is_sent_before_the_next_exchange() {
     assert_eq!(up.counters.deletes_owed.load(Ordering::Relaxed), 2);
     assert_eq!(up.counters.deletes_paid.load(Ordering::Relaxed), 2);
     assert!(up.may_keep());
+}
+
+#[test]
+fn owed_deletes_outlive_the_process_and_are_refused_past_the_bound() {
+    let dir = std::env::temp_dir().join(format!("shoal-near-owed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("near.owed");
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let with_file = |address: &str| NearSettings {
+        owed_file: Some(path.clone()),
+        ..settings(address, Duration::from_secs(30))
+    };
+    // Owed while the upstream is down: on disk before owe_delete returns.
+    let up = Upstream::open(with_file(&down), 1 << 20).unwrap();
+    up.owe_delete(b"delete k\r\n").unwrap();
+    assert!(String::from_utf8_lossy(&std::fs::read(&path).unwrap()).ends_with("delete k\r\n"));
+    drop(up); // as a kill -9 would: nothing more is written
+
+    // Restarted against another upstream: the file is refused, naming it.
+    let Err(refused) = Upstream::open(with_file("127.0.0.1:2"), 1 << 20) else { panic!("accepted") };
+    assert!(refused.contains(&path.display().to_string()), "{refused}");
+
+    // Restarted against the same one, now up: the delete goes before the first fetch.
+    let (address, thread) = scripted(vec![Some(b"DELETED\r\n"), Some(b"EN\r\n")]);
+    let file = std::fs::read(&path).unwrap();
+    std::fs::write(&path, String::from_utf8_lossy(&file).replace(&down, &address)).unwrap();
+    let up = Upstream::open(with_file(&address), 1 << 20).unwrap();
+    assert_eq!(up.owed_now(), 1);
+    assert_eq!(up.fetch(b"k").unwrap(), None);
+    assert_eq!(thread.join().unwrap().concat(), b"delete k\r\nmg k v f t c k\r\n".to_vec());
+    assert_eq!(up.owed_now(), 0);
+    assert!(
+        !String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("delete k"),
+        "paid: gone from the file"
+    );
+    drop(up);
+
+    // Full: the next delete is refused with a clear error, counted, and nothing fetched is kept.
+    let up = Upstream::new(settings(&down, Duration::from_secs(30)), 1 << 20);
+    for i in 0..MAX_OWED {
+        up.owe_delete(format!("delete k{i}\r\n").as_bytes()).unwrap();
+    }
+    let why = up.owe_delete(b"delete one-too-many\r\n").unwrap_err();
+    assert!(why.contains("16384 deletes are owed"), "{why}");
+    assert_eq!(up.counters.deletes_refused.load(Ordering::Relaxed), 1);
+    assert!(!up.may_keep());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

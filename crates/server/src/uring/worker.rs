@@ -11,6 +11,12 @@
 //! whole, and its buffer is free ([`Worker::confirm_sends`]); the rest of a send the socket
 //! could not take at once goes as an ordinary send, which waits for room and completes. So a
 //! request–response exchange costs one enter and one completion (the receive's), not two.
+//!
+//! A connection's socket is also registered in the ring's table of fixed files, at the index
+//! of its slot, and its operations name that index: the kernel then takes no reference to
+//! the file per operation (`fget`/`fput`). A slot past the table, or a failed registration,
+//! names the descriptor as before. The counts `stats shoal` shows are kept by the worker and
+//! published once per pass, not per completion.
 
 use super::bufs::{BufRing, GROUP};
 use super::{push, IoStats, BUFFER_BYTES, POLLIN};
@@ -42,6 +48,23 @@ const RECV: u64 = 2;
 const SEND: u64 = 3;
 const CANCEL: u64 = 4;
 
+/// The most fixed-file entries a worker registers (its slots past them use descriptors).
+const MAX_FIXED: usize = 1 << 16;
+
+/// Builds an operation on slot `$i`'s socket: its fixed-file index when it has one, else its
+/// descriptor (`$fd` is bound to either in `$build`).
+macro_rules! on_socket {
+    ($slot:expr, $i:expr, |$fd:ident| $build:expr) => {
+        if $slot.fixed {
+            let $fd = types::Fixed($i as u32);
+            $build
+        } else {
+            let $fd = types::Fd($slot.fd);
+            $build
+        }
+    };
+}
+
 fn tag(kind: u64, slot: usize, generation: u32) -> u64 {
     kind << 56 | u64::from(generation & 0xff_ffff) << 32 | slot as u64
 }
@@ -57,6 +80,8 @@ struct Slot {
     /// Told apart from the slot's earlier connections in the operations' tags.
     generation: u32,
     fd: RawFd,
+    /// The socket is in the ring's fixed-file table at the slot's index.
+    fixed: bool,
     /// A multishot receive is armed (its last completion has not come).
     receiving: bool,
     /// The receive ended (ENOBUFS, or the kernel's own reasons) and is to be armed again.
@@ -105,6 +130,12 @@ struct Worker<'a> {
     closing: Vec<usize>,
     /// Operations submitted whose last completion has not come.
     in_flight: u64,
+    /// Buffers the kernel filled that the worker has not given back.
+    lent: u64,
+    /// `in_flight` and `lent` as last added to the shared counts ([`Worker::publish_counts`]).
+    published: (u64, u64),
+    /// Entries of the ring's fixed-file table (0: none registered).
+    fixed_files: usize,
     /// Sends without a completion on success queued since the last enter (slot, generation).
     unconfirmed: Vec<(usize, u32)>,
     /// Those the last enter submitted: sent whole unless a completion said otherwise.
@@ -140,6 +171,13 @@ impl<'a> Worker<'a> {
         let ring = super::ring_builder().setup_cqsize(8192).build(1024)?;
         let bufs = BufRing::register(&ring, shared.settings.io.buffers, BUFFER_BYTES)?;
         shared.io.buffers.fetch_add(u64::from(bufs.count()), Ordering::Relaxed);
+        // One entry per connection the worker may hold; without the table (an error), the
+        // operations name descriptors.
+        let fixed_files = (shared.settings.max_connections + 1).clamp(64, MAX_FIXED);
+        let fixed_files = match ring.submitter().register_files_sparse(fixed_files as u32) {
+            Ok(()) => fixed_files,
+            Err(_) => 0,
+        };
         Ok(Worker {
             shared,
             stats: &shared.io,
@@ -156,6 +194,9 @@ impl<'a> Worker<'a> {
             watchers: Vec::new(),
             closing: Vec::new(),
             in_flight: 0,
+            lent: 0,
+            published: (0, 0),
+            fixed_files,
             unconfirmed: Vec::new(),
             confirming: Vec::new(),
         })
@@ -164,8 +205,25 @@ impl<'a> Worker<'a> {
     /// Queues an operation (counted in flight until its last completion).
     fn push(&mut self, entry: io_uring::squeue::Entry) {
         self.in_flight += 1;
-        self.stats.ops_in_flight.fetch_add(1, Ordering::Relaxed);
         push(&mut self.ring, &entry);
+    }
+
+    /// Adds what changed since the last call to the counts `stats shoal` shows.
+    fn publish_counts(&mut self) {
+        let (in_flight, lent) = self.published;
+        if (in_flight, lent) == (self.in_flight, self.lent) {
+            return;
+        }
+        let add = |count: &std::sync::atomic::AtomicU64, now: u64, before: u64| {
+            if now >= before {
+                count.fetch_add(now - before, Ordering::Relaxed);
+            } else {
+                count.fetch_sub(before - now, Ordering::Relaxed);
+            }
+        };
+        add(&self.stats.ops_in_flight, self.in_flight, in_flight);
+        add(&self.stats.buffers_lent, self.lent, lent);
+        self.published = (self.in_flight, self.lent);
     }
 
     fn arm_wake(&mut self) {
@@ -175,7 +233,7 @@ impl<'a> Worker<'a> {
 
     fn arm_receive(&mut self, i: usize) {
         let slot = &mut self.slots[i];
-        let entry = opcode::RecvMulti::new(types::Fd(slot.fd), GROUP).build().user_data(tag(
+        let entry = on_socket!(slot, i, |fd| opcode::RecvMulti::new(fd, GROUP).build()).user_data(tag(
             RECV,
             i,
             slot.generation,
@@ -196,10 +254,9 @@ impl<'a> Worker<'a> {
             flags |= MsgFlags::MSG_DONTWAIT;
         }
         // The buffer stays untouched until the send ended (`send` is set meanwhile).
-        let mut entry = opcode::Send::new(types::Fd(slot.fd), rest.as_ptr(), len)
-            .flags(flags.bits())
-            .build()
-            .user_data(tag(SEND, i, slot.generation));
+        let mut entry =
+            on_socket!(slot, i, |fd| opcode::Send::new(fd, rest.as_ptr(), len).flags(flags.bits()).build())
+                .user_data(tag(SEND, i, slot.generation));
         if skip {
             entry = entry.flags(squeue::Flags::SKIP_SUCCESS);
             self.unconfirmed.push((i, slot.generation));
@@ -255,8 +312,8 @@ impl<'a> Worker<'a> {
             self.confirm_sends();
             // Clients that left go first, as epoll sees every event before serving: a
             // request in this pass (`stats conns`) no longer finds them open.
-            if self.dirty.len() > 1 {
-                let slots = &self.slots;
+            let slots = &self.slots;
+            if self.dirty.len() > 1 && self.dirty.iter().any(|&i| slots[i].eof) {
                 self.dirty.sort_by_key(|&i| !slots[i].eof);
             }
             for k in 0..self.dirty.len() {
@@ -306,6 +363,7 @@ impl<'a> Worker<'a> {
     /// zero: only the completions already there, with the deferred work run).
     fn enter(&mut self, wait: Option<Duration>) -> io::Result<()> {
         self.bufs.publish();
+        self.publish_counts();
         self.confirming.append(&mut self.unconfirmed);
         let result = match wait {
             None => self.ring.submit_and_wait(1),
@@ -335,7 +393,6 @@ impl<'a> Worker<'a> {
         let more = cqueue::more(flags);
         if !more {
             self.in_flight -= 1;
-            self.stats.ops_in_flight.fetch_sub(1, Ordering::Relaxed);
         }
         let (kind, i, generation) = untag(tag);
         match kind {
@@ -357,7 +414,7 @@ impl<'a> Worker<'a> {
         let more = cqueue::more(flags);
         let buffer = cqueue::buffer_select(flags);
         if buffer.is_some() {
-            self.stats.buffers_lent.fetch_add(1, Ordering::Relaxed);
+            self.lent += 1;
         }
         let counters = self.cx.counters;
         let Some(slot) = self.slots.get_mut(i).filter(|s| s.generation == generation && s.conn.is_some())
@@ -414,7 +471,7 @@ impl<'a> Worker<'a> {
 
     fn give_back(&mut self, bid: u16) {
         self.bufs.recycle(bid);
-        self.stats.buffers_lent.fetch_sub(1, Ordering::Relaxed);
+        self.lent -= 1;
     }
 
     /// The sends the last enter submitted without a completion on success and that got none:
@@ -439,7 +496,6 @@ impl<'a> Worker<'a> {
             slot.skip = false;
             let rest = (slot.sending.len() - slot.offset).min(i32::MAX as usize) as i32;
             self.in_flight -= 1;
-            self.stats.ops_in_flight.fetch_sub(1, Ordering::Relaxed);
             self.sent(i, rest);
         }
         confirming.clear();
@@ -484,8 +540,11 @@ impl<'a> Worker<'a> {
                 self.slots.push(Slot::default());
                 self.slots.len() - 1
             });
+            let fd = conn.stream_fd();
+            let fixed = i < self.fixed_files
+                && matches!(self.ring.submitter().register_files_update(i as u32, &[fd]), Ok(1));
             let slot = &mut self.slots[i];
-            slot.fd = conn.stream_fd();
+            (slot.fd, slot.fixed) = (fd, fixed);
             slot.conn = Some(conn);
             self.arm_receive(i);
         }
@@ -592,8 +651,9 @@ impl<'a> Worker<'a> {
         let busy = slot.receiving || slot.send;
         if busy && !slot.cancelled && (!slot.send || !slot.flush) {
             slot.cancelled = true;
-            let entry = opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(slot.fd)).all())
-                .build()
+            let entry =
+                on_socket!(slot, i, |fd| opcode::AsyncCancel2::new(types::CancelBuilder::fd(fd).all())
+                    .build())
                 .user_data(CANCEL << 56);
             self.push(entry);
         }
@@ -609,6 +669,13 @@ impl<'a> Worker<'a> {
         let slot = &mut self.slots[i];
         let Some(mut conn) = slot.conn.take() else { return };
         let reason = slot.closing.unwrap_or_default();
+        if slot.fixed {
+            // The table's reference would keep the socket open after the descriptor closes.
+            if let Err(e) = self.ring.submitter().register_files_update(i as u32, &[-1]) {
+                eprintln!("shoal server: io_uring could not release a fixed file: {e}");
+            }
+        }
+        let slot = &mut self.slots[i];
         let generation = slot.generation.wrapping_add(1);
         *slot = Slot { generation, ..Slot::default() };
         if conn.watcher().is_some() {
@@ -658,7 +725,9 @@ impl<'a> Worker<'a> {
             // Still in the kernel's hands after the wait: never freed while it might be read.
             std::mem::forget(std::mem::take(&mut slot.sending));
         }
+        self.publish_counts();
         self.stats.ops_in_flight.fetch_sub(self.in_flight, Ordering::Relaxed);
+        self.stats.buffers_lent.fetch_sub(self.lent, Ordering::Relaxed);
         self.stats.buffers.fetch_sub(u64::from(self.bufs.count()), Ordering::Relaxed);
     }
 }
