@@ -6,9 +6,9 @@
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
 
-use common::{eventually, Server};
+use common::{eventually, read_until, Server};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -20,18 +20,6 @@ fn connect(server: &Server) -> TcpStream {
     s.set_read_timeout(Some(PATIENCE)).unwrap();
     s.set_write_timeout(Some(PATIENCE)).unwrap();
     s
-}
-
-/// Reads from `s` until the answer ends with `until`.
-fn read_until(s: &mut TcpStream, until: &[u8]) -> Vec<u8> {
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 65536];
-    while !answer.ends_with(until) {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
-        answer.extend_from_slice(&buf[..n]);
-    }
-    answer
 }
 
 /// `stats <what>` for each of `whats`, asked over one connection, as name → value.

@@ -127,14 +127,26 @@ impl Server {
 
 /// Sends `request` to `address` over a fresh connection and reads the answer up to `until`.
 pub fn raw(address: &str, request: &[u8], until: &[u8]) -> Vec<u8> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let mut s = std::net::TcpStream::connect(address).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(request).unwrap();
+    read_until(&mut s, until)
+}
+
+/// Reads from `s` until the answer ends with `until`. A read interrupted by a signal is read
+/// again: a blocking socket read with a timeout is never restarted by the kernel (signal(7)),
+/// and a loaded CI machine once delivered one mid-test.
+pub fn read_until(s: &mut std::net::TcpStream, until: &[u8]) -> Vec<u8> {
+    use std::io::Read;
     let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 65536];
     while !answer.ends_with(until) {
-        let n = s.read(&mut buf).unwrap();
+        let n = match s.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => panic!("reading an answer ending {:?}: {e}", String::from_utf8_lossy(until)),
+        };
         assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&answer));
         answer.extend_from_slice(&buf[..n]);
     }
