@@ -82,15 +82,8 @@ pub fn is_error_line(line: &[u8]) -> bool {
 
 /// The number word at `index` of a line, as a length.
 fn length(line: &[u8], index: usize) -> Option<usize> {
-    let text = line.strip_suffix(b"\r\n")?;
-    // The line must be UTF-8 (ASCII, the usual case, is checked a word at a time); the words
-    // are then split by bytes, not `char`s: the same words, for a fraction of the instructions
-    // (a router frames every answer, and splits a multiget's by block).
-    if !text.is_ascii() {
-        std::str::from_utf8(text).ok()?;
-    }
-    let word = text.split(|&b| b == b' ').nth(index)?;
-    std::str::from_utf8(word).ok()?.parse().ok()
+    let text = std::str::from_utf8(line.strip_suffix(b"\r\n")?).ok()?;
+    text.split(' ').nth(index)?.parse().ok()
 }
 
 /// The length of the data block a `VALUE <key> <flags> <bytes> [<cas>]` or `LVALUE <key>

@@ -173,7 +173,6 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         errors: AtomicU64::new(0),
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
-        generation: AtomicU64::new(0),
         connections: Default::default(),
     });
     let tcp = if args.port > 0 {
@@ -373,7 +372,6 @@ fn watch(path: &Path, settle: Duration, router: &Router, started_with: Version) 
                     last = Version { followed: config.followed.iter().map(|(_, v)| *v).collect(), ..now };
                     let pools = config.describe_pools();
                     *router.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
-                    router.generation.fetch_add(1, Ordering::Release);
                     router.reloads.fetch_add(1, Ordering::Relaxed);
                     eprintln!(
                         "shoal router: {} loaded {}: {pools}",

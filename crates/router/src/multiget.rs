@@ -7,7 +7,7 @@
 use crate::dispatch::{routes_for, Dispatch, Routes};
 use crate::request::{Op, Reply, Request, Shape};
 use crate::route::Direct;
-use shoal_proto::answer::ValueHeader;
+use shoal_proto::answer::{blocks_at, ValueHeader};
 use std::sync::atomic::Ordering;
 
 /// The keys of one multiget that go to one destination together.
@@ -105,52 +105,15 @@ fn split(
     n: usize,
     hits: &mut [Option<(usize, usize, usize)>],
 ) {
-    let (mut next, mut at) = (0, 0);
-    while let Some((header, len)) = value_block(&bytes[at..]) {
+    let mut next = 0;
+    for (span, block) in blocks_at(bytes) {
+        let Some(header) = ValueHeader::parse(block.line) else { return };
         while next < batch.keys.len() && sent_key(&keys[batch.keys[next]], batch.to) != header.key {
             next += 1;
         }
         if let Some(&i) = batch.keys.get(next) {
-            hits[i] = Some((n, at, at + len));
+            hits[i] = Some((n, span.start, span.end));
             next += 1;
-        }
-        at += len;
-    }
-}
-
-/// The `VALUE` block at the start of `rest`: its header, parsed once, and the bytes it takes
-/// (header line, data and both `\r\n`s); `None` at the end, or at anything else.
-fn value_block(rest: &[u8]) -> Option<(ValueHeader<'_>, usize)> {
-    let nl = rest.iter().position(|&b| b == b'\n')?;
-    let line = rest[..nl].strip_suffix(b"\r")?;
-    let header = ValueHeader::parse(line)?;
-    let len = (nl + 3).checked_add(header.len)?;
-    (rest.get(len - 2..len)? == b"\r\n").then_some((header, len))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::value_block;
-
-    #[test]
-    fn a_value_block_is_its_header_its_data_and_both_line_ends() {
-        let answer = b"VALUE a 5 2 9\r\nhi\r\nVALUE b 0 0\r\n\r\n";
-        let (header, len) = value_block(answer).expect("a block");
-        assert_eq!((header.key, header.flags, header.len, header.cas, len), (&b"a"[..], 5, 2, 9, 19));
-        let (header, len) = value_block(&answer[19..]).expect("an empty value");
-        assert_eq!((header.key, len), (&b"b"[..], 15));
-        assert!(value_block(&answer[34..]).is_none());
-        // Anything else ends the blocks: another line, a line without \r, a block cut short or
-        // longer than announced, a lease's answer.
-        for other in [
-            &b"END\r\n"[..],
-            b"VALUE a 0 2\nhi\r\n",
-            b"VALUE a 0 2\r\nhi",
-            b"VALUE a 0 2\r\nhij\r\n",
-            b"VALUE a 0 18446744073709551615\r\n",
-            b"LVALUE a 1 0 0\r\n\r\n",
-        ] {
-            assert!(value_block(other).is_none(), "{other:?}");
         }
     }
 }

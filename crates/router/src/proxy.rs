@@ -9,10 +9,9 @@
 //! A connection holds no buffer while it waits for its client: it waits until the socket is
 //! readable, then reads into a buffer lent by its worker ([`Buffers`]), and gives it back as
 //! soon as every request in it is parsed; only a request cut short by the end of a read keeps
-//! its buffer until the rest comes. Answers are gathered in the read's buffer once every
-//! request in it is parsed (else in another buffer lent by the worker), given back once
-//! written: no allocation per answer. So 10 000 idle clients cost their tasks and sockets, not
-//! 10 000 pairs of 16 KiB buffers (which, freed and reallocated round after round, left the router's resident
+//! its buffer until the rest comes. Answers are gathered in a buffer of their own size, freed
+//! once written. So 10 000 idle clients cost their tasks and sockets, not 10 000 pairs of
+//! 16 KiB buffers (which, freed and reallocated round after round, left the router's resident
 //! memory growing towards their whole extent: docs/BENCHMARKS.md, issue #26).
 
 use crate::config::Config;
@@ -35,9 +34,6 @@ const READ_CHUNK: usize = 16 << 10;
 const KEEP_BUFFERS: usize = 64;
 /// The largest buffer a worker keeps (one that grew for a large value is freed).
 const KEEP_CAPACITY: usize = 4 * READ_CHUNK;
-/// The most parsed requests a connection keeps room for between reads (a deeper pipeline's
-/// room is freed).
-const KEEP_PENDING: usize = 16;
 
 /// A client's stream, TCP or a unix socket: waited on until readable, then read without
 /// blocking into whatever buffer is lent for the read.
@@ -121,10 +117,6 @@ pub async fn serve<S: ClientStream>(
     // connection holds no buffer between reads.
     let mut held: Option<Vec<u8>> = None;
     let limit = router.max_item_bytes + (64 << 10);
-    // The configuration the last read was carried out on, with its generation; and one read's
-    // requests, parsed (emptied after each read, its room kept).
-    let mut current: Option<(u64, Dispatch<'_>)> = None;
-    let mut pending: Vec<Answer> = Vec::new();
     let mut skip = 0usize; // bytes of an oversized value still to swallow
     let give_back = |buf: Option<Vec<u8>>| buf.into_iter().for_each(|b| buffers.give(b));
     loop {
@@ -149,14 +141,23 @@ pub async fn serve<S: ClientStream>(
             skip -= s;
             buf.drain(start..start + s);
         }
+        let mut out = Vec::new();
         let mut consumed = 0;
         let mut close = false;
-        // The configuration current now (built again only after a reload).
-        let generation = router.generation();
-        if current.as_ref().is_none_or(|(g, _)| *g != generation) {
-            current = Some((generation, dispatch(&router, &worker)));
-        }
-        let dispatch = &current.as_ref().expect("just set").1;
+        let config = router.config();
+        let sender = Sender { destinations: config.destinations.clone(), worker: worker.clone() };
+        let dispatch = Dispatch {
+            config,
+            ctx: Ctx {
+                sender,
+                spools: router.spools.clone(),
+                spool: false,
+                fail_open: false,
+                latest_seed: router.latest_seed,
+            },
+            errors: &router.errors,
+        };
+        let mut pending: Vec<Answer> = Vec::new();
         while consumed < buf.len() && !close {
             match parser.parse(&buf[consumed..]) {
                 Parse::Incomplete => break,
@@ -192,40 +193,11 @@ pub async fn serve<S: ClientStream>(
             let _ = stream.write_all(b"SERVER_ERROR request too large\r\n").await;
             return;
         }
-        // The answers go into the read's buffer when it holds nothing more, else into another.
-        let mut out = if buf.is_empty() {
-            buf
-        } else {
-            held = Some(buf);
-            buffers.take()
-        };
-        carry_out(&mut pending, dispatch, &mut out).await;
-        if pending.capacity() > KEEP_PENDING {
-            pending = Vec::new();
-        }
-        let failed = !out.is_empty() && stream.write_all(&out).await.is_err();
-        buffers.give(out);
-        if failed || close {
+        hold(buf, &mut held, &buffers);
+        carry_out(pending, &dispatch, &mut out).await;
+        if (!out.is_empty() && stream.write_all(&out).await.is_err()) || close {
             return give_back(held);
         }
-    }
-}
-
-/// What a read's requests are carried out with: the configuration current now, sent to from
-/// this worker.
-fn dispatch<'a>(router: &'a Router, worker: &Rc<Worker>) -> Dispatch<'a> {
-    let config = router.config();
-    let sender = Sender { destinations: config.destinations.clone(), worker: worker.clone() };
-    Dispatch {
-        config,
-        ctx: Ctx {
-            sender,
-            spools: router.spools.clone(),
-            spool: false,
-            fail_open: false,
-            latest_seed: router.latest_seed,
-        },
-        errors: &router.errors,
     }
 }
 
@@ -293,15 +265,14 @@ fn route_lookup(keys: &[Request], config: &Config) -> Option<Vec<u8>> {
     )
 }
 
-/// Routes every pending request at once, and appends each answer to `out` in order (leaving
-/// `pending` empty).
-async fn carry_out(pending: &mut Vec<Answer>, dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
+/// Routes every pending request at once, and appends each answer to `out` in order.
+async fn carry_out(pending: Vec<Answer>, dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
     if pending.len() == 1 {
         // The common case (one request per read): no joining, answered straight into `out`.
-        let answer = pending.pop().expect("one");
+        let answer = pending.into_iter().next().expect("one");
         return carry_out_one(answer, dispatch, out).await;
     }
-    let answers = futures::future::join_all(pending.drain(..).map(|answer| async move {
+    let answers = futures::future::join_all(pending.into_iter().map(|answer| async move {
         let mut bytes = Vec::new();
         carry_out_one(answer, dispatch, &mut bytes).await;
         bytes

@@ -13,9 +13,6 @@ use std::time::Instant;
 pub struct Router {
     /// The configuration in service (swapped whole by a reload).
     pub(crate) config: RwLock<Arc<Config>>,
-    /// Bumped after each swap of `config`: a client connection keeps what it built from the
-    /// configuration until this changes, rather than lock and clone it on every read.
-    pub(crate) generation: AtomicU64,
     /// What every worker's transport shares: destinations' health.
     pub(crate) transport: Arc<Transport>,
     /// Spools of deletes that must reach their destination.
@@ -113,11 +110,6 @@ impl Router {
     /// The configuration new requests start with.
     pub fn config(&self) -> Arc<Config> {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Which configuration is in service: changes (after the swap) with each reload.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
     }
 
     /// The router's `stats`: its counters and every destination's state.

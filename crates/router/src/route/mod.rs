@@ -260,9 +260,7 @@ impl Route {
                     Route::Destination { dest, keep_routing_prefix } => Some(Direct {
                         dest: *dest,
                         keep_routing_prefix: *keep_routing_prefix,
-                        // Failing open changes only how a TKO destination is sent to: the pool is
-                        // counted only when this one is (not once per request).
-                        fail_open: ctx.fail_open || (ctx.is_tko(*dest) && mostly_tko(children, ctx)),
+                        fail_open: ctx.fail_open || mostly_tko(children, ctx),
                     }),
                     _ => None,
                 }
