@@ -3,7 +3,7 @@
 //! batch to the next costs none at all. [`Gather`]: where a batch's local reads put each value
 //! straight from the region, for a caller that keeps values its own way (Python's `bytes`).
 
-use crate::client::ItemRef;
+use crate::item::ItemRef;
 use shoal_region::ValueSink;
 
 /// The receiver of [`Pool::get_many_local`](crate::Pool::get_many_local)'s reads. Each key is

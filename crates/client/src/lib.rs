@@ -28,6 +28,7 @@ mod conn;
 mod error;
 mod hits;
 pub mod invalidation;
+mod item;
 mod lease;
 pub mod local;
 pub mod pool;

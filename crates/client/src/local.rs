@@ -17,7 +17,7 @@
 //! area for the tenant's curve. An unsampled read costs a load and a compare, no hash of its
 //! own.
 
-use crate::client::{Item, ItemRef};
+use crate::item::{Item, ItemRef};
 use crate::conn::Connection;
 use crate::error::Result;
 use shoal_curves::KeyHash;

@@ -5,7 +5,7 @@
 //! reads back as the same request.
 
 use crate::answer::Shape;
-use crate::meta::encode_base64;
+use crate::base64::encode_base64;
 use crate::token::Tokens;
 
 /// How a storage request stores: the storage operations of every protocol (text commands,

@@ -47,6 +47,7 @@
 
 pub mod answer;
 pub mod auth;
+mod base64;
 pub mod binary;
 pub mod crawler;
 pub mod encode;
@@ -59,12 +60,13 @@ mod token;
 
 pub use answer::{frame, frame_within, Frame, Framer, Limits, Shape, MAX_ANSWER_LINE, MAX_VALUE_BYTES};
 pub use auth::{parse_ascii_auth, parse_plain, AsciiAuth, Plain};
+pub use base64::{decode_base64, encode_base64};
 pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
 pub use crawler::{Classes, LruCrawler};
 pub use encode::{encode_request, encode_retrieval, push_u64, Body, Op, StoreMode};
 pub use hotkeys::{encode_hotkeys, hotkeys_limits, parse_hotkeys, HotKey, HotKeysError, MAX_HOTKEYS};
 pub use key::{key_fault, valid_key, KEY_MAX};
-pub use meta::{decode_base64, encode_base64, Meta, MetaCmd, MetaFlags};
+pub use meta::{Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Slabs, Store, StoreCmd};
 pub use token::{digits, Tokens};
 
