@@ -8,12 +8,14 @@
 #   server: `shoal bench load --through shm --get-ratio 0.9 --keys 100000 --connections 1`,
 #           gets through shared memory and sets over the network, the server's CPU divided by
 #           every request, local ones included (server `-m 256`).
-#   server, profiled (with `perf`, PROFILE=1 by default): the curves-on server is sampled
-#           (`perf record -e cpu-clock --call-graph dwarf`) through each of its load runs, and
-#           the row gives the share of its CPU samples with the curve's code on the stack
-#           (`shoal_curves::`, `shoal_server::curve::`, the hints area's `SampleReader`): the
-#           curve's cost as a share of server CPU, which the off/on ratio above can only show
-#           to within its noise (±10 % per round with other work on the machine).
+#   server, profiled (with `perf`, PROFILE=1 by default): after those rounds, ROUNDS more load
+#           runs of the curves-on server alone, sampled (`perf record -e cpu-clock --call-graph
+#           dwarf`); the row gives the share of its CPU samples with the curve's code on the
+#           stack (`shoal_curves::`, `shoal_server::curve::`, the hints area's `SampleReader`):
+#           the curve's cost as a share of server CPU. The profiled runs are kept out of the CPU
+#           row: perf's own sampling (an interrupt and an 8 KiB stack copy per sample, 4 000 a
+#           second) is charged to the process it samples, as system time, and read +1.2–2 µs a
+#           request on whichever server it recorded (+49 % when it recorded only curves on).
 # Prints a markdown table; the JSON reports are kept in target/bench/curves-cost-<time>/.
 #   SHOAL (default target/release/shoal)  BENCH_SECS (5)  ROUNDS (5)  SERVER_CPU (0)  LOAD_CPU (1)
 #   PROFILE (1: profile with perf when it is installed; 0: not)
@@ -61,17 +63,21 @@ for round in $(seq "$rounds"); do
       taskset -c "$load_cpu" "$shoal" bench latency --server "${address[$name]}" --sizes 100 --requests 200000 \
         --json >"$out/latency-$name-$round.json"
     fi
-    recorder=
-    if [ "$profile" = 1 ] && [ "$name" = on ]; then
-      perf record -q -e cpu-clock -F 4000 --call-graph dwarf,8192 -p "${pid[on]}" -o "$out/perf-$round.data" \
-        >>"$out/perf.log" 2>&1 &
-      recorder=$!
-    fi
     taskset -c "$load_cpu" "$shoal" bench load --server "${address[$name]}" --json "${load[@]}" \
       >"$out/load-$name-$round.json"
-    if [ -n "$recorder" ]; then kill -INT "$recorder"; wait "$recorder" || true; fi
   done
 done
+if [ "$profile" = 1 ]; then
+  for round in $(seq "$rounds"); do
+    say "profiled round $round: curves on"
+    perf record -q -e cpu-clock -F 4000 --call-graph dwarf,8192 -p "${pid[on]}" -o "$out/perf-$round.data" \
+      >>"$out/perf.log" 2>&1 &
+    recorder=$!
+    taskset -c "$load_cpu" "$shoal" bench load --server "${address[on]}" --json "${load[@]}" \
+      >"$out/profiled-on-$round.json"
+    kill -INT "$recorder"; wait "$recorder" || true
+  done
+fi
 # The curve's own line, over bash's /dev/tcp (no netcat needed).
 curve=$(timeout 10 bash -c 'exec 3<>"/dev/tcp/$0/$1"; printf "curve\r\nquit\r\n" >&3; cat <&3' \
   "${address[on]%:*}" "${address[on]#*:}" 2>/dev/null \

@@ -71,7 +71,7 @@ def load_gets(run, variant):
     samples = {}
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) == 3:
+        if len(parts) in (3, 4):  # time, server, cmd_get (and get_hits, since issue 28)
             samples.setdefault(int(parts[1]), []).append((float(parts[0]), int(parts[2])))
     return samples
 

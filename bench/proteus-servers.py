@@ -3,7 +3,7 @@
 
     bench/proteus-servers.py 127.0.0.1:PORT … > <variant>.servers.txt
 
-Prints `<unix time> <server index> <cmd_get>` for each server that answers (a server turned
+Prints `<unix time> <server index> <cmd_get> <get_hits>` for each server that answers (a server turned
 off answers nothing and is retried the next second). Runs until killed.
 """
 
@@ -13,7 +13,7 @@ import time
 
 
 def cmd_get(conn):
-    """The server's `cmd_get` from `stats` (None when the answer lacks it)."""
+    """The server's `cmd_get` and `get_hits` from `stats` (None when the answer lacks either)."""
     conn.sendall(b"stats\r\n")
     answer = b""
     while not answer.endswith(b"END\r\n"):
@@ -23,11 +23,14 @@ def cmd_get(conn):
         answer += chunk
         if len(answer) > 1 << 20:
             raise ConnectionError("answer too long")
+    found = {}
     for line in answer.split(b"\r\n"):
         parts = line.split()
-        if len(parts) == 3 and parts[1] == b"cmd_get":
-            return int(parts[2])
-    return None
+        if len(parts) == 3 and parts[1] in (b"cmd_get", b"get_hits"):
+            found[parts[1]] = int(parts[2])
+    if len(found) < 2:
+        return None
+    return found[b"cmd_get"], found[b"get_hits"]
 
 
 def main():
@@ -48,7 +51,7 @@ def main():
                 conns[i] = None
                 continue
             if value is not None:
-                print(f"{now:.3f} {i} {value}", flush=True)
+                print(f"{now:.3f} {i} {value[0]} {value[1]}", flush=True)
         next_tick += 1.0
         time.sleep(max(0.0, next_tick - time.time()))
 

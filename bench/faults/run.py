@@ -42,6 +42,9 @@ def main():
     parser.add_argument("--near", action="store_true", help="near caches on the client hosts (tests/cluster/near.py)")
     parser.add_argument("--near-without-deletes", action="store_true",
                         help="with --near: the invalidators send the near caches nothing (a control: must find some)")
+    parser.add_argument("--invalidator-arg", action="append", default=[], metavar="ARG",
+                        help="added to both invalidators' command lines (repeatable; e.g. "
+                        "--invalidator-arg=--snapshot-every-ms=0)")
     parser.add_argument("--json", help="write the whole verdict here")
     parser.add_argument("--dir", default="/tmp/shoal-faults", help="logs and the operations' histories")
     args = parser.parse_args()
@@ -54,7 +57,7 @@ def main():
                            faults=args.faults, keys=args.keys, control=args.control,
                            rejoin_hold=args.rejoin_hold, kinds=tuple(k for k in args.kinds.split(",") if k),
                            bound=args.bound, max_seconds=args.max_seconds, near=args.near,
-                           near_deletes=not args.near_without_deletes,
+                           near_deletes=not args.near_without_deletes, invalidator_args=args.invalidator_arg,
                            progress=lambda line: print(line, file=sys.stderr))
     if args.json:
         Path(args.json).write_text(json.dumps(verdict, indent=1))

@@ -8,14 +8,11 @@ two-region fault harness"). Data flow, per host with a near cache (a1 a2 | b1 b2
             the region's database
     invalidator A (a0) --deletes, a spool per destination--> routers a1 a2, near caches a1 a2
     invalidator B (b0) --deletes, once the replica replayed--> routers b1 b2, near caches b1 b2
-        (each near cache drops its copy and forwards the delete to its router once more)
+        (to each near cache's invalidation listener: it drops its copy and forwards nothing)
 
-The near caches are listed at their region's invalidator (`destinations`), the only source of
-deletes in this harness, rather than reached through the routers' broadcast (`delete
-/app/*/<key>` to a near pool, examples/near/router.json): the router answers broadcast deletes,
-which it spools, slowly (~2.4 ms each on this machine, 1 000 pipelined in 2.2–2.6 s against
-27 ms for plain deletes), so invalidator B's batches of 1 000 outlived its wait for answers
-and nothing was delivered (docs/design/near-cache.md, "In the two-region fault harness"). The
+The near caches' invalidation listeners (`--invalidation-listen`, port 11312) are listed at their
+region's invalidator (`destinations`), the only source of deletes in this harness; the routers do
+not list them (`"near_caches"`), which would deliver each invalidation to them twice more. The
 scenario (scenario.py) builds the near caches with `near_argv`, kills and pauses
 them like any process, and reads their counters with `NearCounters` while the run lasts; the
 control run sends them no deletes.
@@ -32,6 +29,9 @@ from near_zipf import metric  # noqa: E402  (the two-host Zipf run's /metrics re
 
 # The near cache's port on its host (the pool's server there has 11211, the router 5000).
 NEAR_PORT, NEAR_METRICS_PORT = 11311, 9101
+# Its invalidation listener (`--invalidation-listen`): the invalidator's deletes drop the near copy
+# there and are not forwarded to the router (which gets the invalidator's own copy).
+NEAR_INVALIDATION_PORT = 11312
 # The hosts that get one: the client hosts with a router of their own to use as upstream.
 NEAR_HOSTS = ("a1", "a2", "b1", "b2")
 # Long enough that hot copies serve many reads, short enough that a lost invalidation shows in
@@ -51,6 +51,7 @@ def near_argv(host, upstream, rejoin_hold):
     return [str(SHOAL), "server", "-l", host.ip, "-p", str(NEAR_PORT), "-U", "0", "-m", "32", "-t", "1",
             "--upstream", upstream, "--admit", NEAR_ADMIT, "--near-ttl", str(NEAR_TTL),
             "--metrics-listen", f"{host.ip}:{NEAR_METRICS_PORT}",
+            "--invalidation-listen", f"{host.ip}:{NEAR_INVALIDATION_PORT}",
             "-e", f"/dev/shm/shoal-near-{host.name}.region", "--rejoin-hold", str(rejoin_hold)]
 
 
@@ -60,7 +61,8 @@ def address(host):
 
 def destinations(hosts, deliver):
     """The invalidator's `-d` arguments for the near caches on `hosts` (none when not `deliver`)."""
-    return [arg for host in hosts for arg in ("-d", address(host))] if deliver else []
+    listener = [f"{host.ip}:{NEAR_INVALIDATION_PORT}" for host in hosts]
+    return [arg for a in listener for arg in ("-d", a)] if deliver else []
 
 
 class NearCounters:

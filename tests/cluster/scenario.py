@@ -50,8 +50,10 @@ FAULT_WEIGHTS = (3, 2, 2, 2, 1)
 
 
 class Cluster:
-    def __init__(self, work: Path, keys=2000, rejoin_hold=3, control=False, near=False, near_deletes=True):
+    def __init__(self, work: Path, keys=2000, rejoin_hold=3, control=False, near=False, near_deletes=True,
+                 invalidator_args=()):
         self.work, self.keys, self.control = work, keys, control
+        self.invalidator_args = list(invalidator_args)
         self.rejoin_hold = 0 if control else rejoin_hold
         self.near, self.near_deletes = near, near_deletes
         self.net = Net()
@@ -119,12 +121,12 @@ class Cluster:
         self.invalidators.append(self.proc("invalidator a0", h["a0"], [
             str(SHOAL), "invalidator", "--postgres", self.primary.conninfo, "-d", f"{h['a1'].ip}:{ROUTER_PORT}",
             "-d", f"{h['a2'].ip}:{ROUTER_PORT}", *near_a, "--state-dir", str(self.work / "invalidator-a"),
-            "--metrics-listen", f"{h['a0'].ip}:{METRICS_PORT}", *ack], METRICS_PORT))
+            "--metrics-listen", f"{h['a0'].ip}:{METRICS_PORT}", *ack, *self.invalidator_args], METRICS_PORT))
         self.invalidators.append(self.proc("invalidator b0", h["b0"], [
             str(SHOAL), "invalidator", "--postgres", f"host={h['wan'].ip} port={wan} user=postgres dbname=postgres",
             "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, *b_routers, *near_b,
             "--state-dir", str(self.work / "invalidator-b"), "--metrics-listen", f"{h['b0'].ip}:{METRICS_PORT}",
-            *ack], METRICS_PORT))
+            *ack, *self.invalidator_args], METRICS_PORT))
         for p in self.procs:
             p.start()
         with psycopg.connect(self.primary.conninfo, autocommit=True) as db:
@@ -292,17 +294,18 @@ def router_config(servers, gutter):
 
 def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control=False, progress=None,
         rejoin_hold=3, gap=(2.0, 4.0), kinds=FAULT_KINDS, bound=1.0, max_seconds=None, near=False,
-        near_deletes=True):
+        near_deletes=True, invalidator_args=()):
     """Builds the cluster, runs the workload under a seeded fault schedule until `seconds` have
     passed and at least `writes` writes and `faults` faults were made (each kind at least once
     first, in a shuffled order) — or `max_seconds` have passed — tears everything down and returns the checker's verdict.
     `near`: near caches on the client hosts (the module's doc), sent the invalidators' deletes
-    unless `near_deletes` is off; the verdict's `near` says what they served."""
+    unless `near_deletes` is off; the verdict's `near` says what they served. `invalidator_args`
+    are added to both invalidators' command lines."""
     cleanup()  # what a crashed run left
     work.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     cluster = Cluster(work, keys=keys, rejoin_hold=rejoin_hold, control=control, near=near,
-                      near_deletes=near_deletes)
+                      near_deletes=near_deletes, invalidator_args=invalidator_args)
     fault_log = []
     began = time.time()
     try:

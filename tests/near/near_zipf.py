@@ -45,6 +45,9 @@ from harness import SHOAL, talk  # noqa: E402
 
 WORKER = HERE / "near_zipf_worker.py"
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
+# A near cache's invalidation listener: the invalidator's deletes there drop the near copy and are
+# not forwarded to the router (the pool gets the invalidator's own copy).
+INVALIDATION_PORT = 11212
 # The fault schedule: the pause between two faults (s), and how often each kind comes after
 # the first of each (as tests/cluster/scenario.py's FAULT_WEIGHTS).
 FAULT_GAP = (1.5, 3.0)
@@ -164,9 +167,10 @@ class NearZipf:
                 self.proc(f"near {name}", h[name], [
                     str(SHOAL), "server", "-l", ip, "-p", str(SERVER_PORT), "-U", "0", "-m", "64", "-t", "1",
                     "--upstream", self.router, "--admit", self.admit, "--near-ttl", str(self.near_ttl),
-                    "--upstream-timeout", "5000", "--metrics-listen", f"{ip}:{METRICS_PORT}", *self.warm(name)],
+                    "--upstream-timeout", "5000", "--metrics-listen", f"{ip}:{METRICS_PORT}",
+                    "--invalidation-listen", f"{ip}:{INVALIDATION_PORT}", *self.warm(name)],
                     SERVER_PORT, "near cache")
-                destinations += ["-d", f"{ip}:{SERVER_PORT}"]
+                destinations += ["-d", f"{ip}:{INVALIDATION_PORT}"]
         self.proc("invalidator", h["db"], [
             str(SHOAL), "invalidator", "--postgres", self.pg.conninfo, *destinations,
             "--state-dir", str(self.work / "invalidator"), "--metrics-listen", f"{h['db'].ip}:{METRICS_PORT}"],

@@ -286,7 +286,8 @@ def test_the_example_router_configuration_is_valid():
     example = ROOT / "examples" / "near" / "router.json"
     done = subprocess.run([str(SHOAL), "router", "--validate", str(example)], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert b"pool near: 2 servers" in done.stdout
+    assert b"pool main: 3 servers" in done.stdout
+    assert b"near caches: 10.0.1.1:11312, 10.0.1.2:11312" in done.stdout
 
 
 def test_a_multigets_misses_are_fetched_in_one_exchange():

@@ -17,9 +17,9 @@
 //! area for the tenant's curve. An unsampled read costs a load and a compare, no hash of its
 //! own.
 
-use crate::item::{Item, ItemRef};
 use crate::conn::Connection;
 use crate::error::Result;
+use crate::item::{Item, ItemRef};
 use shoal_curves::KeyHash;
 use shoal_proto::handoff;
 use shoal_proto::Shape;

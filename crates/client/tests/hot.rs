@@ -403,3 +403,74 @@ fn every_replica_hands_out_the_owners_unique_and_a_cas_with_it_succeeds_once() {
         }
     }
 }
+
+/// A key whose owner stays when a third server is turned on, and one that moves (Proteus).
+fn kept_and_moved_keys(addresses: &[String]) -> (Vec<u8>, Vec<u8>) {
+    let servers: Vec<shoal_route::Server> =
+        addresses.iter().map(|a| shoal_route::Server::parse(a).unwrap()).collect();
+    let placement = shoal_route::Placement::new(Hashing::Proteus, servers).unwrap();
+    let ring = placement.proteus().unwrap();
+    let find = |moves: bool| {
+        (0..)
+            .map(|i| format!("hot:judged:{moves}:{i}").into_bytes())
+            .find(|key| (ring.owner_with(2, key).unwrap() != ring.owner_with(3, key).unwrap()) == moves)
+            .expect("some key")
+    };
+    (find(false), find(true))
+}
+
+#[test]
+fn in_a_transition_a_kept_owners_key_is_copied_and_a_moved_one_is_not() {
+    let servers = servers("hot-judged");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Proteus, 0)).unwrap();
+    pool.flush_all(None).unwrap();
+    let (kept, moved) = kept_and_moved_keys(&addresses);
+    let index = |address: &str| addresses.iter().position(|a| a == address).unwrap();
+    // Two servers on; both keys hot, then written, so no copy of either is left anywhere.
+    pool.set_active(2).unwrap();
+    pool.finish_transition();
+    for key in [&kept, &moved] {
+        pool.set(key, b"v1", 0, 0).unwrap();
+        make_hot(&mut pool, key);
+        pool.set(key, b"v2", 0, 0).unwrap();
+    }
+    let old_owner = index(pool.server_for(&moved).unwrap());
+    for (key, holder) in [(&kept, index(pool.server_for(&kept).unwrap())), (&moved, old_owner)] {
+        let held = held(&servers, key);
+        assert!(held.iter().enumerate().all(|(s, v)| v.is_some() == (s == holder)), "{held:?}");
+    }
+
+    // The third server turned on; the transition runs until finish_transition.
+    pool.set_active(3).unwrap();
+    let kept_owner = index(pool.server_for(&kept).unwrap());
+    let new_owner = index(pool.server_for(&moved).unwrap());
+    assert_ne!(old_owner, new_owner);
+    let read = |pool: &mut Pool, key: &[u8]| {
+        for _ in 0..3 {
+            assert_eq!(pool.get(key).unwrap().unwrap().value, b"v2");
+            assert_eq!(pool.get_many(&[key]).unwrap()[0].1.value, b"v2");
+        }
+    };
+    // The kept owner's key: copied from its owner, with its unique, onto every replica.
+    let made = pool.counters().hot_copies_made;
+    read(&mut pool, &kept);
+    assert!(pool.counters().hot_copies_made > made, "{:?}", pool.counters());
+    let unique = held_with_cas(&servers, &kept)[kept_owner].clone().expect("the owner holds it").1;
+    assert_eq!(held_with_cas(&servers, &kept), vec![Some((b"v2".to_vec(), unique)); 3]);
+    // The moved key: read (from its old owner, migrated to the new one) and never copied.
+    let made = pool.counters().hot_copies_made;
+    read(&mut pool, &moved);
+    assert_eq!(pool.counters().hot_copies_made, made, "{:?}", pool.counters());
+    let held_moved = held(&servers, &moved);
+    for (s, v) in held_moved.iter().enumerate() {
+        let expected = (s == old_owner || s == new_owner).then(|| b"v2".to_vec());
+        assert_eq!(*v, expected, "server {s} (old owner {old_owner}, new {new_owner}): {held_moved:?}");
+    }
+
+    // Once the transition is over the moved key is copied again.
+    pool.finish_transition();
+    read(&mut pool, &moved);
+    assert!(pool.counters().hot_copies_made > made, "{:?}", pool.counters());
+    assert_eq!(held(&servers, &moved), vec![Some(b"v2".to_vec()); 3]);
+}

@@ -13,7 +13,7 @@ use crate::source::Commit;
 use crate::watch::Progress;
 use hdrhistogram::Histogram;
 use shoal_client::invalidation::remote_marker_key;
-use shoal_spool::{Activity, Delivered, Spools};
+use shoal_spool::{Activity, Delivered, Durability, Mark, Spools, Syncer};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,8 +80,11 @@ pub struct Options {
     pub batch_keys: usize,
     /// The most a destination's spool may hold, in bytes.
     pub max_bytes: u64,
-    /// Flush every append to the disk.
+    /// Flush the spools to the disk (in groups, off the delivery path: a record is safe once
+    /// flushed or acknowledged, and only then is its position confirmed).
     pub durable: bool,
+    /// How a spool file is flushed (tests give a slow one).
+    pub syncer: Syncer,
     /// `--ack-rule off`: send once and forget, no spool.
     pub fire_and_forget: bool,
     /// Delete each key's remote marker too.
@@ -127,9 +130,16 @@ impl Delivery {
                 let _ = histogram.record(lag.min(3_600_000_000));
             }
         });
-        let spools =
-            Spools::open_with(dir, options.max_bytes, "shoal invalidator", options.durable, Some(observer))
-                .map_err(|e| format!("spool directory {}: {e}", dir.display()))?;
+        let durability = if options.durable { Durability::Grouped } else { Durability::Unflushed };
+        let spools = Spools::open_durable(
+            dir,
+            options.max_bytes,
+            "shoal invalidator",
+            durability,
+            options.syncer.clone(),
+            Some(observer),
+        )
+        .map_err(|e| format!("spool directory {}: {e}", dir.display()))?;
         Ok(Delivery {
             spools,
             destinations: destinations.to_vec(),
@@ -139,10 +149,12 @@ impl Delivery {
         })
     }
 
-    /// Puts the deletes of `commits` into every destination's spool, in order; waits (telling
-    /// the operator) while a spool is full. Returns the deletes spooled per destination, or
-    /// `Err` once `stop` is set while waiting.
-    pub fn spool(&self, commits: &[Commit], stop: &AtomicBool) -> Result<usize, ()> {
+    /// Puts the deletes of `commits` into every destination's spool, in order (written, not
+    /// flushed: each destination's thread sends them at once); waits (telling the operator)
+    /// while a spool is full. Returns the deletes spooled per destination and the mark of each
+    /// destination's last record ([`Delivery::safe`] says when all are flushed or
+    /// acknowledged), or `Err` once `stop` is set while waiting.
+    pub fn spool(&self, commits: &[Commit], stop: &AtomicBool) -> Result<(usize, Vec<Mark>), ()> {
         let plain = self.records(commits, 0);
         let held = if self.options.cold.is_empty() {
             Vec::new()
@@ -161,13 +173,22 @@ impl Delivery {
                     }
                 }
             }
-            return Ok(deletes);
+            return Ok((deletes, Vec::new()));
         }
+        let mut marks = Vec::with_capacity(self.destinations.len());
         for destination in &self.destinations {
             let stats = &self.stats[destination];
             for (requests, answers, stamp) in records_for(destination) {
                 let mut warned = false;
-                while let Err(e) = self.spools.append_batch(destination, requests, *answers, *stamp) {
+                loop {
+                    let e = match self.spools.append_batch(destination, requests, *answers, *stamp) {
+                        Ok(mark) => {
+                            marks.retain(|m: &Mark| m.address() != destination);
+                            marks.push(mark);
+                            break;
+                        }
+                        Err(e) => e,
+                    };
                     if !warned {
                         eprintln!(
                             "shoal invalidator: {e}; the commit log is held (nothing is lost) until it \
@@ -184,7 +205,14 @@ impl Delivery {
                 stats.full.store(false, Ordering::Relaxed);
             }
         }
-        Ok(deletes)
+        Ok((deletes, marks))
+    }
+
+    /// Whether every record `marks` end is safe: flushed to the disk (or not asked to be:
+    /// `--no-fsync`) or acknowledged by its destination. Spools are appended to in order, so
+    /// a destination's last mark covers its earlier records.
+    pub fn safe(marks: &[Mark]) -> bool {
+        marks.iter().all(Mark::is_safe)
     }
 
     /// The records for `commits`: `(requests, answers, stamp)`, at most `batch_keys` deletes
@@ -233,6 +261,11 @@ impl Delivery {
             .iter()
             .map(|d| (d.clone(), depths.iter().find(|(a, _)| a == d).map_or(0, |(_, n)| *n)))
             .collect()
+    }
+
+    /// Spool flushes done by the group syncer.
+    pub fn syncs(&self) -> u64 {
+        self.spools.syncs.load(Ordering::Relaxed)
     }
 
     /// Deliveries a destination answered with something other than an acknowledgement (they

@@ -13,14 +13,18 @@
 //!                                     the deletes
 //! ```
 //!
-//! **The rule**: the log's position moves past a transaction only after its deletes are in
-//! every destination's spool on disk; a spool record is dropped only after the destination
-//! acknowledged every delete in it (`DELETED` or `NOT_FOUND`). A `kill -9` at any moment
-//! therefore re-sends (deletes are idempotent) and never loses. A destination that is down
-//! keeps its spool (bounded by `--backlog-max-mb`); a full spool holds the log's position —
-//! the database keeps the rest — and says so, in the log and in `/metrics`. A destination a
-//! delivery failed to is *behind* until its spool drains (said in the log, `/metrics` and
-//! `/status`; docs/design/faults.md).
+//! **The rule**: a transaction's deletes are written to every destination's spool (not
+//! flushed: each destination's thread sends them at once) and the log's position moves past
+//! the transaction only once, in every destination's spool, they are flushed to the disk (a
+//! group syncer, one fsync per spool per round, off the delivery path) or acknowledged; a
+//! spool record is dropped only after the destination acknowledged every delete in it
+//! (`DELETED` or `NOT_FOUND`). A `kill -9`, or the machine going down, at any moment therefore
+//! re-sends (deletes are idempotent: from the spool, or read again from the log) and never
+//! loses, and a slow disk delays only the confirmation, never a delete (issue #26). A
+//! destination that is down keeps its spool (bounded by `--backlog-max-mb`); a full spool
+//! holds the log's position — the database keeps the rest — and says so, in the log and in
+//! `/metrics`. A destination a delivery failed to is *behind* until its spool drains (said in
+//! the log, `/metrics` and `/status`; docs/design/faults.md).
 
 mod decoding;
 mod delivery;
@@ -29,6 +33,9 @@ mod postgres;
 mod replica;
 mod replication;
 mod rules;
+#[cfg(test)]
+mod slow_disk_tests;
+mod snapshots;
 mod source;
 mod sqlite;
 mod watch;
@@ -39,7 +46,7 @@ pub use rules::Rule;
 use clap::Parser;
 use delivery::Delivery;
 use source::{Fault, Problem, Source};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,6 +76,11 @@ pub struct InvalidatorArgs {
     /// After the slot was dropped and the caches flushed: create it again.
     #[arg(long)]
     pub recreate_slot: bool,
+    /// How often to log a standby snapshot on the primary (a temporary logical slot created
+    /// and dropped), so that the slot's restart point moves and a restarted stream re-decodes
+    /// about that much WAL, not PostgreSQL's 15 s; 0: never (PostgreSQL).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub snapshot_every_ms: u64,
     /// Also delete keys for row changes: TABLE=TEMPLATE, e.g. users=user:{id} (repeatable).
     #[arg(long = "rule", value_name = "TABLE=TEMPLATE")]
     pub rules: Vec<String>,
@@ -108,8 +120,8 @@ pub struct InvalidatorArgs {
     /// How long a read waits for new changes, in milliseconds (SQLite's polling interval).
     #[arg(long, default_value_t = 5)]
     pub poll_ms: u64,
-    /// Spool appends are not flushed to the disk (a `kill -9` still loses nothing; a machine
-    /// crash may).
+    /// Spools are not flushed to the disk (a `kill -9` still loses nothing; a machine crash
+    /// may): the log's position is confirmed once the deletes are written.
     #[arg(long)]
     pub no_fsync: bool,
     /// `off` moves the log's position as soon as it is read and sends each batch once, without
@@ -141,6 +153,9 @@ pub struct Counters {
     problems: Mutex<HashMap<&'static str, u64>>,
     /// The last confirmed position.
     pub position: Mutex<String>,
+    /// Batches read and spooled whose position waits to be confirmed until their deletes are
+    /// flushed or acknowledged in every spool.
+    pub unconfirmed: AtomicU64,
 }
 
 impl Counters {
@@ -203,6 +218,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
             batch_keys: args.batch_keys,
             max_bytes: args.backlog_max_mb << 20,
             durable: !args.no_fsync,
+            syncer: shoal_spool::Syncer::default(),
             fire_and_forget: !ack_rule,
             remote_markers: args.remote_markers,
             cold: args.cold_destinations.clone(),
@@ -260,8 +276,17 @@ fn open_source(
     loop {
         let opened: Result<Box<dyn Source>, Fault> = match (&args.postgres, &args.sqlite) {
             (Some(conninfo), _) => {
-                postgres::Postgres::open(conninfo, &args.slot, rules.clone(), state_dir, args.recreate_slot)
-                    .map(|s| Box::new(s) as Box<dyn Source>)
+                let snapshots =
+                    (args.snapshot_every_ms > 0).then(|| Duration::from_millis(args.snapshot_every_ms));
+                postgres::Postgres::open(
+                    conninfo,
+                    &args.slot,
+                    rules.clone(),
+                    state_dir,
+                    args.recreate_slot,
+                    snapshots,
+                )
+                .map(|s| Box::new(s) as Box<dyn Source>)
             }
             (None, Some(path)) => sqlite::Sqlite::open(path).map(|s| Box::new(s) as Box<dyn Source>),
             (None, None) => return Err("give --postgres or --sqlite".into()),
@@ -280,8 +305,12 @@ fn open_source(
     }
 }
 
+/// Positions read past and spooled, each with the marks of its deletes' records, waiting to
+/// be confirmed until those are safe (flushed or acknowledged) in every spool.
+type Unconfirmed = VecDeque<(source::Position, Vec<shoal_spool::Mark>)>;
+
 /// What hands a read batch's commits on: into the spools, then the log's position confirmed
-/// (before, under `--ack-rule off`).
+/// once they are safe there (before, under `--ack-rule off`).
 struct Handing<'a> {
     source: &'a mut dyn Source,
     delivery: &'a Delivery,
@@ -289,11 +318,12 @@ struct Handing<'a> {
     ack_rule: bool,
     stop: &'a AtomicBool,
     progress: &'a watch::Progress,
+    unconfirmed: &'a mut Unconfirmed,
 }
 
 impl Handing<'_> {
-    /// Spools `commits` and confirms `upto` (the position past them); false when stopped while
-    /// a full spool held them.
+    /// Spools `commits` and queues `upto` (the position past them) to be confirmed once they
+    /// are safe; false when stopped while a full spool held them.
     fn on(
         &mut self,
         commits: &[source::Commit],
@@ -303,16 +333,34 @@ impl Handing<'_> {
         self.progress.enter(watch::Stage::Spooling, in_hand);
         if !self.ack_rule {
             self.source.confirm(upto)?;
+            *self.counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
         }
-        let Ok(deletes) = self.delivery.spool(commits, self.stop) else { return Ok(false) };
+        let Ok((deletes, marks)) = self.delivery.spool(commits, self.stop) else { return Ok(false) };
         if self.ack_rule {
-            self.source.confirm(upto)?;
+            self.unconfirmed.push_back((upto.clone(), marks));
+            self.counters.unconfirmed.store(self.unconfirmed.len() as u64, Ordering::Relaxed);
+            confirm_safe(self.source, self.counters, self.unconfirmed)?;
         }
         self.counters.transactions.fetch_add(commits.len() as u64, Ordering::Relaxed);
         self.counters.deletes.fetch_add(deletes as u64, Ordering::Relaxed);
-        *self.counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
         Ok(true)
     }
+}
+
+/// Confirms the furthest queued position whose deletes, and all before them, are safe in
+/// every spool (flushed or acknowledged): what lies before it is never read again.
+fn confirm_safe(
+    source: &mut dyn Source,
+    counters: &Counters,
+    unconfirmed: &mut Unconfirmed,
+) -> Result<(), Fault> {
+    let safe = unconfirmed.iter().take_while(|(_, marks)| Delivery::safe(marks)).count();
+    let Some((upto, _)) = safe.checked_sub(1).and_then(|last| unconfirmed.get(last)) else { return Ok(()) };
+    source.confirm(upto)?;
+    *counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
+    unconfirmed.drain(..safe);
+    counters.unconfirmed.store(unconfirmed.len() as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// The main loop: read, spool, confirm.
@@ -329,9 +377,11 @@ fn follow(
     let mut replica = args.wait_for_replica.as_deref().map(replica::ReplicaGate::new);
     let mut failing: Option<String> = None;
     let mut failures = 0;
+    let mut unconfirmed = Unconfirmed::new();
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
         let step = (|| -> Result<(), Fault> {
+            confirm_safe(&mut *source, counters, &mut unconfirmed)?;
             progress.enter(watch::Stage::Reading, 0);
             let batch = source.read(args.read_changes, idle)?;
             let in_hand = batch.commits.iter().map(|c| c.keys.len()).sum();
@@ -340,7 +390,15 @@ fn follow(
                 eprintln!("shoal invalidator: {problem}");
             }
             let Some(upto) = batch.upto else { return Ok(()) };
-            let mut hand = Handing { source: &mut *source, delivery, counters, ack_rule, stop, progress };
+            let mut hand = Handing {
+                source: &mut *source,
+                delivery,
+                counters,
+                ack_rule,
+                stop,
+                progress,
+                unconfirmed: &mut unconfirmed,
+            };
             let (Some(gate), source::Position::Lsn(..)) = (replica.as_mut(), &upto) else {
                 hand.on(&batch.commits, &upto, in_hand)?;
                 return Ok(());

@@ -55,6 +55,18 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
         counter(delivery.refusals()),
     );
     registry.register(
+        "spool_syncs",
+        "spool files flushed to the disk by the group syncer (off the delivery path)",
+        counter(delivery.syncs()),
+    );
+    let unconfirmed = Gauge::<i64>::default();
+    unconfirmed.set(counters.unconfirmed.load(Ordering::Relaxed) as i64);
+    registry.register(
+        "unconfirmed_batches",
+        "batches spooled whose log position waits until they are flushed or acknowledged everywhere",
+        unconfirmed,
+    );
+    registry.register(
         "source_errors",
         "failed reads of the commit log (reconnected)",
         counter(counters.source_errors.load(Ordering::Relaxed)),
@@ -139,6 +151,8 @@ pub fn status(delivery: &Delivery, counters: &Counters) -> serde_json::Value {
         "deletes_spooled": counters.deletes.load(Ordering::Relaxed),
         "source_errors": counters.source_errors.load(Ordering::Relaxed),
         "refusals": delivery.refusals(),
+        "spool_syncs": delivery.syncs(),
+        "unconfirmed_batches": counters.unconfirmed.load(Ordering::Relaxed),
         "problems": counters.problems().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         "destinations": destinations,
     })

@@ -24,6 +24,7 @@
 use crate::decoding::{self, Row};
 use crate::replication::{lsn_text, Stream};
 use crate::rules::Rule;
+use crate::snapshots::Keeper;
 use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
 use crate::watch::{Progress, Stage};
 use postgres::{Client, NoTls, SimpleQueryMessage};
@@ -74,6 +75,19 @@ pub struct Postgres {
     /// The walsender of the last stream started (or being started), ended on reconnect if it
     /// still reads the slot.
     walsender: Option<i32>,
+    /// The thread that moves the slot's restart point every second (`snapshots.rs`).
+    _snapshots: Option<Keeper>,
+    /// The last reconnect, until its stream's first row: when it began, when the stream
+    /// started, and how much WAL lay between the slot's restart point and its confirmed position.
+    restarted: Option<Restart>,
+}
+
+/// A reconnect whose stream has sent nothing yet: when it began, and how long after that its
+/// SQL connection was open, the old walsender ended and the stream started.
+struct Restart {
+    began: Instant,
+    steps: Vec<Duration>,
+    backlog: Option<i64>,
 }
 
 /// A silence of the stream: since when, the last look at the primary (its `xmax`, and when),
@@ -131,12 +145,15 @@ fn server_of(conninfo: &str) -> String {
 
 impl Postgres {
     /// Connects, and creates the slot on first use (see the module's note on dropped slots).
+    /// `snapshot_every`: how often a standby snapshot moves the slot's restart point
+    /// (`snapshots.rs`; `None`: only PostgreSQL's own, every 15 s).
     pub fn open(
         conninfo: &str,
         slot: &str,
         rules: Vec<Rule>,
         state_dir: &std::path::Path,
         recreate: bool,
+        snapshot_every: Option<Duration>,
     ) -> Result<Postgres, Fault> {
         if slot.is_empty() || !slot.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
@@ -156,8 +173,13 @@ impl Postgres {
             progress: None,
             quiet: None,
             walsender: None,
+            _snapshots: None,
+            restarted: None,
         };
         source.reconnect()?;
+        if let Some(every) = snapshot_every {
+            source._snapshots = Some(Keeper::spawn(conninfo, slot, every).map_err(Fault::Fatal)?);
+        }
         Ok(source)
     }
 
@@ -165,13 +187,19 @@ impl Postgres {
         self.client.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))
     }
 
-    /// Makes sure the slot exists and is ours to read.
-    fn ensure_slot(&mut self) -> Result<(), Fault> {
+    /// Makes sure the slot exists and is ours to read; the WAL between its restart point and its
+    /// confirmed position, in bytes (what a stream started now decodes again before its first
+    /// new row; `None` for a slot just made).
+    fn ensure_slot(&mut self) -> Result<Option<i64>, Fault> {
         let slot = self.slot.clone();
         let (marker, recreate) = (self.marker.clone(), self.recreate);
         let client = self.client()?;
         let row = client
-            .query_opt("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+            .query_opt(
+                "SELECT plugin, slot_type, (confirmed_flush_lsn - restart_lsn)::bigint FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+                &[&slot],
+            )
             .map_err(transient("look up the replication slot"))?;
         match row {
             Some(row) => {
@@ -182,15 +210,14 @@ impl Postgres {
                          give the invalidator a slot of its own with --slot"
                     )));
                 }
+                Ok(row.get(2))
             }
-            None if marker.exists() && !recreate => {
-                return Err(Fault::Fatal(format!(
-                    "replication slot {slot} was dropped after this invalidator created it ({}): the \
-                     commits made since were not seen, so caches may hold stale values. Flush every \
-                     cluster (`flush_all` through each router), then start again with --recreate-slot",
-                    marker.display()
-                )));
-            }
+            None if marker.exists() && !recreate => Err(Fault::Fatal(format!(
+                "replication slot {slot} was dropped after this invalidator created it ({}): the \
+                 commits made since were not seen, so caches may hold stale values. Flush every \
+                 cluster (`flush_all` through each router), then start again with --recreate-slot",
+                marker.display()
+            ))),
             None => {
                 let level: String =
                     client.query_one("SHOW wal_level", &[]).map_err(transient("read wal_level"))?.get(0);
@@ -207,9 +234,9 @@ impl Postgres {
                     Fault::Fatal(format!("cannot record the slot in {}: {e}", marker.display()))
                 })?;
                 eprintln!("shoal invalidator: created logical replication slot {slot}");
+                Ok(None)
             }
         }
-        Ok(())
     }
 
     /// Waits until every transaction of `xids` (decoded commits) is visible to a new snapshot,
@@ -317,6 +344,7 @@ impl Source for Postgres {
             self.quiet_stream()?;
         } else {
             self.quiet = None;
+            self.say_restarted();
         }
         let mut batch = Batch::default();
         let mut xids = Vec::new();
@@ -384,6 +412,8 @@ impl Source for Postgres {
 
     fn reconnect(&mut self) -> Result<(), Fault> {
         (self.client, self.stream, self.open, self.quiet) = (None, None, None, None);
+        let began = Instant::now();
+        self.restarted = None;
         let config = config_of(&self.conninfo).map_err(Fault::Fatal)?;
         let client = config.connect(NoTls).map_err(|e| {
             use std::error::Error;
@@ -392,17 +422,41 @@ impl Source for Postgres {
             Fault::Transient(format!("connecting to PostgreSQL at {}: {cause}", server_of(&self.conninfo)))
         })?;
         self.client = Some(client);
-        self.ensure_slot()?;
+        let connected = began.elapsed();
+        let backlog = self.ensure_slot()?;
         self.end_old_walsender()?;
+        let slot_free = began.elapsed();
         // The SQL connection manages the slot and waits for commits to be visible; changes
         // come over the stream.
         self.stream =
             Some(Stream::start(&self.conninfo, &self.slot, &mut self.walsender).map_err(Fault::Transient)?);
+        self.restarted = Some(Restart { began, steps: vec![connected, slot_free, began.elapsed()], backlog });
         Ok(())
     }
 }
 
 impl Postgres {
+    /// Says, once per reconnect, how long the new stream took to its first row and what it
+    /// decoded again (issue #26: where the time after a cut goes). The time is the Unix time,
+    /// to line it up with a fault's log.
+    fn say_restarted(&mut self) {
+        let Some(Restart { began, steps, backlog }) = self.restarted.take() else { return };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        eprintln!(
+            "shoal invalidator: the restarted stream's first row came {:.0} ms after the reconnect began \
+             (connected at {:.0} ms, the slot free at {:.0} ms, the stream started at {:.0} ms; {} kB of WAL \
+             decoded again from the slot's restart point; unix time {unix:.3})",
+            ms(began.elapsed()),
+            ms(steps[0]),
+            ms(steps[1]),
+            ms(steps[2]),
+            backlog.map_or_else(|| "?".to_string(), |b| (b / 1000).to_string()),
+        );
+    }
+
     /// Ends the walsender of the stream given up, if it still reads this slot (and waits up to
     /// a second for it to go): a walsender whose connection was cut holds the slot until it
     /// notices, and the new stream's start would fail with "slot … is active" meanwhile. A

@@ -13,6 +13,9 @@ use std::time::Duration;
 pub struct Sqlite {
     path: PathBuf,
     connection: Option<Connection>,
+    /// The last id read: rows read and not yet confirmed are not read again (0 after a
+    /// reconnect: from what is left, the confirmed position; ids are never reused).
+    read: i64,
 }
 
 fn transient(what: &'static str) -> impl Fn(rusqlite::Error) -> Fault {
@@ -29,7 +32,7 @@ impl Sqlite {
                 path.display()
             )));
         }
-        let mut source = Sqlite { path: path.to_path_buf(), connection: None };
+        let mut source = Sqlite { path: path.to_path_buf(), connection: None, read: 0 };
         source.reconnect()?;
         Ok(source)
     }
@@ -41,13 +44,14 @@ impl Sqlite {
 
 impl Source for Sqlite {
     fn read(&mut self, max: usize, wait: Duration) -> Result<Batch, Fault> {
+        let after = self.read;
         let connection = self.connection()?;
         let mut statement = connection
-            .prepare_cached("SELECT id, keys, created FROM shoal_outbox ORDER BY id LIMIT ?1")
+            .prepare_cached("SELECT id, keys, created FROM shoal_outbox WHERE id > ?2 ORDER BY id LIMIT ?1")
             .map_err(transient("read the outbox"))?;
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let rows = statement
-            .query_map([limit], |row| {
+            .query_map([limit, after], |row| {
                 // Text or bytes; anything else (a number someone wrote) is reported, not retried.
                 let keys = row.get_ref(1)?.as_bytes().ok().map(<[u8]>::to_vec);
                 Ok((row.get::<_, i64>(0)?, keys, row.get::<_, Option<f64>>(2).ok().flatten()))
@@ -67,6 +71,10 @@ impl Source for Sqlite {
             }
             batch.upto = Some(Position::Row(id));
         }
+        drop(statement);
+        if let Some(Position::Row(id)) = batch.upto {
+            self.read = id;
+        }
         if batch.upto.is_none() {
             // Nothing new: SQLite cannot tell us when there is, so poll.
             std::thread::sleep(wait);
@@ -85,7 +93,7 @@ impl Source for Sqlite {
     }
 
     fn reconnect(&mut self) -> Result<(), Fault> {
-        self.connection = None;
+        (self.connection, self.read) = (None, 0);
         let connection = Connection::open(&self.path).map_err(transient("open the database"))?;
         connection.busy_timeout(Duration::from_secs(5)).map_err(transient("set the busy timeout"))?;
         connection.execute(SQLITE_OUTBOX_SCHEMA, []).map_err(transient("create the outbox"))?;

@@ -29,7 +29,8 @@ pub enum Stage {
     Visibility,
     /// Holding a batch until the replica (`--wait-for-replica`) has replayed it.
     Replica,
-    /// Appending a batch to the spools (each append fsync'd), or waiting for a full one.
+    /// Appending a batch to the spools (written, flushed later by the group syncer), or
+    /// waiting for a full one.
     Spooling,
 }
 
@@ -87,8 +88,8 @@ fn reader_text(stage: Stage, since: Instant, deletes: usize) -> String {
             format!("the log reader holds {deletes} deletes until the replica has replayed them ({held:.1} s)")
         }
         Stage::Spooling => format!(
-            "the log reader is writing {deletes} deletes to the spools ({held:.1} s: a slow disk's fsync, or a \
-             full spool)"
+            "the log reader is writing {deletes} deletes to the spools ({held:.1} s: a full spool, or a disk too \
+             slow to take a write)"
         ),
     }
 }
@@ -158,7 +159,7 @@ mod tests {
         let since = Instant::now();
         assert!(reader_text(Stage::Visibility, since, 3).contains("holds 3 deletes until their transactions"));
         assert!(reader_text(Stage::Replica, since, 2).contains("replica has replayed"));
-        assert!(reader_text(Stage::Spooling, since, 1).contains("fsync"));
+        assert!(reader_text(Stage::Spooling, since, 1).contains("full spool"));
         assert!(reader_text(Stage::Reading, since, 0).contains("waiting for changes"));
     }
 }

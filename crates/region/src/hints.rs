@@ -30,7 +30,8 @@
 //! the sample — hit or miss — also goes into a second ring, as (key hash, [`SampledRead`]), which
 //! the server feeds to the tenant's curve as it would a network get. Unlike marks these cannot
 //! be filtered (every reference counts) and are lost, oldest first, past [`SAMPLE_ENTRIES`]
-//! between two drains; the server counts what was lost and leaves it out of the curve's total.
+//! between two drains; the server counts what was lost (as references whose reuse it does not
+//! know) and drains every 1–10 ms while a client reads locally, faster as a ring fills.
 //!
 //! ```text
 //!  client: a read whose key hash is below the header's threshold   server: SampleReader::drain

@@ -99,6 +99,44 @@ impl Mapping {
         unsafe { &*self.base.add(off).cast::<AtomicU32>() }
     }
 
+    /// [`Mapping::u64_at`] and [`Mapping::u32_at`] for an offset its caller has proven
+    /// aligned and in bounds: the lookup checks an item's place once, not at every load.
+    ///
+    /// # Safety
+    /// `off` is 8-aligned and `off + 8 <= self.size()`.
+    #[inline(always)]
+    pub(crate) unsafe fn u64_unchecked(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: the caller's promise is `word`'s.
+        unsafe { self.word(off) }
+    }
+
+    /// See [`Mapping::u64_unchecked`].
+    ///
+    /// # Safety
+    /// `off` is 4-aligned and `off + 4 <= self.size()`.
+    #[inline(always)]
+    pub(crate) unsafe fn u32_unchecked(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.len);
+        // SAFETY: in bounds and 4-aligned (the caller's promise; the base is page-aligned);
+        // the memory is mapped for as long as `self` lives and AtomicU32 has no invalid bit
+        // patterns.
+        unsafe { &*self.base.add(off).cast::<AtomicU32>() }
+    }
+
+    /// [`Mapping::atomics_at`] for an offset its caller has proven aligned and in bounds.
+    ///
+    /// # Safety
+    /// As for [`Mapping::atomics_at`], and `off` is aligned for `T` with
+    /// `off + size_of::<T>() <= self.size()`.
+    #[inline(always)]
+    pub(crate) unsafe fn atomics_unchecked<T>(&self, off: usize) -> &T {
+        debug_assert!(
+            off.is_multiple_of(std::mem::align_of::<T>()) && off + std::mem::size_of::<T>() <= self.len
+        );
+        // SAFETY: the caller's promise, as in `atomics_at`.
+        unsafe { &*self.base.add(off).cast::<T>() }
+    }
+
     /// A reference to a `T` made only of atomics at `off`, e.g. the header or a table entry.
     ///
     /// # Safety
@@ -170,6 +208,24 @@ impl Mapping {
     #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) {
         self.check(off, dst.len(), 1);
+        // SAFETY: the range is inside the mapping (just checked).
+        unsafe { self.read_unchecked(off, dst) }
+    }
+
+    /// [`Mapping::read`] for a range its caller has proven to lie in the mapping.
+    ///
+    /// # Safety
+    /// `off + dst.len() <= self.size()`.
+    #[inline]
+    pub(crate) unsafe fn read_unchecked(&self, off: usize, dst: &mut [u8]) {
+        debug_assert!(off + dst.len() <= self.len);
+        #[cfg(target_arch = "x86_64")]
+        if dst.len() >= VECTOR_COPY_MIN {
+            // SAFETY: the source range is in the mapping (the caller's promise) and the
+            // destination is `dst`, which a shared borrow of the mapping cannot overlap.
+            unsafe { self.copy_vector(off, dst.as_mut_ptr(), dst.len()) };
+            return;
+        }
         let mut chunks = dst.chunks_exact_mut(8);
         let mut at = off;
         for chunk in &mut chunks {
@@ -188,50 +244,64 @@ impl Mapping {
     #[inline]
     pub fn equals(&self, off: usize, expected: &[u8]) -> bool {
         self.check(off, expected.len(), 1);
-        let mut chunks = expected.chunks_exact(8);
-        let mut at = off;
-        for chunk in &mut chunks {
-            if self.bytes8(at) != u64::from_le_bytes(chunk.try_into().expect("8 bytes")) {
+        // SAFETY: `off..off + expected.len()` is inside the mapping (just checked).
+        unsafe { self.equals_unchecked(off, expected) }
+    }
+
+    /// [`Mapping::equals`] for a range its caller has proven to lie in the mapping: eight
+    /// bytes a step, and a key of eight bytes or more ends with the eight that end it (which
+    /// may overlap the step before), so no byte is gathered one by one.
+    ///
+    /// # Safety
+    /// `off + expected.len() <= self.size()`.
+    #[inline]
+    pub(crate) unsafe fn equals_unchecked(&self, off: usize, expected: &[u8]) -> bool {
+        debug_assert!(off + expected.len() <= self.len);
+        let n = expected.len();
+        let word = |i: usize| u64::from_le_bytes(expected[i..i + 8].try_into().expect("8 bytes"));
+        if n < 8 {
+            let wanted = expected.iter().rev().fold(0u64, |word, &byte| (word << 8) | u64::from(byte));
+            return self.bytes_short(off, n) == wanted;
+        }
+        let mut i = 0;
+        while i + 8 < n {
+            if self.bytes8(off + i) != word(i) {
                 return false;
             }
-            at += 8;
+            i += 8;
         }
-        let tail = chunks.remainder();
-        let wanted = tail.iter().rev().fold(0u64, |word, &byte| (word << 8) | u64::from(byte));
-        self.bytes_short(at, tail.len()) == wanted
+        self.bytes8(off + n - 8) == word(n - 8)
     }
 
     /// Appends the `len` bytes at `off` to `dst`, as [`Mapping::read`] would copy them (a
     /// racing writer may leave a mix of old and new bytes: the caller validates).
     #[inline]
     pub fn read_append(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
+        self.check(off, len, 1);
+        // SAFETY: the range is inside the mapping (just checked).
+        unsafe { self.read_append_unchecked(off, len, dst) }
+    }
+
+    /// [`Mapping::read_append`] for a range its caller has proven to lie in the mapping.
+    ///
+    /// # Safety
+    /// `off + len <= self.size()`.
+    #[inline]
+    pub(crate) unsafe fn read_append_unchecked(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
+        debug_assert!(off + len <= self.len);
         #[cfg(target_arch = "x86_64")]
-        if len >= STRING_COPY_MIN {
-            self.check(off, len, 1);
+        if len >= VECTOR_COPY_MIN {
             dst.reserve(len);
-            let to = dst.spare_capacity_mut().as_mut_ptr();
-            // SAFETY: the source `off..off + len` is inside the mapping (checked) and the
-            // destination is `len` bytes of `dst`'s spare capacity (reserved), so both ranges
-            // are valid and cannot overlap. `rep movsb` loads every byte with a single-byte
-            // load, which x86 never tears: it is the per-byte atomic copy a seqlock reader
-            // needs (what Rust's proposed `AtomicPerByte` names), unlike a plain `memcpy`,
-            // whose racing reads would be undefined. Fast-string loads may complete out of
-            // order, so `lfence` finishes them all before the caller's validating loads. After
-            // the copy all `len` bytes are initialized, which makes `set_len` sound.
+            // SAFETY: the source range is in the mapping (the caller's promise); the
+            // destination is `len` bytes of `dst`'s spare capacity (just reserved), which a
+            // shared borrow of the mapping cannot overlap. After the copy all `len` bytes are
+            // initialized, which makes `set_len` sound.
             unsafe {
-                std::arch::asm!(
-                    "rep movsb",
-                    "lfence",
-                    inout("rcx") len => _,
-                    inout("rsi") self.base.add(off) => _,
-                    inout("rdi") to => _,
-                    options(nostack, preserves_flags)
-                );
+                self.copy_vector(off, dst.spare_capacity_mut().as_mut_ptr().cast(), len);
                 dst.set_len(dst.len() + len);
             }
             return;
         }
-        self.check(off, len, 1);
         if len == 0 {
             return;
         }
@@ -281,6 +351,67 @@ impl Mapping {
         // SAFETY: the words written above cover `dst.len()..end` (they hold the value's `len`
         // bytes, the last word cut back here), all within the reserved capacity.
         unsafe { dst.set_len(end) };
+    }
+
+    /// Copies `len` (at least [`VECTOR_COPY_MIN`]) bytes at `off` to `to` in vector-sized
+    /// loads: `rep movsb` from [`STRING_COPY_MIN`] bytes on, 16-byte `movdqu` below it.
+    ///
+    /// Why this is a sound seqlock read: the copy is inline assembly, outside the Rust memory
+    /// model, and x86 never tears a byte — an SSE load of 16 bytes, like each load of `rep
+    /// movsb`, reads every byte atomically, if not all 16 at one instant. So the copy is
+    /// the per-byte atomic copy a seqlock reader needs (what Rust's proposed `AtomicPerByte`
+    /// names), unlike a plain `memcpy`, whose racing reads would be undefined; a torn mix of
+    /// old and new bytes is thrown away by the caller's validation. `movdqu` loads are
+    /// ordered with the loads after them (x86 does not reorder loads with loads), and the
+    /// assembly is a compiler barrier, so the caller's validating loads come after the copy;
+    /// fast-string loads may complete out of order, so `rep movsb` ends with `lfence`.
+    ///
+    /// # Safety
+    /// `off + len <= self.size()`, `len >= VECTOR_COPY_MIN`, and `to` is valid for `len`
+    /// bytes of writes and does not overlap the mapping.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn copy_vector(&self, off: usize, to: *mut u8, len: usize) {
+        debug_assert!(len >= VECTOR_COPY_MIN && off + len <= self.len);
+        // SAFETY: `off + len` is in bounds (the caller's promise), so `base + off` is too.
+        let from = unsafe { self.base.add(off) };
+        if len >= STRING_COPY_MIN {
+            // SAFETY: both ranges are valid for `len` bytes and do not overlap (the caller's
+            // promise); see above for the racing reads.
+            unsafe {
+                std::arch::asm!(
+                    "rep movsb",
+                    "lfence",
+                    inout("rcx") len => _,
+                    inout("rsi") from => _,
+                    inout("rdi") to => _,
+                    options(nostack, preserves_flags)
+                );
+            }
+            return;
+        }
+        // Sixteen bytes a step from the start, then the last sixteen (which may overlap the
+        // step before): every load and store lies within the `len` bytes at each end.
+        // SAFETY: as for `rep movsb`; every access is at `i < len - 16` or at `len - 16`,
+        // 16 bytes long, so inside both ranges (`len >= 16`).
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "movdqu {v}, xmmword ptr [{from} + {i}]",
+                "movdqu xmmword ptr [{to} + {i}], {v}",
+                "add {i}, 16",
+                "cmp {i}, {last}",
+                "jb 2b",
+                "movdqu {v}, xmmword ptr [{from} + {last}]",
+                "movdqu xmmword ptr [{to} + {last}], {v}",
+                from = in(reg) from,
+                to = in(reg) to,
+                i = inout(reg) 0usize => _,
+                last = in(reg) len - 16,
+                v = out(xmm_reg) _,
+                options(nostack)
+            );
+        }
     }
 
     /// Copies `src` into the region at `off`. Only the writer calls this, and only on space it
@@ -334,6 +465,10 @@ impl Drop for Mapping {
 /// runs at memory speed; shorter ones eight bytes at a time, below its start-up cost.
 #[cfg(target_arch = "x86_64")]
 const STRING_COPY_MIN: usize = 256;
+/// Values at least this long (and below [`STRING_COPY_MIN`]) are copied out of the region 16
+/// bytes at a time, in SSE loads (every x86_64 CPU has SSE2); shorter ones eight at a time.
+#[cfg(target_arch = "x86_64")]
+const VECTOR_COPY_MIN: usize = 16;
 
 /// Asks the CPU to start loading the cache line holding `address` into its caches. A hint
 /// only: it changes nothing anyone can observe, whatever the address.

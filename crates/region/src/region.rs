@@ -281,10 +281,17 @@ impl Region {
     #[inline]
     pub fn read_item(&self, slot: Slot, key: &[u8]) -> Option<(ItemHeader, u64, u64)> {
         let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
-        if !self.map.equals(self.item_offset(slot) + header.key_offset(), key) {
+        // SAFETY: `item_header` accepted the item only if all of it (`header.size()` bytes,
+        // the key included) lies inside its segment, and the validated layout puts every
+        // segment inside the mapping.
+        if !unsafe { self.map.equals_unchecked(self.item_offset(slot) + header.key_offset(), key) } {
             return None;
         }
-        let segment_gen = self.meta(slot.segment).generation.load(Ordering::Relaxed);
+        // SAFETY: `item_header` accepted only a segment below `segment_count`, whose table
+        // entry the validated layout puts inside the mapping, 64-aligned (`table_offset` is);
+        // SegmentMeta is repr(C) and made only of atomics.
+        let meta: &SegmentMeta = unsafe { self.map.atomics_unchecked(self.layout.meta_offset(slot.segment)) };
+        let segment_gen = meta.generation.load(Ordering::Relaxed);
         let cas = self.item_cas(slot, &header, segment_gen);
         Some((header, segment_gen, cas))
     }
@@ -297,12 +304,14 @@ impl Region {
         let value_at = self.item_offset(found.slot) + h.key_offset() + h.key_len;
         let info = found.info();
         // A sink's buffer longer than the value gets the value's bytes only: never a read past it.
+        // SAFETY (both copies): `read_item` accepted the item only if all of it, the value's
+        // `value_len` bytes included, lies inside its segment, inside the mapping.
         let fill = &mut |buf: &mut [u8]| {
             let n = buf.len().min(h.value_len);
-            self.map.read(value_at, &mut buf[..n]);
+            unsafe { self.map.read_unchecked(value_at, &mut buf[..n]) };
         };
         if !sink.fill(&info, fill) {
-            self.map.read_append(value_at, h.value_len, sink.append_to(&info));
+            unsafe { self.map.read_append_unchecked(value_at, h.value_len, sink.append_to(&info)) };
         }
     }
 
@@ -318,15 +327,29 @@ impl Region {
     #[inline]
     pub fn item_header(&self, slot: Slot) -> Option<ItemHeader> {
         let l = &self.layout;
-        if slot.segment >= l.segment_count || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes {
+        if slot.segment >= l.segment_count
+            || slot.offset + ITEM_HEADER_BYTES > l.segment_bytes
+            || !slot.offset.is_multiple_of(8)
+        {
             return None;
         }
         // Items start 8-aligned (slot offsets count 8-byte units; the layout check keeps
         // segments 8-aligned): the header is two aligned loads, not a copy of any alignment.
         let at = self.item_offset(slot);
         let mut raw = [0u8; ITEM_HEADER_BYTES];
-        raw[..8].copy_from_slice(&self.map.u64_at(at).load(Ordering::Relaxed).to_le_bytes());
-        raw[8..].copy_from_slice(&self.map.u32_at(at + 8).load(Ordering::Relaxed).to_le_bytes());
+        // SAFETY: `at` is 8-aligned (`segments_offset` and `segment_bytes` are multiples of 8
+        // in a validated layout, and the offset was just checked) and its 12 header bytes lie
+        // inside segment `slot.segment` (checked above), which the validated layout puts
+        // inside the mapping (`segments_offset + segment_count * segment_bytes <=
+        // region_bytes <= the mapping's size`).
+        let (low, high) = unsafe {
+            (
+                self.map.u64_unchecked(at).load(Ordering::Relaxed),
+                self.map.u32_unchecked(at + 8).load(Ordering::Relaxed),
+            )
+        };
+        raw[..8].copy_from_slice(&low.to_le_bytes());
+        raw[8..].copy_from_slice(&high.to_le_bytes());
         let h = self.extended(ItemHeader::decode(&raw), slot.offset, at)?;
         (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
     }

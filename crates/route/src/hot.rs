@@ -11,7 +11,8 @@
 //!           client with the same pool, hashing, active count and R agrees
 //!   read  ──► ReplicaSet::pick(turn): one replica, round-robin over the reader's turns
 //!   copy  ──► `ms <key> <len> T<ttl> F<flags> E<cas> ME` (copy_flags): the owner's value,
-//!             flags and CAS unique, so every replica answers `gets` alike
+//!             flags and CAS unique, so every replica answers `gets` alike; during a Proteus
+//!             transition only for a key whose owner stays (may_copy)
 //!   write ──► every replica (the owner with the write itself, the copies as the caller's
 //!             consistency rule says)
 //!   Proteus ──► ActiveHistory: each active count the writer used, and when it last did
@@ -90,6 +91,28 @@ impl Placement {
 /// (always sent to the owner) succeeds exactly when it would have after reading the owner.
 pub fn copy_flags(ttl: i64, flags: u32, cas: u64) -> String {
     format!("T{ttl} F{flags} E{cas} ME")
+}
+
+/// Whether a hot key's value, read from its owner now, may be copied to its replicas (carrying
+/// that owner's CAS unique), with `active` servers on (Proteus; `None`: every server) and a
+/// transition in progress from `before` active servers (`None`: none). Always outside a
+/// transition; during one, only a key whose owner is the same under both counts: a moved key's
+/// read may be answered by its old owner (the transition's migration), whose unique is that
+/// server's, so it stays uncopied until the transition ends. The one judgment the pool client,
+/// Python's pool (which is the Rust one) and `shoal router` make.
+pub fn may_copy(
+    placement: &Placement,
+    active: Option<usize>,
+    before: Option<usize>,
+    key: &[u8],
+) -> Result<bool> {
+    match (active, before) {
+        (Some(now), Some(before)) if now != before => {
+            Ok(placement.replicas(Some(now), key, 1)?.owner
+                == placement.replicas(Some(before), key, 1)?.owner)
+        }
+        _ => Ok(true),
+    }
 }
 
 /// The Proteus active counts a writer (pool client or router) used lately: a hot key's copy
@@ -306,6 +329,35 @@ mod tests {
                 p.replicas(None, key, 2).unwrap().copies().collect::<Vec<_>>()
             );
         }
+    }
+
+    #[test]
+    fn during_a_transition_only_keys_whose_owner_stays_may_be_copied() {
+        let p = Placement::new(Hashing::Proteus, pool(6)).unwrap();
+        let ring = p.proteus().unwrap();
+        let (mut kept, mut moved) = (0, 0);
+        for i in 0..600 {
+            let key = format!("k{i}");
+            let key = key.as_bytes();
+            // No transition, or none that changes the count: always.
+            for before in [None, Some(4)] {
+                assert!(may_copy(&p, Some(4), before, key).unwrap());
+            }
+            assert!(may_copy(&p, None, Some(3), key).unwrap());
+            // Growing 4 → 5 and shrinking 5 → 4: exactly the keys whose owner stays.
+            for (now, before) in [(5, 4), (4, 5)] {
+                let stays = ring.owner_with(now, key).unwrap() == ring.owner_with(before, key).unwrap();
+                assert_eq!(may_copy(&p, Some(now), Some(before), key).unwrap(), stays, "{i}");
+                if stays {
+                    kept += 1;
+                } else {
+                    moved += 1;
+                }
+            }
+        }
+        // About a fifth of the keys move between 4 and 5 servers, and the rest stay.
+        assert!(moved > 100 && kept > 700, "moved {moved}, kept {kept}");
+        assert!(may_copy(&p, Some(7), Some(4), b"k").is_err(), "an active count above the pool's");
     }
 
     #[test]

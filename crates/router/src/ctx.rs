@@ -89,7 +89,7 @@ fn changes(op: Op) -> bool {
 
 /// The delete that stands for a change a destination missed: `delete <key>`, or for a key no
 /// text command can carry, `md <base64 key> b`.
-fn invalidation(request: &Request, keep_routing_prefix: bool) -> Vec<u8> {
+pub(crate) fn invalidation(request: &Request, keep_routing_prefix: bool) -> Vec<u8> {
     let key = if keep_routing_prefix { &request.key[..] } else { request.routed_key() };
     if shoal_proto::valid_key(key) {
         return Request::delete(&request.key, request.prefix_len).encode(keep_routing_prefix);

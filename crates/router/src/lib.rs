@@ -15,6 +15,8 @@
 //!                 │                 changes a down destination missed, as deletes ──┘ (reads
 //!                 │                 wait until its spool drains: docs/design/faults.md)
 //!                 ▼
+//!  changes' keys ──► near.rs: a delete per near cache of "near_caches", spooled before the
+//!                   client's answer, delivered by the spool's thread (never on the answer path)
 //!  transport: Sender::exchange (dest.rs) ──► the worker's one connection per destination
 //!             (connection.rs): an event loop that pipelines, answers in order; health.rs:
 //!             TKO, probes; stream.rs: TCP or unix
@@ -26,6 +28,7 @@
 //!  lib.rs: run, reload, worker threads
 //!    ├─► metrics ─► state (Router: configuration in service, counters, `stats`) ─► config
 //!    └─► proxy (a client connection) ─► multiget ─► dispatch (a key's route(s)) ─► config
+//!              └─► near (deletes for the near caches) ─► ctx
 //!  config (the file, parsed) ─► route (handles) ─► provisioned (power-proportional pools)
 //!                                     └─► ctx (Ctx: how a handle sends; spools) ─► dest
 //!  transport, knowing destinations (addresses, timeouts) and nothing of routes:
@@ -44,6 +47,7 @@ mod dispatch;
 mod health;
 mod metrics;
 mod multiget;
+mod near;
 mod provisioned;
 mod proxy;
 mod request;
@@ -161,6 +165,11 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
     // Durable: a delete a down destination missed must outlive the machine, not only the router.
     let spools = Spools::open_with(&spool_dir, args.spool_max_mb << 20, "shoal router", true, Some(revive))
         .map_err(|e| format!("spool directory {}: {e}", spool_dir.display()))?;
+    // The near caches' deletes: written before the client's answer, not fsync'd (a kill -9
+    // keeps them; near.rs says why not the machine's crash).
+    let near_dir = spool_dir.join("near");
+    let near_spools = Spools::open_with(&near_dir, args.spool_max_mb << 20, "shoal router", false, None)
+        .map_err(|e| format!("spool directory {}: {e}", near_dir.display()))?;
     let router = Arc::new(Router {
         config: RwLock::new(Arc::new(config)),
         transport,
@@ -174,6 +183,7 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
         reloads: AtomicU64::new(0),
         reload_failures: AtomicU64::new(0),
         connections: Default::default(),
+        near: near::NearDelivery::new(near_spools),
     });
     let tcp = if args.port > 0 {
         let l = std::net::TcpListener::bind((args.listen.as_str(), args.port))
@@ -262,9 +272,10 @@ fn serve_worker(
             tokio::select! {
                 accepted = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                     match accepted {
-                        Ok((stream, _)) => {
+                        Ok((stream, peer)) => {
                             let _ = stream.set_nodelay(true);
-                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
+                            let peer = Some(peer.ip());
+                            tokio::task::spawn_local(proxy::serve(stream, peer, router.clone(), worker.clone(), buffers.clone()));
                         }
                         Err(e) => router.connections.accept_failed(e).await,
                     }
@@ -272,7 +283,7 @@ fn serve_worker(
                 accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                     match accepted {
                         Ok((stream, _)) => {
-                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
+                            tokio::task::spawn_local(proxy::serve(stream, None, router.clone(), worker.clone(), buffers.clone()));
                         }
                         Err(e) => router.connections.accept_failed(e).await,
                     }

@@ -107,6 +107,7 @@ enum Answer {
 /// Serves one client until it leaves.
 pub async fn serve<S: ClientStream>(
     mut stream: S,
+    peer: Option<std::net::IpAddr>,
     router: Arc<Router>,
     worker: Rc<Worker>,
     buffers: Rc<Buffers>,
@@ -158,6 +159,9 @@ pub async fn serve<S: ClientStream>(
             errors: &router.errors,
         };
         let mut pending: Vec<Answer> = Vec::new();
+        // The deletes this read's changes owe the near caches (none without "near_caches").
+        let (mut near_deletes, mut near_count) = (Vec::new(), 0u32);
+        let near = !dispatch.config.near_caches.is_empty();
         while consumed < buf.len() && !close {
             match parser.parse(&buf[consumed..]) {
                 Parse::Incomplete => break,
@@ -183,6 +187,10 @@ pub async fn serve<S: ClientStream>(
                     router.requests.fetch_add(1, Ordering::Relaxed);
                     let answer = local_answer(&request, &router, &dispatch.config);
                     close |= matches!(answer, Answer::Close(_));
+                    if let (true, Answer::Routed { keys, .. }) = (near, &answer) {
+                        let noted = keys.iter().filter(|k| crate::near::note_change(k, &mut near_deletes));
+                        near_count += noted.count() as u32;
+                    }
                     pending.push(answer);
                 }
             }
@@ -195,6 +203,8 @@ pub async fn serve<S: ClientStream>(
         }
         hold(buf, &mut held, &buffers);
         carry_out(pending, &dispatch, &mut out).await;
+        // After the pool answered, before the client is: spooled (a kill -9 keeps them).
+        router.near.deliver(&dispatch.config.near_caches, peer, &near_deletes, near_count);
         if (!out.is_empty() && stream.write_all(&out).await.is_err()) || close {
             return give_back(held);
         }

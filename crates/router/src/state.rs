@@ -28,6 +28,8 @@ pub struct Router {
     pub(crate) reload_failures: AtomicU64,
     /// Clients' connections.
     pub(crate) connections: Connections,
+    /// Deletes for the near caches of the router's region (`"near_caches"`).
+    pub(crate) near: crate::near::NearDelivery,
 }
 
 /// Clients' connections, counted as memcached counts its own (`curr_connections`,
@@ -143,6 +145,12 @@ impl Router {
         stat("spool_full", self.spools.full.load(Ordering::Relaxed).to_string());
         stat("spool_files_refused", self.spools.files_refused.load(Ordering::Relaxed).to_string());
         let config = self.config();
+        stat("near_caches", config.near_caches.len().to_string());
+        stat("near_deletes_spooled", self.near.spooled.load(Ordering::Relaxed).to_string());
+        stat("near_deletes_lost", self.near.lost.load(Ordering::Relaxed).to_string());
+        for (address, pending) in self.near.spools.depths() {
+            stat("near_cache", format!("{address} pending={pending}"));
+        }
         for pool in &config.provisioned {
             stat("pool", pool.stats());
         }

@@ -11,8 +11,11 @@
 //! screens each read by the same hash against the threshold the server publishes in the
 //! region's header, and queues the sampled ones (hash, hit with size and expiry, miss, dead)
 //! in its hints area ([`shoal_region::hints::SampleReader`]); the tracker drains every local
-//! client's queue into the curve as the network gets — every 100 ms, and before a network
-//! read of a sampled key or any change a mutation makes to one, so a local read before a
+//! client's queue into the curve as the network gets — from the `curves` thread
+//! (`spawn_drainer` in launch.rs: every 10 ms while a client reads locally, down to every 1 ms while a
+//! queue fills fast, so a queue is taken about a quarter full), every 100 ms from the clock
+//! thread, and before a network read of a sampled key or any change a mutation makes to one,
+//! so a local read before a
 //! network `get`, `set`, `delete` or `flush_all` counts before it (a look-aside fill gives
 //! the key its size after its miss, as over the network). A record no client writes (an
 //! unknown kind, a size no item has) or of a key outside the sample is counted and dropped
@@ -35,11 +38,12 @@
 
 use crate::counters::Counters;
 use shoal_curves::{HitRatioCurve, KeyHash, Shards, ShardsConfig};
-use shoal_region::hints::{SampleReader, SampledRead};
+use shoal_region::hints::{SampleReader, SampledRead, SAMPLE_ENTRIES};
 use shoal_region::layout::item_bytes;
 use shoal_region::Stats;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Points of the curve: 256 steps up to the region's size.
 const STEPS: usize = 256;
@@ -211,10 +215,13 @@ impl CurveTracker {
     }
 
     /// Feeds every local client's sampled reads queued so far, then moves the clock to `now`
-    /// (server time): the reads happened before it.
-    pub fn drain_local(&self, now: u32) {
-        let mut tracking = self.local_first();
+    /// (server time): the reads happened before it. Returns how many clients read locally and
+    /// the most records one of them had queued (lost ones included).
+    pub fn drain_local(&self, now: u32) -> (usize, u64) {
+        let mut tracking = self.lock();
+        let busiest = self.feed_local(&mut tracking);
         tracking.shards.advance(now);
+        (tracking.local.len(), busiest)
     }
 
     /// The tracker, locked.
@@ -226,10 +233,18 @@ impl CurveTracker {
     /// whatever the caller is about to tell it).
     fn local_first(&self) -> MutexGuard<'_, Tracking> {
         let mut tracking = self.lock();
-        let Tracking { shards, local, max_item_bytes, .. } = &mut *tracking;
+        self.feed_local(&mut tracking);
+        tracking
+    }
+
+    /// Feeds the local reads queued so far into the curve; returns the most records one
+    /// client had queued (read or lost).
+    fn feed_local(&self, tracking: &mut Tracking) -> u64 {
+        let Tracking { shards, local, max_item_bytes, .. } = tracking;
         if local.is_empty() {
-            return tracking;
+            return 0;
         }
+        let mut busiest = 0;
         let counts = &self.local;
         // The smallest item: a one-byte key, no value.
         let smallest = item_bytes(1, 0, false) as u32;
@@ -264,9 +279,10 @@ impl CurveTracker {
             // queue before the clock thread does, so the curve then fell far below the truth.)
             shards.unsampled(drained.lost);
             Counters::add(&counts.lost, drained.lost);
+            busiest = busiest.max(drained.read + drained.lost);
         }
         self.threshold.store(shards.threshold(), Ordering::Relaxed);
-        tracking
+        busiest
     }
 
     /// The key's probe hash, if the key is in the sample (as of the threshold last published).
@@ -305,6 +321,23 @@ impl CurveTracker {
         *told = (*told).max(unsampled);
         tracking
     }
+}
+
+/// The longest the `curves` thread waits between two drains while a client reads locally: a
+/// client queues more than a ring (16 384 sampled reads) in that time only past 1.6 million
+/// sampled reads a second, and then the thread drains faster.
+pub(crate) const DRAIN_MAX: Duration = Duration::from_millis(10);
+/// The shortest: 16 million sampled reads a second fill a ring in it (one client thread
+/// reading one key, every read sampled, reaches about 9 million; the curve then takes them
+/// at the rate it can feed them, and the rest are counted lost).
+const DRAIN_MIN: Duration = Duration::from_millis(1);
+
+/// The wait before the next drain, after one that found at most `busiest` records in one
+/// client's ring `waited` after the one before: what takes the busiest ring a quarter full
+/// at the rate it filled, within [`DRAIN_MIN`] and [`DRAIN_MAX`].
+pub(crate) fn next_drain(waited: Duration, busiest: u64) -> Duration {
+    let quarter = SAMPLE_ENTRIES as f64 / 4.0;
+    waited.mul_f64(quarter / busiest.max(1) as f64).clamp(DRAIN_MIN, DRAIN_MAX)
 }
 
 /// `items`, a curve over the bytes of the items themselves, over the bytes a region needs to
@@ -381,7 +414,9 @@ mod tests {
                     [&batched, &single].map(|t| t.stored(key.as_bytes(), u64::from(bytes) + 8, Some(0), now))
                 }
                 1 => [&batched, &single].map(|t| t.remove(key.as_bytes())),
-                _ if i % 5_000 == 0 => [&batched, &single].map(|t| t.drain_local(now)),
+                _ if i % 5_000 == 0 => [&batched, &single].map(|t| {
+                    t.drain_local(now);
+                }),
                 _ => [(); 2],
             };
         }
@@ -396,6 +431,20 @@ mod tests {
         assert_eq!(batched.local_reads().refused.load(Ordering::Relaxed), 0);
         assert_eq!(batched.local_reads().lost.load(Ordering::Relaxed), 0);
         assert_eq!((curve, rate, tracked), single.curve(unsampled.load(Ordering::Relaxed), &region));
+    }
+
+    #[test]
+    fn the_drainer_takes_a_busy_ring_about_a_quarter_full() {
+        let ms = Duration::from_millis;
+        // Idle, or a trickle: every 10 ms.
+        assert_eq!(next_drain(DRAIN_MAX, 0), DRAIN_MAX);
+        assert_eq!(next_drain(ms(10), 100), DRAIN_MAX);
+        // 8 192 records in 10 ms (half a ring): 5 ms, where 4 096 will wait.
+        assert_eq!(next_drain(ms(10), 8192), ms(5));
+        // A ring overflowed after 100 ms (read and lost counted): as fast as the floor allows.
+        assert_eq!(next_drain(Duration::from_millis(100), 1_000_000), DRAIN_MIN);
+        // Back to 10 ms once the client slows down.
+        assert_eq!(next_drain(DRAIN_MIN, 50), DRAIN_MAX);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! The tenants' curves see local reads too (issue 27): each fold first publishes every
 //! tenant's sampling threshold in its region's header (0 when it has no curve), hands a new
 //! area's sampled reads to its tenant's curve (`CurveTracker::attach_local`, which drains them
-//! from then on) and adds the reads the client did not sample to the curve's count of
+//! from then on; the `curves` thread, `spawn_drainer` in launch.rs, hands them over too,
+//! within 10 ms, and drains them between folds) and adds the reads the client did not sample to the curve's count of
 //! screened-out references. The area's tenant is the one its connection reads, fixed by the
 //! server: a client cannot report reads into another tenant's curve.
 
@@ -97,16 +98,24 @@ impl Hints {
         for tenant in tenants.all() {
             tenant.writer.publish_curve_threshold(tenant.curve.as_ref().map_or(0, |c| c.threshold()));
         }
-        for (&conn, (tenant, area)) in self.areas.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
-            let t = tenants.get(*tenant);
-            if let (Some(curve), Some(samples)) = (&t.curve, area.samples()) {
-                curve.attach_local(conn, samples, t.writer.layout().max_item_bytes);
-            }
+        self.attach_samples(tenants);
+        for (tenant, area) in self.areas.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
             self.drain(*tenant, area, tenants, into);
         }
         let now = tenants.clock();
         for curve in tenants.all().iter().filter_map(|t| t.curve.as_ref()) {
             curve.drain_local(now);
+        }
+    }
+
+    /// Hands each new area's sampled reads to the curve of the tenant its connection reads
+    /// (once per area; the curve drains them from then on).
+    pub fn attach_samples(&self, tenants: &Tenants) {
+        for (&conn, (tenant, area)) in self.areas.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+            let t = tenants.get(*tenant);
+            if let (Some(curve), Some(samples)) = (&t.curve, area.samples()) {
+                curve.attach_local(conn, samples, t.writer.layout().max_item_bytes);
+            }
         }
     }
 

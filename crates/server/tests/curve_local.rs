@@ -214,3 +214,50 @@ fn records_no_client_writes_are_counted_and_dropped_without_moving_the_curve_and
     assert_eq!(curve_stat(&server, "tracked"), before.1 + 1.0);
     drop(conn);
 }
+
+/// A client that reads faster than the clock thread's 100 ms drain: 200 000 sampled local
+/// reads in about half a second (a scan of 10 000 keys, every one in the sample, twenty times;
+/// a pause of a millisecond every 500 reads holds it under 500 000 a second, so the `curves`
+/// thread, every 10 ms, has 30 ms of slack before a ring of 16 384 overflows). With the
+/// queue drained only every 100 ms, more than half the records were lost and the curve showed
+/// them as hits at its smallest size (0.5 there instead of 0).
+#[test]
+fn a_scan_read_locally_faster_than_the_clock_thread_drains_keeps_every_record() {
+    const KEYS: usize = 10_000;
+    const PASSES: usize = 20;
+    let server =
+        Server::shoal("curve-local-burst", 0, &["--hit-curve", "-m", "64", "--curve-half-life", "0"]);
+    let mut fill = Vec::new();
+    for i in 0..KEYS {
+        fill.extend_from_slice(format!("set scan:{i} 0 0 100 noreply\r\n{}\r\n", "v".repeat(100)).as_bytes());
+    }
+    fill.extend_from_slice(b"mn\r\n");
+    server.raw(&fill, b"MN\r\n");
+    let mut local = client(&server, true);
+    threshold_published(&server, &mut local);
+    assert_eq!(curve_stat(&server, "rate"), 1.0, "every key in the sample");
+
+    for pass in 0..PASSES {
+        for i in 0..KEYS {
+            assert!(local.get(format!("scan:{i}").as_bytes()).unwrap().is_some(), "pass {pass}: scan:{i}");
+            if i % 500 == 499 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    let reads = (KEYS * PASSES) as f64;
+    assert!(
+        eventually(30, || curve_stat(&server, "local_sampled") + curve_stat(&server, "local_lost") == reads),
+        "{:?}",
+        curve(&server)
+    );
+    assert_eq!(curve_stat(&server, "local_lost"), 0.0, "no record lost");
+    // The scan's curve: nothing at its smallest size, below the working set (a lost record,
+    // counted as a reference the sample did not see, shows there as a hit: 0.5 before), and
+    // every pass after the first above it.
+    let ratios: Vec<f64> =
+        points(&server).iter().map(|p| p.rsplit(' ').next().unwrap().parse().unwrap()).collect();
+    assert!(ratios[1] < 0.01, "no hits at the smallest size: {:?}", &ratios[..8]);
+    let top = *ratios.last().unwrap();
+    assert!((top - 0.95).abs() < 0.001, "19 reads of 20 reuse: {top}");
+}

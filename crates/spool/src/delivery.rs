@@ -262,7 +262,11 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
                 // Drained: start the file over, under the lock appends take. The offset goes to 0
                 // first: a kill between the two steps then re-sends delivered deletes (harmless)
                 // instead of leaving an offset past the end of a file that new records refill.
+                // Logical positions go on from where the file ended.
+                let base = spool.base.load(Ordering::Acquire);
+                spool.acked.fetch_max(base + cursor, Ordering::AcqRel);
                 if write_offset(&spool.path, 0).is_ok() && file.set_len(0).is_ok() {
+                    spool.base.store(base + cursor, Ordering::Release);
                     (cursor, recorded) = (0, 0);
                 }
             }
@@ -310,6 +314,7 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
         spool.held.store(held, Ordering::Relaxed);
         // The offset on disk never passes a delete that is still to be taken.
         let head = retries.iter().map(|(_, p)| p.offset).fold(cursor, u64::min);
+        spool.acked.fetch_max(spool.base.load(Ordering::Acquire) + head, Ordering::AcqRel);
         if head != recorded && write_offset(&spool.path, head).is_ok() {
             recorded = head;
         }

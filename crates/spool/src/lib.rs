@@ -4,15 +4,18 @@
 //! delivered from there, in order, by a thread per destination that waits out the
 //! destination's absence. Used by the router (`AllAsyncRoute` and broadcast deletes) and the
 //! invalidator (every delete it sends). A process killed at any moment loses nothing: the file
-//! is on disk (a `kill -9` keeps what was written; [`Spools::open_with`]'s `durable` also
-//! survives the machine going down) and the delivered offset is recorded after every
+//! is on disk (a `kill -9` keeps what was written; [`Durability::EveryAppend`] and
+//! [`Durability::Grouped`] also survive the machine going down, the latter once a record's
+//! [`Mark`] is safe) and the delivered offset is recorded after every
 //! acknowledgement, so a restarted process delivers the rest (a delete may be sent twice; a
 //! delete is idempotent). It needs nothing but the standard library: it speaks just enough of
 //! memcached's protocol to send pipelined deletes and read their one-line answers.
 //!
 //! ```text
 //!   router / invalidator: append_batch(dest, "delete a\r\ndelete b\r\n", 2, stamp)
-//!        │ one record, appended under the spool's lock (durable: fsync'd)
+//!        │ one record, appended under the spool's lock (EveryAppend: fsync'd before it
+//!        │ returns; Grouped: fsync'd by the group syncer, sync.rs; the Mark it returns says
+//!        │ when the record is flushed or acknowledged)
 //!        ▼
 //!   <dir>/<dest>.spool  "<len> <answers> <stamp>\n<bytes>" …   <dest>.address: where it goes
 //!        │ wake
@@ -47,6 +50,9 @@
 //! taken) are appended to `<file>.torn`, said so.
 
 mod delivery;
+mod sync;
+
+pub use sync::{Durability, Mark, Syncer};
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -116,6 +122,16 @@ struct Spool {
     held: AtomicU64,
     /// What the delivery thread is doing, and since when.
     activity: Mutex<(Activity, Instant)>,
+    /// Where the file's byte 0 is in the spool's logical positions (bytes ever appended,
+    /// across truncations): moved on, under the file's lock, when a drained file is truncated.
+    base: AtomicU64,
+    /// The logical position before which every record is on the disk as [`Durability`] asks
+    /// (fsync'd, for [`Durability::Grouped`]).
+    synced: AtomicU64,
+    /// The logical position before which every record is acknowledged by the destination.
+    acked: AtomicU64,
+    /// The file, for the group syncer (a second handle: it syncs without the appends' lock).
+    sync_file: File,
 }
 
 impl Spool {
@@ -131,8 +147,14 @@ impl Spool {
 pub struct Spools {
     dir: PathBuf,
     max_bytes: u64,
-    /// Whether every append is flushed to the disk before it returns.
-    durable: bool,
+    /// When appends reach the disk.
+    durability: Durability,
+    /// How a file is flushed to the disk (`File::sync_data`; tests give a slow one).
+    syncer: Syncer,
+    /// Set by an append while [`Durability::Grouped`]: the group syncer has work.
+    sync_due: (Mutex<bool>, Condvar),
+    /// Group syncs done (each one `fsync` of a spool file).
+    pub syncs: AtomicU64,
     /// Who is delivering, for messages ("shoal router", "shoal invalidator").
     owner: &'static str,
     observer: Option<Observer>,
@@ -170,8 +192,8 @@ impl Spools {
         Self::open_with(dir, max_bytes, owner, false, None)
     }
 
-    /// [`Spools::open`] with every append flushed to the disk (`durable`) and `observer`
-    /// told of every acknowledged record.
+    /// [`Spools::open`] with every append flushed to the disk before it returns (`durable`)
+    /// and `observer` told of every acknowledged record.
     pub fn open_with(
         dir: &Path,
         max_bytes: u64,
@@ -179,11 +201,29 @@ impl Spools {
         durable: bool,
         observer: Option<Observer>,
     ) -> std::io::Result<Arc<Spools>> {
+        let durability = if durable { Durability::EveryAppend } else { Durability::Unflushed };
+        Self::open_durable(dir, max_bytes, owner, durability, Syncer::default(), observer)
+    }
+
+    /// [`Spools::open`] with appends reaching the disk as `durability` says, flushed by
+    /// `syncer`, and `observer` told of every acknowledged record. [`Durability::Grouped`]
+    /// starts the group syncer's thread.
+    pub fn open_durable(
+        dir: &Path,
+        max_bytes: u64,
+        owner: &'static str,
+        durability: Durability,
+        syncer: Syncer,
+        observer: Option<Observer>,
+    ) -> std::io::Result<Arc<Spools>> {
         std::fs::create_dir_all(dir)?;
         let spools = Arc::new(Spools {
             dir: dir.to_path_buf(),
             max_bytes,
-            durable,
+            durability,
+            syncer,
+            sync_due: (Mutex::new(false), Condvar::new()),
+            syncs: AtomicU64::new(0),
             owner,
             observer,
             spools: Mutex::new(HashMap::new()),
@@ -217,6 +257,9 @@ impl Spools {
                 let _ = std::fs::remove_file(offset_path(&spool));
                 eprintln!("{owner}: refused the spool file {}: {why}; {aside}", spool.display());
             }
+        }
+        if durability == Durability::Grouped {
+            sync::start(&spools)?;
         }
         Ok(spools)
     }
@@ -297,18 +340,20 @@ impl Spools {
 
     /// Appends one request for `address` (answered by one line); refused when its spool is full.
     pub fn append(self: &Arc<Self>, address: &str, request: &[u8]) -> std::io::Result<()> {
-        self.append_batch(address, request, 1, 0)
+        self.append_batch(address, request, 1, 0).map(|_| ())
     }
 
     /// Appends `requests`, answered by `answers` lines, as one record for `address`, delivered
-    /// in one write; `stamp` comes back to the observer. Refused when the spool is full.
+    /// in one write; `stamp` comes back to the observer. Refused when the spool is full. The
+    /// [`Mark`] tells when the record (and every one before it) is safe: on the disk as the
+    /// spools' [`Durability`] asks, or acknowledged.
     pub fn append_batch(
         self: &Arc<Self>,
         address: &str,
         requests: &[u8],
         answers: u32,
         stamp: u64,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<Mark> {
         let spool = self.spool(address)?;
         let mut file = spool.file.lock().unwrap_or_else(|p| p.into_inner());
         let length = file.metadata()?.len();
@@ -329,11 +374,20 @@ impl Spools {
             spool.pending.fetch_sub(u64::from(answers), Ordering::Relaxed);
             return Err(e);
         }
-        if self.durable {
-            file.sync_data()?;
+        let end = spool.base.load(Ordering::Acquire) + length + record.len() as u64;
+        match self.durability {
+            Durability::EveryAppend => {
+                self.syncer.sync(&file)?;
+                spool.synced.fetch_max(end, Ordering::AcqRel);
+            }
+            Durability::Unflushed => {
+                spool.synced.fetch_max(end, Ordering::AcqRel);
+            }
+            Durability::Grouped => self.sync_due(),
         }
+        drop(file);
         spool.wake.notify_one();
-        Ok(())
+        Ok(Mark { spool, end })
     }
 
     /// What `address`'s delivery thread is doing and for how long it has been, with the deletes
@@ -363,6 +417,7 @@ impl Spools {
         let path = self.dir.join(file_name(address));
         std::fs::write(path.with_extension("address"), address)?;
         let file = OpenOptions::new().create(true).read(true).append(true).open(&path)?;
+        let sync_file = file.try_clone()?;
         let spool = Arc::new(Spool {
             address: address.to_string(),
             path,
@@ -373,6 +428,10 @@ impl Spools {
             failing: AtomicBool::new(false),
             held: AtomicU64::new(0),
             activity: Mutex::new((Activity::Idle, Instant::now())),
+            base: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            sync_file,
         });
         let length = spool.file.lock().unwrap_or_else(|p| p.into_inner()).metadata()?.len();
         // An offset past the end was left by an older build that truncated before resetting it.
@@ -387,6 +446,7 @@ impl Spools {
             spool.file.lock().unwrap_or_else(|p| p.into_inner()).set_len(end)?;
         }
         spool.pending.store(answers, Ordering::Relaxed);
+        spool.acked.store(offset, Ordering::Release);
         map.insert(address.to_string(), spool.clone());
         let spools = self.clone();
         let delivering = spool.clone();

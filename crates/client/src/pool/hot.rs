@@ -11,7 +11,8 @@
 //!                                   └─ miss / unreachable ──► the owner's read; a hit from
 //!                                      the owner itself is added to the copy with `ttl` and
 //!                                      the owner's unique (`ms … E<cas> ME`: a write
-//!                                      meanwhile wins)
+//!                                      meanwhile wins) — during a Proteus transition only
+//!                                      if the key's owner stays (may_copy)
 //!   get_many ──► each hot key's replica picked as above; the batch grouped by the server
 //!        asked ──► keys a copy missed or could not answer: one batch from their owners, hits
 //!        `add`ed to the copies
@@ -194,7 +195,7 @@ impl Pool {
             return Some(Ok(Some(item)));
         }
         let (found, from_owner) = self.read_from_owner(|pool| pool.owner_get(key));
-        if let (Ok(Some(item)), true) = (&found, from_owner) {
+        if let (Ok(Some(item)), true) = (&found, from_owner && self.may_copy(key)) {
             // Best effort: a copy that cannot be made leaves the next read to the owner again.
             let (client, retry) = (&self.client, self.retry_interval);
             let _ = self.members[copy].run(client, retry, |c| c.add_copy(key, item.as_ref(), ttl));
@@ -203,14 +204,21 @@ impl Pool {
         Some(found)
     }
 
-    /// Runs `read` and says whether every hit it returned came from the keys' owners now,
-    /// whose CAS uniques a copy may carry: not from the Gutter pool (a failed owner's keys)
-    /// nor from an old owner during a Proteus transition, whose uniques are their servers'.
+    /// Runs `read` and says whether no hit it returned came from the Gutter pool (a failed
+    /// owner's keys), whose uniques are its servers'. A key's hit may then be copied if
+    /// [`Pool::may_copy`] says so too.
     fn read_from_owner<T>(&mut self, read: impl FnOnce(&mut Pool) -> T) -> (T, bool) {
-        let moving = self.active.is_some_and(|a| a.before.is_some());
         let gutter_reads = self.counters.gutter_reads;
         let found = read(self);
-        (found, !moving && self.counters.gutter_reads == gutter_reads)
+        (found, self.counters.gutter_reads == gutter_reads)
+    }
+
+    /// Whether a hit of `key` from its owner may be copied (`shoal_route::hot::may_copy`):
+    /// during a Proteus transition only if its owner stays, since a moved key's value may come
+    /// from its old owner, whose CAS unique is that server's.
+    fn may_copy(&self, key: &[u8]) -> bool {
+        let (now, before) = self.active.map_or((None, None), |a| (Some(a.now), a.before));
+        shoal_route::hot::may_copy(&self.placement, now, before, key).unwrap_or(false)
     }
 
     /// The hot keys of a batch read from a copy (as [`Pool::hot_get`] picks them, one turn
@@ -273,7 +281,7 @@ impl Pool {
         let ttl = self.hot.as_ref().map_or(0, |h| i64::from(h.options.ttl));
         let (client, retry) = (&self.client, self.retry_interval);
         for (i, item) in found {
-            if let (Some(copy), true) = (copy_of[i], from_owner) {
+            if let (Some(copy), true) = (copy_of[i], from_owner && self.may_copy(keys[i])) {
                 let _ = self.members[copy].run(client, retry, |c| c.add_copy(keys[i], item.as_ref(), ttl));
                 self.counters.hot_copies_made += 1;
             }

@@ -8,7 +8,8 @@
 //!                     "keep_routing_prefix": bool, "weights": [w, …] } },
 //!   "named_handles": [ { "name": "h", "type": …, … } ],
 //!   "route": <route>                                  one route for every key, or
-//!   "routes": [ { "aliases": ["/region/cluster/"], "route": <route> } ] }
+//!   "routes": [ { "aliases": ["/region/cluster/"], "route": <route> } ],
+//!   "near_caches": ["host:port", …] }               near caches this router invalidates (near.rs)
 //! <route> = "PoolRoute|A" | "AllSyncRoute|Pool|A" | "Pool|A" | "NullRoute" | "ErrorRoute|why"
 //!         | "<a named handle>" | { "type": "…Route", … } | [<route>, …] (children)
 //! ```
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use xxhash_rust::xxh3::xxh3_64;
 
+pub mod near;
 mod provisioning;
 mod routes;
 use provisioning::{provisioning, Provisioning};
@@ -117,6 +119,9 @@ pub struct Config {
     pub followed: Vec<(PathBuf, Option<u64>)>,
     /// Every pool route with `"hot_replicas"`: the pool's name and its hot keys (`stats`).
     pub hot: Vec<(String, Arc<crate::route::hot::HotPool>)>,
+    /// The near caches every change through this router is delivered to as a delete
+    /// (`"near_caches"`, `crate::near`).
+    pub near_caches: Vec<near::NearCache>,
 }
 
 /// What identifies a version of a file: its bytes' hash (`None` if it cannot be read).
@@ -150,11 +155,12 @@ impl Config {
         })?;
         let Value::Object(top) = value else { return error("", "the configuration must be a JSON object") };
         for key in top.keys() {
-            if !["pools", "route", "routes", "named_handles"].contains(&key.as_str()) {
+            if !["pools", "route", "routes", "named_handles", "near_caches"].contains(&key.as_str()) {
                 return error(
                     key,
                     format!(
-                        "unsupported top-level field {key:?} (known: pools, route, routes, named_handles)"
+                        "unsupported top-level field {key:?} (known: pools, route, routes, named_handles, \
+                         near_caches)"
                     ),
                 );
             }
@@ -214,16 +220,23 @@ impl Config {
             pools: builder.described,
             followed: builder.followed,
             hot: builder.hot,
+            near_caches: top.get("near_caches").map(near::read).transpose()?.unwrap_or_default(),
         })
     }
 
-    /// The pools for the log: `pool A: 3 servers (a:1, b:2, c:3), 2 on; pool B: …`.
+    /// The pools for the log: `pool A: 3 servers (a:1, b:2, c:3), 2 on; pool B: …`, and the
+    /// near caches listed (`; near caches: a:1, b:2`).
     pub fn describe_pools(&self) -> String {
         let pools = self.pools.iter().map(|(name, servers, active)| {
             let on = active.map(|n| format!(", {n} on")).unwrap_or_default();
             format!("pool {name}: {} ({}){on}", plural(servers.len(), "server"), servers.join(", "))
         });
-        pools.collect::<Vec<_>>().join("; ")
+        let mut text = pools.collect::<Vec<_>>().join("; ");
+        if !self.near_caches.is_empty() {
+            let near: Vec<&str> = self.near_caches.iter().map(|c| c.address.as_str()).collect();
+            text.push_str(&format!("; near caches: {}", near.join(", ")));
+        }
+        text
     }
 
     /// Fetches the old owners' digests of every power-proportional pool in a transition

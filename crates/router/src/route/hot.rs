@@ -15,12 +15,16 @@
 //!                                  └─ else the owner's answer, asked with `gets`; a hit is
 //!                                     added to the copy with the TTL and the owner's unique
 //!                                     (`ms … E<cas> ME`, in the background); a `get` is
-//!                                     answered without the unique
+//!                                     answered without the unique; during a Proteus
+//!                                     transition a moved key's miss takes the pool's own
+//!                                     read (migration included) and is not copied
+//!                                     (`shoal_route::hot::may_copy`)
 //!  a change of a key hot now (or until the TTL ago), `cas` included ──► owner, then
 //!        `delete` on every copy (awaited, before the client hears back; spooled for a copy
 //!        that is down) — a Proteus pool's copies under every active count this router used
-//!        within the TTL included (`shoal_route::hot::copies_to_delete`; the counts are kept
-//!        per pool across configuration reloads, which is how the active count changes)
+//!        within the TTL included (`shoal_route::hot::copies_to_delete`; the counts, and the
+//!        hot set, are kept per pool across configuration reloads, which is how the active
+//!        count changes)
 //! ```
 //!
 //! The replicas are `shoal_route::hot`'s: the owner and its successors among the servers on,
@@ -28,6 +32,7 @@
 
 use super::{background, Child, Route};
 use crate::ctx::Ctx;
+use crate::provisioned::Provisioned;
 use crate::request::{Op, Reply, Request};
 use serde_json::{Map, Value};
 use shoal_proto::answer::{blocks, ValueHeader};
@@ -87,8 +92,13 @@ pub enum Plan {
     /// Not hot (or a read the owner must answer): the pool's ordinary route.
     Owner,
     /// A get or gets of a hot key, from the copy on `copy`; `owner` answers when the copy
-    /// misses.
+    /// misses, and its hit is copied.
     ReadCopy { copy: usize, owner: usize },
+    /// A get or gets of a hot key that a Proteus transition in progress moves
+    /// (`shoal_route::hot::may_copy`), from the copy on `copy`; when it misses, the pool's
+    /// ordinary read (the transition's, which may ask the old owner) answers, and nothing is
+    /// copied: the old owner's CAS unique is not the owner's.
+    ReadCopyMoved { copy: usize },
     /// A change of a hot key: the ordinary route, then a delete on each of these servers (its
     /// copies, and those of the Proteus active sets used within the TTL).
     WriteAll(Vec<usize>),
@@ -98,28 +108,31 @@ pub enum Plan {
 /// history's lock once a second, not each time); the window it keeps is this much longer.
 const NOTE_EVERY_MS: u64 = 1000;
 
-/// A Proteus pool's active counts used lately, by its servers' addresses: a configuration
-/// reload (a new active count) makes a new [`HotPool`], which must still delete the copies
+/// A pool's hot set and (Proteus) active counts used lately, by its servers' addresses: a
+/// configuration reload (a new active count) makes a new [`HotPool`], which must still know
+/// the keys hot (a write before its first poll must delete their copies) and delete the copies
 /// its predecessors placed.
-type Histories = Mutex<Vec<(Vec<String>, Arc<Mutex<ActiveHistory>>)>>;
+type Shared = (Arc<Mutex<ActiveHistory>>, Arc<RwLock<HotSet>>);
+type Histories = Mutex<Vec<(Vec<String>, Shared)>>;
 
 static HISTORIES: OnceLock<Histories> = OnceLock::new();
 
 /// The most pools whose histories are kept (the oldest goes first).
 const MAX_HISTORIES: usize = 256;
 
-/// The active-count history of the pool of `addresses`, shared by every configuration's route.
-fn history_of(addresses: &[String]) -> Arc<Mutex<ActiveHistory>> {
+/// The active-count history and hot set of the pool of `addresses`, shared by every
+/// configuration's route.
+fn shared_by(addresses: &[String]) -> Shared {
     let mut all = HISTORIES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, h)) = all.iter().find(|(a, _)| a == addresses) {
-        return h.clone();
+    if let Some((_, shared)) = all.iter().find(|(a, _)| a == addresses) {
+        return shared.clone();
     }
     if all.len() >= MAX_HISTORIES {
         all.remove(0);
     }
-    let history = Arc::new(Mutex::new(ActiveHistory::new()));
-    all.push((addresses.to_vec(), history.clone()));
-    history
+    let shared = (Arc::new(Mutex::new(ActiveHistory::new())), Arc::new(RwLock::new(HotSet::new())));
+    all.push((addresses.to_vec(), shared.clone()));
+    shared
 }
 
 /// A pool route's hot-key numbers.
@@ -139,7 +152,8 @@ pub struct HotPool {
     options: HotOptions,
     /// The pool's servers, in its order (polled).
     addresses: Vec<String>,
-    set: RwLock<HotSet>,
+    /// The hot set (shared across reloads, by the servers' addresses).
+    set: Arc<RwLock<HotSet>>,
     turn: AtomicU64,
     poller: OnceLock<()>,
     /// Proteus: the active counts used within the TTL (shared across reloads), and the last
@@ -158,13 +172,14 @@ impl HotPool {
     pub fn new(options: HotOptions, addresses: Vec<String>) -> HotPool {
         use std::hash::BuildHasher;
         let turn = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        let (history, set) = shared_by(&addresses);
         HotPool {
-            history: history_of(&addresses),
+            history,
+            set,
             noted: AtomicU64::new(u64::MAX),
             born: Instant::now(),
             options,
             addresses,
-            set: RwLock::new(HotSet::new()),
             turn: AtomicU64::new(turn),
             poller: OnceLock::new(),
             copy_hits: AtomicU64::new(0),
@@ -187,8 +202,15 @@ impl HotPool {
         }
     }
 
-    /// What `request` does, with the first `active` servers on (Proteus; `None`: all).
-    pub fn plan(self: &Arc<Self>, placement: &Placement, active: Option<usize>, request: &Request) -> Plan {
+    /// What `request` does in a pool placed by `placement`, power-proportional when
+    /// `provisioned` (its active servers, and the transition in progress).
+    pub fn plan(
+        self: &Arc<Self>,
+        placement: &Placement,
+        provisioned: Option<&Provisioned>,
+        request: &Request,
+    ) -> Plan {
+        let active = provisioned.map(|p| p.active);
         if !self.spreads(request) {
             return Plan::Owner;
         }
@@ -215,10 +237,14 @@ impl HotPool {
             };
         }
         let copy = set.pick(self.turn.fetch_add(1, Ordering::Relaxed));
+        let before =
+            provisioned.and_then(|p| p.transition.as_ref().filter(|t| t.in_progress())).map(|t| t.from);
         if copy == set.owner {
             Plan::Owner
-        } else {
+        } else if shoal_route::hot::may_copy(placement, active, before, key).unwrap_or(false) {
             Plan::ReadCopy { copy, owner: set.owner }
+        } else {
+            Plan::ReadCopyMoved { copy }
         }
     }
 
@@ -345,6 +371,24 @@ pub async fn read_copy(hot: &HotPool, copy: &Child, owner: &Child, request: &Req
     }
 }
 
+/// A get or gets of a hot key a transition moves ([`Plan::ReadCopyMoved`]): the copy on `copy`
+/// if it hits, else `ordinary` (the pool's own read, a moved key's migration included), with
+/// nothing copied.
+pub async fn read_copy_moved(
+    hot: &HotPool,
+    copy: &Child,
+    ordinary: impl std::future::Future<Output = Reply>,
+    request: &Request,
+    ctx: &Ctx,
+) -> Reply {
+    let first = copy.execute(request, ctx).await;
+    if first.is_hit() {
+        hot.copy_hits.fetch_add(1, Ordering::Relaxed);
+        return first;
+    }
+    ordinary.await
+}
+
 /// The item of an owner's answer to `gets`: one `VALUE` block, whole.
 struct OwnersItem {
     line_key: Vec<u8>,
@@ -396,6 +440,55 @@ mod tests {
         assert_eq!(item.get_answer(), b"VALUE k 3 2\r\nhi\r\n");
         assert!(OwnersItem::of(&Reply::Answer(Vec::new())).is_none());
         assert!(OwnersItem::of(&Reply::Answer(b"SERVER_ERROR busy\r\n".to_vec())).is_none());
+    }
+
+    #[test]
+    fn in_a_transition_a_moved_keys_read_is_not_copied_and_a_kept_owners_is() {
+        use crate::provisioned::Transition;
+        use std::time::SystemTime;
+        // Nothing listens there: the poller only fails, every hour.
+        let addresses: Vec<String> = (1..=3).map(|port| format!("127.0.0.1:{port}")).collect();
+        let servers = addresses.iter().map(|a| shoal_route::Server::parse(a).unwrap()).collect();
+        let placement = Placement::new(shoal_route::Hashing::Proteus, servers).unwrap();
+        let ring = placement.proteus().unwrap();
+        let find = |moves: bool| {
+            (0..)
+                .map(|i| format!("judged:{i}").into_bytes())
+                .find(|k| (ring.owner_with(2, k).unwrap() != ring.owner_with(3, k).unwrap()) == moves)
+                .unwrap()
+        };
+        let (kept, moved) = (find(false), find(true));
+        let options = HotOptions { replicas: 0, refresh: Duration::from_secs(3600), ttl: 10, cap: 16 };
+        let hot = Arc::new(HotPool::new(options, addresses.clone()));
+        let answer = vec![(kept.clone(), 100.0), (moved.clone(), 90.0)];
+        hot.set.write().unwrap().learn([answer.as_slice()], 16, Instant::now(), Duration::from_secs(10));
+        let pool = |transition| Provisioned {
+            pool: "p".into(),
+            active: 3,
+            transition,
+            addresses: addresses.clone(),
+            migrated: AtomicU64::new(0),
+            digest_skips: AtomicU64::new(0),
+        };
+        let moving = pool(Some(Transition::new(2, SystemTime::now() + Duration::from_secs(3600))));
+        let done = pool(None);
+        for (key, moves) in [(&kept, false), (&moved, true)] {
+            let get = Request::delete(key, 0).as_get();
+            // Three replicas, round-robin: over six reads, four ask a copy.
+            let plans: Vec<Plan> = (0..6).map(|_| hot.plan(&placement, Some(&moving), &get)).collect();
+            assert_eq!(plans.iter().filter(|p| **p == Plan::Owner).count(), 2, "{plans:?}");
+            for plan in &plans {
+                match plan {
+                    Plan::Owner => {}
+                    Plan::ReadCopy { .. } => assert!(!moves, "a moved key is copied: {plans:?}"),
+                    Plan::ReadCopyMoved { .. } => assert!(moves, "a kept owner's key is not: {plans:?}"),
+                    Plan::WriteAll(_) => panic!("a get planned as a write"),
+                }
+            }
+            // After the transition, every key's copy is refilled again.
+            let plans: Vec<Plan> = (0..6).map(|_| hot.plan(&placement, Some(&done), &get)).collect();
+            assert!(plans.iter().all(|p| matches!(p, Plan::Owner | Plan::ReadCopy { .. })), "{plans:?}");
+        }
     }
 
     #[test]

@@ -161,8 +161,12 @@ impl Route {
                         }
                     };
                     let Some(hot) = hot else { return owner.await };
-                    match hot.plan(placement, provisioned.as_ref().map(|p| p.active), request) {
+                    match hot.plan(placement, provisioned.as_deref(), request) {
                         Plan::Owner => owner.await,
+                        Plan::ReadCopyMoved { copy } => {
+                            crate::route::hot::read_copy_moved(hot, &children[copy], owner, request, ctx)
+                                .await
+                        }
                         Plan::ReadCopy { copy, owner } => {
                             crate::route::hot::read_copy(hot, &children[copy], &children[owner], request, ctx)
                                 .await

@@ -15,6 +15,8 @@
 //!        ──► local copy dropped, forwarded, answer relayed, local copy dropped again
 //!            (lease-set STORED: kept instead, unless its key changed since the lease-get)
 //!  ms md ma ──► refused (CLIENT_ERROR): a near cache forwards the text commands only
+//!  --invalidation-listen: delete / md there ──► invalidate: the local copy dropped (epoch
+//!        bumped), nothing forwarded (upstream/listen.rs; the invalidator's and routers' path)
 //! ```
 
 use super::ops::delete_key;
@@ -425,4 +427,37 @@ fn lease_set_ttl(exptime: i64, near_ttl: u32) -> Option<u32> {
         e if (1..i64::from(near_ttl)).contains(&e) => Some(e as u32),
         _ => Some(near_ttl),
     }
+}
+
+/// Drops `key`'s near copy for an invalidation (the listener of `--invalidation-listen`): the
+/// epoch bumped so that no fetch in flight keeps an older value, the key noted absent
+/// upstream, nothing forwarded. True if a copy was here.
+pub fn invalidate(cx: &Context<'_>, key: &[u8]) -> bool {
+    let Some(up) = cx.shared.upstream.as_deref() else { return false };
+    let was_here = drop_local(cx, up, key);
+    up.note_absent(key, true);
+    was_here
+}
+
+/// Starts the invalidation listener of `--invalidation-listen` (`None` without it); its
+/// thread ends, with its connections', when the server stops.
+pub fn spawn_invalidations(
+    shared: &std::sync::Arc<crate::state::Shared>,
+) -> Result<Option<crate::upstream::listen::Listening>, String> {
+    use crate::upstream::listen;
+    let Some(up) = shared.upstream.as_deref() else { return Ok(None) };
+    let Some(address) = &up.settings.invalidation_listen else { return Ok(None) };
+    let listener = listen::bind(address)?;
+    let counters = up.invalidations.clone();
+    // The row of datagrams' requests: its counters are atomic, shared with the UDP thread.
+    let row = shared.settings.threads;
+    let drop: listen::Drop = {
+        let shared = shared.clone();
+        std::sync::Arc::new(move |key: &[u8]| invalidate(&Context::new(&shared, row), key))
+    };
+    let stopping: std::sync::Arc<dyn Fn() -> bool + Send + Sync> = {
+        let shared = std::sync::Arc::downgrade(shared);
+        std::sync::Arc::new(move || shared.upgrade().map_or(true, |s| s.stopping()))
+    };
+    listen::spawn(listener, drop, counters, stopping).map(Some)
 }

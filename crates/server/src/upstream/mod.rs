@@ -24,6 +24,7 @@
 
 pub mod admit;
 pub mod link;
+pub mod listen;
 pub mod owed;
 
 use admit::{key_hash, Ghost, HotSnapshot, Policy};
@@ -94,6 +95,11 @@ pub struct NearArgs {
     /// restart (default: the -e file's name with `.owed` added; without either, kept in memory)
     #[arg(long = "owed-deletes", value_name = "FILE", requires = "upstream")]
     pub owed_deletes: Option<PathBuf>,
+    /// also listen on ADDR (host:port) for invalidations alone: a `delete` or `md` there drops
+    /// the near copy and is not forwarded upstream (for the invalidator and the routers, which
+    /// send the pool its own copy)
+    #[arg(long = "invalidation-listen", value_name = "ADDR", requires = "upstream")]
+    pub invalidation_listen: Option<String>,
 }
 
 /// The near cache's settings, checked.
@@ -105,6 +111,8 @@ pub struct NearSettings {
     pub timeout: Duration,
     /// Where owed deletes are kept (`None`: in memory only).
     pub owed_file: Option<PathBuf>,
+    /// The invalidation listener's address (`--invalidation-listen`, [`listen`]).
+    pub invalidation_listen: Option<String>,
 }
 
 impl NearArgs {
@@ -125,6 +133,7 @@ impl NearArgs {
             near_ttl: self.near_ttl,
             timeout: Duration::from_millis(self.timeout_ms),
             owed_file: self.owed_deletes.clone().or_else(beside_region),
+            invalidation_listen: self.invalidation_listen.clone(),
         }))
     }
 }
@@ -228,6 +237,8 @@ pub struct Upstream {
     /// lease-read (the low 31 bits, + 1; 0: none).
     lease_reads: Box<[AtomicU64]>,
     pub counters: NearCounters,
+    /// The invalidation listener's counters.
+    pub invalidations: std::sync::Arc<listen::ListenCounters>,
 }
 
 /// The owed deletes.
@@ -278,6 +289,7 @@ impl Upstream {
             paying: Mutex::new(()),
             keep_nothing_until: AtomicU64::new(0),
             counters: NearCounters::default(),
+            invalidations: Default::default(),
         }
     }
 
@@ -586,6 +598,9 @@ impl Upstream {
             s.timeout.as_millis()
         );
         out.extend_from_slice(line.as_bytes());
+        if let Some(address) = &s.invalidation_listen {
+            out.extend_from_slice(format!("STAT near_invalidation_listen {address}\r\n").as_bytes());
+        }
     }
 
     /// `stats shoal` lines: the counters.
@@ -608,6 +623,8 @@ impl Upstream {
             out.extend_from_slice(format!("STAT {name} {}\r\n", n.load(Ordering::Relaxed)).as_bytes());
         }
         out.extend_from_slice(format!("STAT near_deletes_owed_now {}\r\n", self.owed_now()).as_bytes());
+        let taken = self.invalidations.deletes.load(Ordering::Relaxed);
+        out.extend_from_slice(format!("STAT near_invalidations {taken}\r\n").as_bytes());
     }
 }
 

@@ -9,6 +9,7 @@ fn settings(address: &str, timeout: Duration) -> NearSettings {
         near_ttl: 10,
         timeout,
         owed_file: None,
+        invalidation_listen: None,
     }
 }
 
