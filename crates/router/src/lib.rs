@@ -272,10 +272,9 @@ fn serve_worker(
             tokio::select! {
                 accepted = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
                     match accepted {
-                        Ok((stream, peer)) => {
+                        Ok((stream, _)) => {
                             let _ = stream.set_nodelay(true);
-                            let peer = Some(peer.ip());
-                            tokio::task::spawn_local(proxy::serve(stream, peer, router.clone(), worker.clone(), buffers.clone()));
+                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
                         }
                         Err(e) => router.connections.accept_failed(e).await,
                     }
@@ -283,7 +282,7 @@ fn serve_worker(
                 accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
                     match accepted {
                         Ok((stream, _)) => {
-                            tokio::task::spawn_local(proxy::serve(stream, None, router.clone(), worker.clone(), buffers.clone()));
+                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
                         }
                         Err(e) => router.connections.accept_failed(e).await,
                     }

@@ -1,7 +1,7 @@
 //! Deletes for the near caches of the router's region (`"near_caches"`,
 //! docs/design/near-cache.md): every change a client makes through this router (any request
-//! but a read or `flush_all`) is handed, as a delete of its key, to each listed near cache but
-//! the one it came through, off the client's answer path.
+//! but a read or `flush_all`) is handed, as a delete of its key, to each listed near cache
+//! (the one it came through too: idempotent), off the client's answer path.
 //!
 //! ```text
 //!  client's read of requests ──► routed, the pool answers (proxy.rs: carry_out)
@@ -23,7 +23,6 @@
 use crate::config::near::NearCache;
 use crate::request::{Op, Request};
 use shoal_spool::Spools;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -41,18 +40,14 @@ impl NearDelivery {
         NearDelivery { spools, spooled: AtomicU64::new(0), lost: AtomicU64::new(0) }
     }
 
-    /// Hands `deletes` (`count` of them, one answer each) to every near cache of `caches` but
-    /// the one `peer` is (when one listed near cache alone has that IP: two on one host cannot
-    /// be told apart, and both get them).
-    pub fn deliver(&self, caches: &[NearCache], peer: Option<IpAddr>, deletes: &[u8], count: u32) {
+    /// Hands `deletes` (`count` of them, one answer each) to every near cache of `caches` —
+    /// the one the change came through too: a client on that host may have written through
+    /// the router directly, and a delete of a key the near cache already dropped costs nothing.
+    pub fn deliver(&self, caches: &[NearCache], deletes: &[u8], count: u32) {
         if count == 0 {
             return;
         }
-        let origin = origin(caches, peer);
-        for (i, cache) in caches.iter().enumerate() {
-            if Some(i) == origin {
-                continue;
-            }
+        for cache in caches {
             match self.spools.append_batch(&cache.address, deletes, count, 0) {
                 Ok(_) => self.spooled.fetch_add(u64::from(count), Ordering::Relaxed),
                 Err(e) => {
@@ -69,17 +64,6 @@ impl NearDelivery {
     }
 }
 
-/// The near cache a client at `peer` is, if exactly one listed has that IP.
-fn origin(caches: &[NearCache], peer: Option<IpAddr>) -> Option<usize> {
-    let peer = peer.map(|p| p.to_canonical())?;
-    let mut matching =
-        caches.iter().enumerate().filter(|(_, c)| c.host.map(|h| h.to_canonical()) == Some(peer));
-    match (matching.next(), matching.next()) {
-        (Some((i, _)), None) => Some(i),
-        _ => None,
-    }
-}
-
 /// Adds the delete standing for `request` to `deletes` if it changes its key; true if it did.
 pub fn note_change(request: &Request, deletes: &mut Vec<u8>) -> bool {
     if request.op.is_read() || request.op == Op::FlushAll {
@@ -92,25 +76,6 @@ pub fn note_change(request: &Request, deletes: &mut Vec<u8>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cache(address: &str, host: Option<&str>) -> NearCache {
-        NearCache { address: address.into(), host: host.map(|h| h.parse().unwrap()) }
-    }
-
-    #[test]
-    fn the_origin_is_the_one_near_cache_at_the_clients_address() {
-        let caches = [
-            cache("10.0.0.1:1", Some("10.0.0.1")),
-            cache("10.0.0.2:1", Some("10.0.0.2")),
-            cache("n:1", None),
-        ];
-        assert_eq!(origin(&caches, Some("10.0.0.2".parse().unwrap())), Some(1));
-        assert_eq!(origin(&caches, Some("::ffff:10.0.0.1".parse().unwrap())), Some(0));
-        assert_eq!(origin(&caches, Some("10.0.0.3".parse().unwrap())), None);
-        assert_eq!(origin(&caches, None), None);
-        let same_host = [cache("127.0.0.1:1", Some("127.0.0.1")), cache("127.0.0.1:2", Some("127.0.0.1"))];
-        assert_eq!(origin(&same_host, Some("127.0.0.1".parse().unwrap())), None);
-    }
 
     #[test]
     fn changes_become_deletes_of_the_routed_key() {

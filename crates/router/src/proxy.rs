@@ -107,7 +107,6 @@ enum Answer {
 /// Serves one client until it leaves.
 pub async fn serve<S: ClientStream>(
     mut stream: S,
-    peer: Option<std::net::IpAddr>,
     router: Arc<Router>,
     worker: Rc<Worker>,
     buffers: Rc<Buffers>,
@@ -204,7 +203,7 @@ pub async fn serve<S: ClientStream>(
         hold(buf, &mut held, &buffers);
         carry_out(pending, &dispatch, &mut out).await;
         // After the pool answered, before the client is: spooled (a kill -9 keeps them).
-        router.near.deliver(&dispatch.config.near_caches, peer, &near_deletes, near_count);
+        router.near.deliver(&dispatch.config.near_caches, &near_deletes, near_count);
         if (!out.is_empty() && stream.write_all(&out).await.is_err()) || close {
             return give_back(held);
         }

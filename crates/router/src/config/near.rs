@@ -9,7 +9,6 @@
 
 use super::{error, Result};
 use serde_json::Value;
-use std::net::IpAddr;
 
 /// The most near caches one router lists (each has a spool and a delivery thread).
 pub const MAX_NEAR_CACHES: usize = 1024;
@@ -19,9 +18,6 @@ pub const MAX_NEAR_CACHES: usize = 1024;
 pub struct NearCache {
     /// Where its invalidations go: `host:port` or a unix socket path.
     pub address: String,
-    /// The host's address when `address` names it by IP: a client connecting from it is taken
-    /// to be this near cache (its changes are not delivered back to it).
-    pub host: Option<IpAddr>,
 }
 
 /// Reads `"near_caches"`: a list of `host:port` (port 1–65535) or absolute unix socket paths,
@@ -54,7 +50,7 @@ fn parse(address: &str) -> std::result::Result<NearCache, String> {
         if address.len() > 107 || address.contains('\0') {
             return Err(format!("{address:?} is no unix socket path (at most 107 bytes)"));
         }
-        return Ok(NearCache { address: address.to_string(), host: None });
+        return Ok(NearCache { address: address.to_string() });
     }
     let Some((host, port)) = address.rsplit_once(':') else {
         return Err(format!("{address:?}: \"host:port\" or an absolute unix socket path"));
@@ -65,8 +61,7 @@ fn parse(address: &str) -> std::result::Result<NearCache, String> {
     if !port_ok || !host_ok {
         return Err(format!("{address:?}: \"host:port\" with a port from 1 to 65535"));
     }
-    let ip = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    Ok(NearCache { address: address.to_string(), host: ip.parse().ok() })
+    Ok(NearCache { address: address.to_string() })
 }
 
 #[cfg(test)]
@@ -78,9 +73,8 @@ mod tests {
         let caches =
             read(&serde_json::json!(["10.0.1.1:11312", "[::1]:11312", "app-2:11312", "/run/n.sock"]))
                 .unwrap();
-        assert_eq!(caches[0].host, Some("10.0.1.1".parse().unwrap()));
-        assert_eq!(caches[1].host, Some("::1".parse().unwrap()));
-        assert_eq!((caches[2].host, caches[3].host), (None, None));
+        assert_eq!(caches.len(), 4);
+        assert_eq!(caches[1].address, "[::1]:11312");
         for bad in [
             serde_json::json!("10.0.1.1:11312"),
             serde_json::json!([1]),
