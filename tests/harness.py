@@ -73,38 +73,84 @@ def _stopped(task: Path) -> bool:
     return stat.rsplit(") ", 1)[1][:1] in ("T", "t")
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a TCP socket listening on `port` (any address): the answer
+    to a connection on that port is its, not another process's that took the port first."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
+class _ExitedAtStart(RuntimeError):
+    """The server process ended before it accepted a connection."""
+
+
 class Server:
     """A server process listening on 127.0.0.1:`port`."""
 
-    def __init__(self, argv, port, kind, stderr=None, env=None):
+    def __init__(self, argv, port, kind, stderr=None, env=None, port_chosen_here=False):
         self.argv, self.port, self.kind = argv, port, kind
+        # A port free_port() chose may be taken by another process (an outgoing connection's
+        # ephemeral port, say) before the server binds it: start() then tries another.
+        self.port_chosen_here = port_chosen_here
         self.env = env  # extra environment variables for the server process
         self.stderr = stderr  # a path that receives the server's stderr, or None to inherit it
         self.proc = None
 
     @classmethod
     def shoal(cls, *extra, port=None, memory_mb=64, stderr=None, env=None):
-        port = port or free_port()
+        chosen, port = port is None, port or free_port()
         udp = [] if "-U" in extra else ["-U", "0"]
         argv = [str(SHOAL), "server", "-p", str(port), *udp, "-l", "127.0.0.1",
                 "-m", str(memory_mb), *extra]
-        return cls(argv, port, "shoal", stderr, env)
+        return cls(argv, port, "shoal", stderr, env, port_chosen_here=chosen)
 
     @classmethod
     def memcached(cls, *extra, port=None, memory_mb=64, env=None):
-        port = port or free_port()
+        chosen, port = port is None, port or free_port()
         udp = [] if "-U" in extra else ["-U", "0"]
         argv = [MEMCACHED, "-p", str(port), *udp, "-l", "127.0.0.1", "-m", str(memory_mb),
                 *extra]
         if os.geteuid() == 0:
             argv += ["-u", "root"]
-        return cls(argv, port, "memcached", env=env)
+        return cls(argv, port, "memcached", env=env, port_chosen_here=chosen)
 
     @property
     def address(self):
         return ("127.0.0.1", self.port)
 
     def start(self, timeout=60.0):
+        for _ in range(4):
+            try:
+                return self._start_once(timeout)
+            except _ExitedAtStart:
+                if not self.port_chosen_here:
+                    break
+                # Most likely the port was taken meanwhile: another one (the `-p` argument).
+                self.port = free_port()
+                self.argv[self.argv.index("-p") + 1] = str(self.port)
+        return self._start_once(timeout)
+
+    def _start_once(self, timeout):
         env = {**os.environ, **self.env} if self.env else None
         if self.stderr is None:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, env=env)
@@ -114,10 +160,14 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.argv} exited with {self.proc.returncode}")
+                raise _ExitedAtStart(f"{self.argv} exited with {self.proc.returncode}")
             try:
                 socket.create_connection(self.address, timeout=0.5).close()
-                return self
+                # A server started here on a port chosen here must hold the port itself: else
+                # another process answers on it, and ours is still binding or will fail to.
+                if not self.port_chosen_here or _listens(self.proc.pid, self.port):
+                    return self
+                time.sleep(0.02)
             except OSError:
                 time.sleep(0.02)
         self.stop()
