@@ -5,10 +5,14 @@ use crate::app::{App, Args, Rendered};
 use crate::coordinator::{Coordinator, JobOptions};
 use crate::error::MrError;
 use crate::input::Input;
+use crate::job::fail_job;
+use crate::layout::{job, task, JOB_SLOTS};
 use crate::region::tests::TempPath;
-use crate::region::JobRegion;
+use crate::region::{JobRegion, JobState};
 use crate::worker::{Worker, WorkerOptions};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub(crate) use crate::apps::Rng;
 
@@ -51,7 +55,78 @@ fn run_local_input(
     let region = Arc::new(JobRegion::create(&path.0, 4 << 20, 1 << 30, 1 << 14)?);
     let worker = Worker::start(Arc::clone(&region), workers);
     let options = JobOptions { split_bytes: (input.len() / 9).max(64), reduce_tasks: 5, copy_input: false };
-    let rendered = Coordinator::new(&region, options, |_| {})?.run_app(app, input, args);
+    let rendered = std::thread::scope(|s| {
+        let coordinator = s.spawn(|| Coordinator::new(&region, options, |_| {})?.run_app(app, input, args));
+        watch(&region, &worker, || coordinator.is_finished());
+        coordinator.join().expect("the coordinator panicked")
+    });
     worker.stop()?;
     rendered
+}
+
+/// How long a test's run may take before the watchdog fails it (a run takes milliseconds).
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// A test fails, it never hangs: a coordinator waits for workers as long as it must (more may
+/// join), so should every thread of the test's worker leave, or the run pass [`RUN_LIMIT`],
+/// its running jobs are failed with what the region shows and the coordinator returns that.
+/// A coordinator that does not return even then aborts the test binary with the same account.
+fn watch(region: &JobRegion, worker: &Worker, coordinator_finished: impl Fn() -> bool) {
+    let start = Instant::now();
+    let mut failed_at = None;
+    while !coordinator_finished() {
+        if failed_at.is_none() {
+            let why = match () {
+                _ if worker.threads_finished() => "every worker thread left",
+                _ if start.elapsed() > RUN_LIMIT => "the run passed the test's limit",
+                _ => "",
+            };
+            if !why.is_empty() {
+                let account = MrError::BadInput(format!("test watchdog: {why}; {}", describe(region)));
+                (0..JOB_SLOTS).for_each(|j| fail_job(region, j, &account));
+                failed_at = Some(Instant::now());
+            }
+        } else if failed_at.is_some_and(|at| at.elapsed() > Duration::from_secs(10)) {
+            eprintln!("test watchdog: the coordinator ignored its failed jobs; {}", describe(region));
+            std::process::abort();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The region's jobs and their tasks' claims and results, for a watchdog's message.
+fn describe(region: &JobRegion) -> String {
+    let mut out = String::new();
+    for j in 0..JOB_SLOTS {
+        let Ok(state) = region.job_state(j) else { return out + "a job of no known state" };
+        if state == JobState::Free {
+            break;
+        }
+        let word = |field| region.job(j, field).load(Ordering::Acquire);
+        let first = word(job::FIRST_TASK);
+        let tasks = word(job::MAP_TASKS).saturating_add(word(job::REDUCE_TASKS)).min(64);
+        let claims: Vec<String> = (first..first.saturating_add(tasks))
+            .filter(|&t| t < region.geometry().task_slots)
+            .map(|t| {
+                let claim = region.task(t, task::CLAIM).load(Ordering::Acquire);
+                let done = region.task(t, task::RESULT).load(Ordering::Acquire) != 0;
+                format!("{}:{}/{}{}", t, claim >> 32, claim as u32, if done { "+" } else { "" })
+            })
+            .collect();
+        out += &format!("job {j} {state:?} tasks (pid/attempt, + published) {}; ", claims.join(" "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_whose_workers_all_left_fails_naming_its_tasks_instead_of_waiting() {
+        let app = crate::apps::find("wordcount").unwrap();
+        let gone = WorkerOptions { max_tasks: Some(0), ..WorkerOptions::threads(2) };
+        let err = run_local_args(app, b"a b a\n", &Args::default(), gone).unwrap_err().to_string();
+        assert!(err.contains("every worker thread left") && err.contains("job 0 Running tasks"), "{err}");
+    }
 }

@@ -152,6 +152,12 @@ impl Worker {
         self.join()
     }
 
+    /// Whether every worker thread has left (the region finished, or one failed).
+    #[cfg(test)]
+    pub(crate) fn threads_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
     fn join(&mut self) -> Result<WorkerReport, MrError> {
         let mut first_error = None;
         for t in self.threads.drain(..) {
