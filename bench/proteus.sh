@@ -76,8 +76,14 @@ ycsb() { taskset -c 1 "$shoal" bench ycsb --postgres "$postgres" --records "$rec
 say "loading $records records into PostgreSQL"
 ycsb --load --cache none --operations 1 >/dev/null
 
+# Distinct ports: the OS may hand the same free port out twice (each probe closes its socket).
 addresses=()
-for _ in $(seq "$servers"); do addresses+=("127.0.0.1:$(free_port)"); done
+for _ in $(seq 100); do
+  [ "${#addresses[@]}" -lt "$servers" ] || break
+  address="127.0.0.1:$(free_port)"
+  [[ " ${addresses[*]} " == *" $address "* ]] || addresses+=("$address")
+done
+[ "${#addresses[@]}" -eq "$servers" ] || { say "found no $servers distinct free ports"; exit 1; }
 list=$(printf '"%s",' "${addresses[@]}"); list=${list%,}
 for variant in "${variants[@]}"; do
   case $variant in

@@ -181,6 +181,11 @@ fn memcached_without_the_extension_has_no_hot_keys() {
 
 /// Each server's `get_hits`, asked directly.
 fn get_hits(servers: &[Server]) -> Vec<u64> {
+    stat(servers, "get_hits")
+}
+
+/// Each server's counter `name` from `stats`, asked directly.
+fn stat(servers: &[Server], name: &str) -> Vec<u64> {
     servers
         .iter()
         .map(|s| {
@@ -188,9 +193,57 @@ fn get_hits(servers: &[Server]) -> Vec<u64> {
                 shoal_client::Client::connect(&s.address(), Options { local: false, ..Options::default() })
                     .unwrap();
             let stats = c.stats(None).unwrap();
-            stats.iter().find(|(name, _)| name == "get_hits").map_or(0, |(_, v)| v.parse().unwrap())
+            stats.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| v.parse().unwrap())
         })
         .collect()
+}
+
+#[test]
+fn a_write_of_a_hot_key_refills_its_copies_with_one_read_of_its_owner() {
+    let servers = servers("hot-refill");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Jump, 0)).unwrap();
+    pool.flush_all(None).unwrap();
+    let (key, cold) = (b"hot:refill".as_slice(), b"cold:refill".as_slice());
+    pool.set(key, b"v1", 0, 0).unwrap();
+    make_hot(&mut pool, key);
+    let owner = addresses.iter().position(|a| a == pool.server_for(key).unwrap()).unwrap();
+    for (write, value) in [("set", b"v2"), ("replace", b"v3"), ("cas", b"v4")] {
+        let (gets, made) = (stat(&servers, "cmd_get"), pool.counters().hot_copies_made);
+        let stored = match write {
+            "set" => pool.set(key, value, 5, 0),
+            "replace" => pool.replace(key, value, 5, 0),
+            _ => {
+                let unique = pool.get(key).unwrap().expect("there").cas;
+                pool.cas(key, value, 5, 0, unique)
+            }
+        };
+        assert_eq!(stored.unwrap(), Stored::Stored, "{write}");
+        // The owner was read once (the cas's own read aside), the copies not at all; every
+        // replica holds the new value with the owner's flags and unique.
+        let read = stat(&servers, "cmd_get").iter().zip(&gets).map(|(a, b)| a - b).collect::<Vec<_>>();
+        let asked = if write == "cas" { read.iter().sum::<u64>() - 1 } else { read.iter().sum() };
+        assert!(read[owner] >= 1 && asked == 1, "{write}: reads {read:?}, owner {owner}");
+        let (_, unique) = held_with_cas(&servers, key)[owner].clone().expect("the owner holds it");
+        assert_eq!(held_with_cas(&servers, key), vec![Some((value.to_vec(), unique)); 3], "{write}");
+        assert_eq!(pool.counters().hot_copies_made, made + 2, "{write}");
+        let hits = pool.counters().hot_copy_hits;
+        for _ in 0..6 {
+            let item = pool.get(key).unwrap().expect("there");
+            assert_eq!((item.value.as_slice(), item.flags, item.cas), (value.as_slice(), 5, unique));
+        }
+        assert_eq!(pool.counters().hot_copy_hits, hits + 4, "{write}: every copy's read hit");
+    }
+    // Nothing stored, nothing refilled: an add of a key that is there, a delete; a cold key's
+    // write makes no copy.
+    let made = pool.counters().hot_copies_made;
+    assert_eq!(pool.add(key, b"v5", 0, 0).unwrap(), Stored::NotStored);
+    assert!(held(&servers, key).iter().all(|v| v.as_deref() != Some(b"v5")));
+    assert!(pool.delete(key).unwrap());
+    assert_eq!(held(&servers, key), vec![None; 3], "a delete reaches every replica");
+    assert_eq!(pool.counters().hot_copies_made, made);
+    pool.set(cold, b"c", 0, 0).unwrap();
+    assert_eq!(held(&servers, cold).iter().filter(|v| v.is_some()).count(), 1, "a cold key is never copied");
 }
 
 #[test]
@@ -420,20 +473,25 @@ fn kept_and_moved_keys(addresses: &[String]) -> (Vec<u8>, Vec<u8>) {
 }
 
 #[test]
-fn in_a_transition_a_kept_owners_key_is_copied_and_a_moved_one_is_not() {
+fn in_a_transition_a_kept_owners_key_is_copied_and_a_moved_one_only_from_its_new_owner() {
     let servers = servers("hot-judged");
     let addresses: Vec<String> = servers.iter().map(Server::address).collect();
     let mut pool = Pool::new(&addresses, options(Hashing::Proteus, 0)).unwrap();
     pool.flush_all(None).unwrap();
     let (kept, moved) = kept_and_moved_keys(&addresses);
     let index = |address: &str| addresses.iter().position(|a| a == address).unwrap();
-    // Two servers on; both keys hot, then written, so no copy of either is left anywhere.
-    pool.set_active(2).unwrap();
-    pool.finish_transition();
+    // Two servers on; both keys hot, then deleted (every replica) and written by a pool without
+    // hot keys (a hot pool's write would refill the copies), so only their owners hold them.
+    let mut plain = Pool::new(&addresses, PoolOptions { hot: None, ..options(Hashing::Proteus, 0) }).unwrap();
+    for p in [&mut pool, &mut plain] {
+        p.set_active(2).unwrap();
+        p.finish_transition();
+    }
     for key in [&kept, &moved] {
         pool.set(key, b"v1", 0, 0).unwrap();
         make_hot(&mut pool, key);
-        pool.set(key, b"v2", 0, 0).unwrap();
+        pool.delete(key).unwrap();
+        plain.set(key, b"v2", 0, 0).unwrap();
     }
     let old_owner = index(pool.server_for(&moved).unwrap());
     for (key, holder) in [(&kept, index(pool.server_for(&kept).unwrap())), (&moved, old_owner)] {
@@ -458,19 +516,23 @@ fn in_a_transition_a_kept_owners_key_is_copied_and_a_moved_one_is_not() {
     assert!(pool.counters().hot_copies_made > made, "{:?}", pool.counters());
     let unique = held_with_cas(&servers, &kept)[kept_owner].clone().expect("the owner holds it").1;
     assert_eq!(held_with_cas(&servers, &kept), vec![Some((b"v2".to_vec(), unique)); 3]);
-    // The moved key: read (from its old owner, migrated to the new one) and never copied.
-    let made = pool.counters().hot_copies_made;
+    // The moved key: its first miss finds it on its old owner and migrates it to the new one,
+    // uncopied (the old owner's unique is that server's); a later miss of a copy reads the new
+    // owner itself, which is copied with that server's unique. The old owner, a replica too
+    // with every server on, keeps its own item (a copy's `add` fails there).
+    let (made, migrated) = (pool.counters().hot_copies_made, pool.counters().migrated);
     read(&mut pool, &moved);
-    assert_eq!(pool.counters().hot_copies_made, made, "{:?}", pool.counters());
-    let held_moved = held(&servers, &moved);
-    for (s, v) in held_moved.iter().enumerate() {
-        let expected = (s == old_owner || s == new_owner).then(|| b"v2".to_vec());
-        assert_eq!(*v, expected, "server {s} (old owner {old_owner}, new {new_owner}): {held_moved:?}");
+    assert_eq!(pool.counters().migrated, migrated + 1, "{:?}", pool.counters());
+    assert!(pool.counters().hot_copies_made > made, "{:?}", pool.counters());
+    let unique = held_with_cas(&servers, &moved)[new_owner].clone().expect("migrated").1;
+    for (s, held) in held_with_cas(&servers, &moved).into_iter().enumerate() {
+        let (value, cas) = held.expect("every replica holds it");
+        assert_eq!(value, b"v2", "server {s}");
+        assert!(s == old_owner || cas == unique, "server {s} (old owner {old_owner}, new {new_owner})");
     }
 
-    // Once the transition is over the moved key is copied again.
+    // Once the transition is over the moved key is read from every replica as before.
     pool.finish_transition();
     read(&mut pool, &moved);
-    assert!(pool.counters().hot_copies_made > made, "{:?}", pool.counters());
     assert_eq!(held(&servers, &moved), vec![Some(b"v2".to_vec()); 3]);
 }

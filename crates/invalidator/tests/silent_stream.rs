@@ -124,15 +124,10 @@ fn a_replication_stream_gone_silent_is_given_up_its_walsender_ended_and_nothing_
     let server = Server::shoal("inv-silent", 0, &[]);
     let keys: Vec<String> = (0..3).map(|i| format!("silent:{i}")).collect();
     fill(&server, keys.iter().cloned());
-    let proxy = Proxy::start(
-        pg.conninfo().split("port=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap(),
-    );
+    let proxy = Proxy::start(pg.port());
     let state = state_dir("silent");
     let conninfo = format!("host=127.0.0.1 port={} user=postgres dbname=postgres", proxy.port);
     let inv = Invalidator::start(&state, &["--postgres", &conninfo], &[server.address()], &[]);
-    let emit = |db: &mut postgres::Client, key: &str| {
-        db.execute(shoal_client::invalidation::POSTGRES_EMIT, &[&key]).unwrap();
-    };
 
     emit(&mut db, &keys[0]);
     assert!(eventually(60, || !present(&server, &keys[0])), "the stream works: {}", inv.stderr());

@@ -486,7 +486,7 @@ fn run_in_region(
     }
     let threads = threads(a.threads);
     let lease_ms = a.lease_ms;
-    let worker = (a.workers > 0).then(|| {
+    let mut worker = (a.workers > 0).then(|| {
         Worker::start(
             Arc::clone(&region),
             WorkerOptions { apps: host.apps.clone(), threads, lease_ms, max_tasks: None, hold_ms: 0, fixed },
@@ -499,7 +499,10 @@ fn run_in_region(
     options.copy_input = a.copy_input;
     let started = Instant::now();
     let bar = progress_bar();
+    // Should this process's worker threads fail (or, in fixed mode, all leave), the run fails
+    // with their error rather than waiting for workers that may never come.
     let outcome = Coordinator::new(&region, options, |p| show(&bar, p, a.json))
+        .map(|c| c.give_up_when(|| worker.as_mut().and_then(Worker::gone)))
         .and_then(|mut c| c.run_app(app, input, app_args));
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();

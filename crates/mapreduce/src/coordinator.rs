@@ -11,7 +11,9 @@
 use crate::app::{App, Args, InputRef, Jobs, Records, Rendered};
 use crate::error::MrError;
 use crate::input::{open_input, Input, Source};
-use crate::job::{guided_split, job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS};
+use crate::job::{
+    fail_job, guided_split, job_error, publish_job, split_input, JobSpec, JobView, MAX_REDUCE_TASKS,
+};
 use crate::layout::{job, task, JOB_SLOTS};
 use crate::records::{decode, read_partition};
 use crate::region::{JobRegion, JobState};
@@ -85,6 +87,9 @@ pub struct Coordinator<'a> {
     region: &'a JobRegion,
     options: JobOptions,
     progress: Box<dyn FnMut(Progress) + 'a>,
+    /// Asked as a job waits for its workers: an error ends the wait (see
+    /// [`Coordinator::give_up_when`]).
+    give_up: Option<Box<dyn FnMut() -> Option<MrError> + 'a>>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -100,7 +105,16 @@ impl<'a> Coordinator<'a> {
                 options.split_bytes, options.reduce_tasks
             )));
         }
-        Ok(Coordinator { region, options, progress: Box::new(progress) })
+        Ok(Coordinator { region, options, progress: Box::new(progress), give_up: None })
+    }
+
+    /// Makes every wait for a job's workers ask `check` (every few milliseconds): an error it
+    /// returns fails the job and ends the run with that error. Otherwise a coordinator waits as
+    /// long as it must, since workers may join at any time; one running worker threads of its
+    /// own gives up once they have failed ([`crate::Worker::gone`]).
+    pub fn give_up_when(mut self, check: impl FnMut() -> Option<MrError> + 'a) -> Self {
+        self.give_up = Some(Box::new(check));
+        self
     }
 
     /// Runs `app` over `input` with `args`: every job it needs, then its rendering.
@@ -117,7 +131,7 @@ impl<'a> Coordinator<'a> {
                 JobState::Free => break,
                 JobState::Done | JobState::Failed => {}
                 JobState::Preparing | JobState::Running => {
-                    if pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+                    if pid_alive(region.job_owner(j)) {
                         return Ok(false);
                     }
                 }
@@ -137,6 +151,10 @@ impl<'a> Coordinator<'a> {
         loop {
             if region.job_state(j)? == JobState::Failed {
                 return Err(job_error(region, j));
+            }
+            if let Some(e) = self.give_up.as_mut().and_then(|check| check()) {
+                fail_job(region, j, &e); // other processes' workers leave it too
+                return Err(e);
             }
             let done = |reduce| view.tasks(reduce).filter(|&t| result(region, t).is_some()).count() as u64;
             let maps_done = done(false);

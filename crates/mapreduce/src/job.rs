@@ -105,7 +105,7 @@ pub(crate) fn registered_app(
     name: &str,
 ) -> Result<&'static dyn App, MrError> {
     apps.find(name).map_err(|_| {
-        let owner = region.job(j, job::OWNER).load(Ordering::Relaxed);
+        let owner = region.job_owner(j);
         MrError::ForeignApp {
             path: region.path().to_path_buf(),
             job: j,
@@ -273,7 +273,7 @@ pub(crate) fn worth_staying(region: &JobRegion) -> Result<bool, MrError> {
             }
             break;
         }
-        if pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+        if pid_alive(region.job_owner(j)) {
             return Ok(true);
         }
     }
@@ -283,6 +283,29 @@ pub(crate) fn worth_staying(region: &JobRegion) -> Result<bool, MrError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_slot_being_taken_keeps_workers_and_its_region_open_before_its_owner_is_written() {
+        let p = crate::region::tests::TempPath::new("taking");
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 16).unwrap();
+        // Only the job being prepared may keep workers: the region's creator is gone.
+        region.word(crate::layout::header::CREATOR).store(i32::MAX as u64, Ordering::Relaxed);
+        assert!(!worth_staying(&region).unwrap());
+        let j = region.take_job_slot().unwrap();
+        // The moment between the coordinator's taking the slot and its writing the owner field:
+        // CI's hang, where every worker thread of a run left and its coordinator waited.
+        region.job(j, job::OWNER).store(0, Ordering::Relaxed);
+        assert_eq!(region.job_state(j).unwrap(), JobState::Preparing);
+        assert!(worth_staying(&region).unwrap(), "a job being prepared keeps its workers");
+        assert!(!crate::Coordinator::finish(&region).unwrap(), "and its region open");
+        // A coordinator that died preparing it does not.
+        let dead = u64::from(i32::MAX as u32) << 32 | JobState::Preparing as u64;
+        region.job(j, job::STATE).store(dead, Ordering::Relaxed);
+        assert!(!worth_staying(&region).unwrap());
+        // Only a slot being prepared carries a pid in its state.
+        region.job(j, job::STATE).store(dead - 1 + JobState::Running as u64, Ordering::Relaxed);
+        assert!(matches!(region.job_state(j), Err(MrError::Corrupt { .. })));
+    }
 
     #[test]
     fn guided_splits_cover_the_input_and_shrink_only_in_the_tail() {

@@ -16,8 +16,9 @@
 
 /// First 8 bytes of every job region.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHOALMRJ");
-/// Version of the layout described here. Workers and coordinators refuse any other.
-pub const LAYOUT_VERSION: u64 = 2;
+/// Version of the layout described here. Workers and coordinators refuse any other. 3: a job
+/// slot being prepared carries its coordinator's pid in its state word.
+pub const LAYOUT_VERSION: u64 = 3;
 /// Bytes reserved for the header.
 pub const HEADER_BYTES: u64 = 4096;
 /// Jobs a region can ever hold (a job slot is not reused: its reduce outputs stay readable).
@@ -78,7 +79,9 @@ pub mod header {
 
 /// Offsets of a job entry's fields.
 pub mod job {
-    /// A [`crate::region::JobState`].
+    /// A [`crate::region::JobState`] in the low half; while Preparing, the pid of the
+    /// coordinator that took the slot in the high half (taken and owned in one
+    /// compare-and-swap, before [`OWNER`] is written).
     pub const STATE: u64 = 0;
     /// The app's name, NUL-padded ASCII (two words).
     pub const APP: u64 = 8;
@@ -102,7 +105,8 @@ pub mod job {
     pub const ERROR: u64 = 88;
     /// For a full region: the bytes the failed allocation asked for.
     pub const ERROR_DETAIL: u64 = 96;
-    /// The coordinator's pid.
+    /// The coordinator's pid, written just after it took the slot (readers use
+    /// `JobRegion::job_owner`, which also finds it in [`STATE`]).
     pub const OWNER: u64 = 104;
     /// 0: the input lies in the region; else the area of a reference to the input file that
     /// workers read in place (its path and identity, `crate::input::FileRef`).

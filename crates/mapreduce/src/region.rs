@@ -61,6 +61,9 @@ pub struct JobRegion {
     file: File,
     /// Serialises this process's threads around growing (`flock` serialises processes).
     grow: Mutex<()>,
+    /// Milliseconds added to the wall clock as this mapping reads it: a test's clock step.
+    #[cfg(test)]
+    clock_shift_ms: std::sync::atomic::AtomicI64,
 }
 
 impl JobRegion {
@@ -85,8 +88,7 @@ impl JobRegion {
         file.set_len(region_bytes).map_err(io("size job region"))?;
         let map = map_file(path, &file, max_bytes)?;
         let epoch_ms = now_ms();
-        let region =
-            JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms, file, grow: Mutex::new(()) };
+        let region = JobRegion::mapped(map, geometry, path, epoch_ms, file);
         let g = &geometry;
         for (field, value) in [
             (header::VERSION, LAYOUT_VERSION),
@@ -144,7 +146,21 @@ impl JobRegion {
         }
         let epoch_ms = word(header::EPOCH_MS);
         let map = map_file(path, &file, geometry.max_bytes)?;
-        Ok(JobRegion { map, geometry, path: path.to_path_buf(), epoch_ms, file, grow: Mutex::new(()) })
+        Ok(JobRegion::mapped(map, geometry, path, epoch_ms, file))
+    }
+
+    /// The region over `map`, of `file` at `path`, as this process holds it.
+    fn mapped(map: Mapping, geometry: Geometry, path: &Path, epoch_ms: u64, file: File) -> JobRegion {
+        JobRegion {
+            map,
+            geometry,
+            path: path.to_path_buf(),
+            epoch_ms,
+            file,
+            grow: Mutex::new(()),
+            #[cfg(test)]
+            clock_shift_ms: Default::default(),
+        }
     }
 
     /// Attaches to `path` if it exists (even finished: a coordinator's new job reopens it),
@@ -203,9 +219,19 @@ impl JobRegion {
         self.word(header::FINISHED).store(1, Ordering::Release);
     }
 
-    /// Milliseconds since the region was created, as every process sees them (wall clock).
+    /// Milliseconds since the region was created, as every process sees them (wall clock: a
+    /// step of it at worst runs a task twice, see `tasks::tests`; 0 before the epoch).
     pub(crate) fn now_rel_ms(&self) -> u64 {
-        now_ms().saturating_sub(self.epoch_ms)
+        let now = now_ms();
+        #[cfg(test)]
+        let now = now.saturating_add_signed(self.clock_shift_ms.load(Ordering::Relaxed));
+        now.saturating_sub(self.epoch_ms)
+    }
+
+    /// Steps this mapping's wall clock `ms` away from the real one (a test's NTP step).
+    #[cfg(test)]
+    pub(crate) fn set_clock_shift_ms(&self, ms: i64) {
+        self.clock_shift_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The header field (or any in-bounds word) at `off`.
@@ -226,7 +252,23 @@ impl JobRegion {
     /// Job `j`'s state; a word no state has reads as corruption.
     pub fn job_state(&self, j: u64) -> Result<JobState, MrError> {
         let w = self.job(j, job::STATE).load(Ordering::Acquire);
-        JobState::from_word(w).ok_or_else(|| self.corrupt(format!("job {j} has state {w}")))
+        JobState::from_word(w & 0xffff_ffff)
+            // Only a slot being prepared carries its coordinator's pid (see `take_job_slot`).
+            .filter(|state| w >> 32 == 0 || *state == JobState::Preparing)
+            .ok_or_else(|| self.corrupt(format!("job {j} has state {w}")))
+    }
+
+    /// The pid of job `j`'s coordinator, from the moment it took the slot (0 for a free slot).
+    /// The slot is taken with the pid in its state word, and the owner field is written just
+    /// after: a reader that judged a job by the owner field alone, between the two, saw a job
+    /// of pid 0, a dead coordinator's, and its workers left it (CI hung so: see
+    /// `take_job_slot`).
+    pub(crate) fn job_owner(&self, j: u64) -> u32 {
+        match self.job(j, job::STATE).load(Ordering::Acquire) >> 32 {
+            // Running, Done or Failed were stored (release) after the owner field.
+            0 => self.job(j, job::OWNER).load(Ordering::Relaxed) as u32,
+            pid => pid as u32,
+        }
     }
 
     /// Job `j`'s app name as stored.
@@ -368,21 +410,27 @@ impl JobRegion {
         })
     }
 
-    /// Takes the first free job slot for a new job of this process.
+    /// Takes the first free job slot for a new job of this process. The slot's state becomes
+    /// Preparing with this process's pid in its high half, in the one compare-and-swap that
+    /// takes it, so no process ever sees the job without a live owner: a worker idle between
+    /// a state of Preparing and an owner field stored after it judged the job abandoned and
+    /// left, and with every worker thread of the run gone so, its coordinator waited forever
+    /// (a CI run's hang; `job_owner` reads the pid wherever it is).
     pub(crate) fn take_job_slot(&self) -> Result<u64, MrError> {
+        let pid = std::process::id() as u64;
         for j in 0..JOB_SLOTS {
             let state = self.job(j, job::STATE);
             if state.load(Ordering::Relaxed) == JobState::Free as u64
                 && state
                     .compare_exchange(
                         JobState::Free as u64,
-                        JobState::Preparing as u64,
+                        pid << 32 | JobState::Preparing as u64,
                         Ordering::AcqRel,
                         Ordering::Relaxed,
                     )
                     .is_ok()
             {
-                self.job(j, job::OWNER).store(std::process::id() as u64, Ordering::Relaxed);
+                self.job(j, job::OWNER).store(pid, Ordering::Relaxed);
                 self.word(header::FINISHED).store(0, Ordering::Release);
                 return Ok(j);
             }

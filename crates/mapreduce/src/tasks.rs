@@ -132,6 +132,30 @@ mod tests {
     }
 
     #[test]
+    fn a_wall_clock_step_at_worst_runs_a_task_twice_and_never_strands_it() {
+        let p = TempPath::new("clock");
+        let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 4).unwrap();
+        let lease = 10_000;
+        let first = try_claim(&region, 0, Some(lease)).unwrap();
+        // A step back (NTP on a fresh VM), even to before the region's epoch: the claim stands,
+        // and its heartbeat renews it from the clock's new now.
+        region.set_clock_shift_ms(-600_000);
+        assert_eq!(try_claim(&region, 0, Some(lease)), None);
+        renew(&region, first, lease);
+        assert_eq!(region.task(0, task::LEASE).load(Ordering::Relaxed) & 0xffff_ffff, lease);
+        // A step forward past the lease: the claim is taken over, a second run of the task.
+        region.set_clock_shift_ms(600_000);
+        let second = try_claim(&region, 0, Some(lease)).expect("a lapsed lease is taken over");
+        assert_eq!(second.word as u32, 2);
+        renew(&region, first, lease);
+        assert_eq!(try_claim(&region, 0, Some(lease)), None, "the first claim's heartbeat took nothing back");
+        // Both runs finish: the first publication counts, the other's output is dropped.
+        assert!(publish(&region, 0, 4096));
+        assert!(!publish(&region, 0, 8192));
+        assert_eq!(result(&region, 0), Some(4096));
+    }
+
+    #[test]
     fn the_first_publication_wins_and_a_published_task_is_not_claimable() {
         let p = TempPath::new("publish");
         let region = JobRegion::create(&p.0, 4 << 20, 4 << 20, 4).unwrap();

@@ -67,30 +67,81 @@ fn run_local_input(
 /// How long a test's run may take before the watchdog fails it (a run takes milliseconds).
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
+/// How long a coordinator may take to return once its jobs were failed before the watchdog
+/// aborts the test binary (it sees a failed job within milliseconds).
+const FAILED_LIMIT: Duration = Duration::from_secs(60);
+
 /// A test fails, it never hangs: a coordinator waits for workers as long as it must (more may
 /// join), so should every thread of the test's worker leave, or the run pass [`RUN_LIMIT`],
 /// its running jobs are failed with what the region shows and the coordinator returns that.
-/// A coordinator that does not return even then aborts the test binary with the same account.
+/// Jobs are failed at every look from then on, not once: a job the coordinator was still
+/// preparing then (under load, workers that leave at once may leave before it) is published
+/// Running afterwards. A coordinator that does not return even so aborts the test binary with
+/// the same account.
 fn watch(region: &JobRegion, worker: &Worker, coordinator_finished: impl Fn() -> bool) {
     let start = Instant::now();
-    let mut failed_at = None;
+    let mut failed: Option<(Instant, &str)> = None;
     while !coordinator_finished() {
-        if failed_at.is_none() {
+        if failed.is_none() {
             let why = match () {
                 _ if worker.threads_finished() => "every worker thread left",
                 _ if start.elapsed() > RUN_LIMIT => "the run passed the test's limit",
                 _ => "",
             };
             if !why.is_empty() {
-                let account = MrError::BadInput(format!("test watchdog: {why}; {}", describe(region)));
-                (0..JOB_SLOTS).for_each(|j| fail_job(region, j, &account));
-                failed_at = Some(Instant::now());
+                failed = Some((Instant::now(), why));
             }
-        } else if failed_at.is_some_and(|at| at.elapsed() > Duration::from_secs(10)) {
-            eprintln!("test watchdog: the coordinator ignored its failed jobs; {}", describe(region));
-            std::process::abort();
+        }
+        if let Some((at, why)) = failed {
+            if at.elapsed() > FAILED_LIMIT {
+                eprintln!("test watchdog: the coordinator ignored its failed jobs; {}", describe(region));
+                std::process::abort();
+            }
+            for j in 0..JOB_SLOTS {
+                match region.job_state(j) {
+                    Ok(JobState::Free) => break,
+                    Ok(JobState::Running) => {
+                        // Told as the job is failed: a job published since shows in it.
+                        let account = format!("test watchdog: {why}; {}", describe(region));
+                        fail_job(region, j, &MrError::BadInput(account));
+                    }
+                    _ => {}
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An app whose map panics on a split holding `boom` (a bug of an app's own), counting words
+/// otherwise; no built-in registry has it, so the built-in workers refuse its jobs.
+pub(crate) struct Panics;
+
+impl App for Panics {
+    fn name(&self) -> &'static str {
+        "panics"
+    }
+
+    fn about(&self) -> &'static str {
+        "a map that panics on `boom`, for tests"
+    }
+
+    fn map(&self, _stage: u32, _params: &[u8], split: &[u8], out: &mut crate::Emit) -> Result<(), String> {
+        for word in split.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()) {
+            assert_ne!(word, b"boom", "the app's own bug");
+            out.emit(word, &1u64.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    fn combine(&self, _stage: u32, acc: &mut Vec<u8>, value: &[u8]) {
+        crate::app::add_u64(acc, value);
+    }
+
+    fn drive(&self, input: &Input, _args: &Args, jobs: &mut dyn crate::Jobs) -> Result<Rendered, MrError> {
+        let input = jobs.put_input(input)?;
+        let records = jobs.run(self, 0, input, b"")?;
+        Ok(Rendered { text: format!("{} words\n", records.len()), json: serde_json::Value::Null })
     }
 }
 

@@ -14,12 +14,13 @@ use crate::app::SplitUnit;
 use crate::error::MrError;
 use crate::input::{open_input, FileRef, Source};
 use crate::job::{fail_job, registered_app, worth_staying, JobView};
-use crate::layout::{job, JOB_SLOTS};
+use crate::layout::JOB_SLOTS;
 use crate::records::{decode, read_partition, Emit, Merge};
 use crate::region::{JobRegion, JobState};
 use crate::registry::Registry;
 use crate::tasks::{pid_alive, publish, renew, result, try_claim, Claim};
 use std::fs::File;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -152,16 +153,42 @@ impl Worker {
         self.join()
     }
 
-    /// Whether every worker thread has left (the region finished, or one failed).
-    #[cfg(test)]
-    pub(crate) fn threads_finished(&self) -> bool {
+    /// Whether every worker thread has left (the region finished, no coordinator is left, or
+    /// one failed).
+    pub fn threads_finished(&self) -> bool {
         self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// For a coordinator running this worker beside it (`Coordinator::give_up_when`): once
+    /// every thread has left, the error they stopped with, or, in the fixed-worker mode (no
+    /// other worker can ever come), that they left; `None` while any works, or when they left
+    /// a region other workers may still join. Without it, a coordinator whose own worker
+    /// threads failed waited forever for workers to come.
+    pub fn gone(&mut self) -> Option<MrError> {
+        if !self.threads_finished() {
+            return None;
+        }
+        let fixed = self.shared.lease_ms.is_none();
+        self.join().err().or_else(|| {
+            fixed.then(|| {
+                MrError::JobFailed(
+                    "the fixed-mode worker threads left with the job unfinished, and no other worker can \
+                     join a fixed-mode run"
+                        .into(),
+                )
+            })
+        })
     }
 
     fn join(&mut self) -> Result<WorkerReport, MrError> {
         let mut first_error = None;
         for t in self.threads.drain(..) {
-            if let Err(e) = t.join().expect("a worker thread panicked") {
+            // A panic outside a task (tasks' panics fail their job, see `run_or_fail`) is this
+            // worker's error, not its caller's panic; its message went to stderr.
+            let outcome = t.join().unwrap_or_else(|_| {
+                Err(MrError::JobFailed("a worker thread panicked (its message is above)".into()))
+            });
+            if let Err(e) = outcome {
                 first_error.get_or_insert(e);
             }
         }
@@ -198,10 +225,27 @@ pub fn step(region: &JobRegion, lease_ms: u64) -> Result<Option<bool>, MrError> 
     run_or_fail(region, &view, claim.task, &mut JobCache::new(Arc::default())).map(Some)
 }
 
-/// Runs task `t`; a failure of the job (bad input, a full region) is recorded in the job and
-/// reads as a lost run, a region this build cannot understand is the caller's error.
+/// Runs task `t`; a failure of the job (bad input, a full region, an app that panics) is
+/// recorded in the job and reads as a lost run, a region this build cannot understand is the
+/// caller's error.
 fn run_or_fail(region: &JobRegion, view: &JobView, t: u64, cache: &mut JobCache) -> Result<bool, MrError> {
-    match run_task(region, view, t, cache) {
+    // A panic in the app's map or combine fails the job, as a bad input does: it would recur
+    // in every attempt, and a thread it unwound left its claim held (and renewed by the
+    // heartbeat) with nobody running the task, every other worker waiting for it.
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| run_task(region, view, t, cache)))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("no message");
+            Err(MrError::JobFailed(format!(
+                "task {t} of job {} (app {}) panicked: {message}",
+                view.index,
+                view.app.name()
+            )))
+        });
+    match outcome {
         Err(e @ MrError::Corrupt { .. }) => Err(e),
         Err(e) => {
             fail_job(region, view.index, &e);
@@ -271,7 +315,7 @@ fn next_task(
         let Some(view) = JobView::running(region, j, |name| registered_app(region, apps, j, name))? else {
             continue;
         };
-        if lease_ms.is_some() && !pid_alive(region.job(j, job::OWNER).load(Ordering::Relaxed) as u32) {
+        if lease_ms.is_some() && !pid_alive(region.job_owner(j)) {
             continue; // its coordinator died: nobody would merge it
         }
         for reduce in [false, true] {
@@ -359,7 +403,8 @@ impl JobCache {
         if self.job != Some(view.index) {
             self.job = None;
             self.input = None;
-            let mut shared = self.shared.lock().expect("shared params");
+            // A task that panicked holding it (see `run_or_fail`) left nothing half-written.
+            let mut shared = self.shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             self.params = match &*shared {
                 Some((job, params)) if *job == view.index => Arc::clone(params),
                 _ => {
@@ -429,6 +474,7 @@ mod tests {
     use crate::apps;
     use crate::coordinator::Coordinator;
     use crate::job::{publish_job, split_input, JobSpec};
+    use crate::layout::job;
     use crate::region::tests::TempPath;
 
     #[test]
@@ -452,6 +498,50 @@ mod tests {
             let direct = pool.install(|| apps::direct(app, &crate::Input::from_bytes(input.clone()), &args));
             assert_eq!(got, direct.unwrap(), "{app}");
         }
+    }
+
+    #[test]
+    fn an_app_that_panics_fails_its_job_naming_the_task_instead_of_leaving_it_claimed() {
+        let apps = Registry::with(&[&crate::testing::Panics]).unwrap();
+        let mut input = b"one two\n".repeat(50);
+        input.extend_from_slice(b"boom\n");
+        for fixed in [false, true] {
+            let options = WorkerOptions { apps: apps.clone(), fixed, ..WorkerOptions::threads(2) };
+            let got = crate::testing::run_local_args(
+                &crate::testing::Panics,
+                &input,
+                &crate::Args::default(),
+                options,
+            );
+            let err = got.unwrap_err().to_string();
+            assert!(err.contains("(app panics) panicked") && err.contains("the app's own bug"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_coordinator_gives_up_with_what_stopped_its_own_worker_threads() {
+        let p = TempPath::new("gone");
+        let region = Arc::new(JobRegion::create(&p.0, 8 << 20, 8 << 20, 1000).unwrap());
+        let options = crate::JobOptions { split_bytes: 64, reduce_tasks: 2, copy_input: false };
+        let input = crate::Input::from_bytes(b"a b\n".to_vec());
+        let run = |worker: &mut Worker| {
+            Coordinator::new(&region, options, |_| {})
+                .unwrap()
+                .give_up_when(|| worker.gone())
+                .run_app(&crate::testing::Panics, &input, &crate::Args::default())
+                .unwrap_err()
+        };
+        // Workers of the built-in apps only: a job of `panics` stops them with an error.
+        let mut worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(2));
+        let err = run(&mut worker);
+        assert!(matches!(err, MrError::ForeignApp { .. }), "{err}");
+        assert_eq!(region.job_state(0).unwrap(), JobState::Failed, "other processes' workers leave it");
+        assert!(worker.stop().is_ok(), "the error was handed over once");
+        // Fixed-mode threads that left (here: after no task at all) leave nobody to come.
+        let apps = Registry::with(&[&crate::testing::Panics]).unwrap();
+        let options = WorkerOptions { apps, fixed: true, max_tasks: Some(0), ..WorkerOptions::threads(2) };
+        let err = run(&mut Worker::start(Arc::clone(&region), options)).to_string();
+        assert!(err.contains("fixed-mode worker threads left"), "{err}");
     }
 
     #[test]
@@ -491,7 +581,14 @@ mod tests {
                 )
             })
         };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while region.job_state(0).unwrap() != crate::JobState::Running {
+            if coordinator.is_finished() || std::time::Instant::now() > deadline {
+                panic!(
+                    "the coordinator published no job: {:?}",
+                    coordinator.is_finished().then(|| coordinator.join())
+                );
+            }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(step(&region, 1000).unwrap(), Some(true), "the unchanged file maps");

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 const REGION: &str = "SHOAL_MR_REGION";
 /// A child's `WorkerOptions` as `threads,lease_ms,max_tasks,hold_ms` (max_tasks 0: none).
 const OPTIONS: &str = "SHOAL_MR_WORKER";
+/// The most any wait of these tests lasts before it fails naming what it waited for (a job
+/// takes well under a second, a loaded machine's too): a test fails, it never hangs.
+const LIMIT: Duration = Duration::from_secs(300);
 
 #[test]
 fn child_worker() {
@@ -87,12 +90,19 @@ impl Proc {
         self.0.wait().unwrap();
     }
 
-    /// Waits for a normal exit and returns the worker's report line.
+    /// Waits (up to [`LIMIT`]) for a normal exit and returns the worker's report line.
     fn finish(mut self) -> String {
-        let out =
-            std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
-        assert!(out.status.success(), "worker exited with {}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let deadline = Instant::now() + LIMIT;
+        let status = loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "worker {} did not leave in {LIMIT:?}", self.pid());
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(status.success(), "worker exited with {status}");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut self.0.stdout.take().unwrap(), &mut text).unwrap();
         let at = text.find("SHOAL-REPORT").unwrap_or_else(|| panic!("no report in {text}"));
         text[at..].lines().next().unwrap().to_string()
     }
@@ -127,22 +137,31 @@ fn coordinate(
     })
 }
 
+/// The result of the coordinator thread `job`, waited for up to [`LIMIT`]: a job whose
+/// workers all died or left fails the test, naming the region's jobs, rather than hanging it.
+fn finished_job(job: JoinHandle<Result<Rendered, MrError>>, region: &JobRegion) -> Result<Rendered, MrError> {
+    let deadline = Instant::now() + LIMIT;
+    while !job.is_finished() {
+        assert!(Instant::now() < deadline, "the job did not finish in {LIMIT:?}: {:?}", region.jobs());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    job.join().unwrap()
+}
+
 /// The same app run in this process by two worker threads in a region of its own.
 fn in_process(app: &str, input: &[u8], args: &[&str]) -> Rendered {
     let scratch = Scratch::new("reference");
     let region = scratch.region();
     let worker = Worker::start(Arc::clone(&region), WorkerOptions::threads(2));
-    let result = coordinate(&region, app, input.to_vec(), args, JobOptions::for_input(input.len() as u64))
-        .join()
-        .unwrap()
-        .unwrap();
+    let job = coordinate(&region, app, input.to_vec(), args, JobOptions::for_input(input.len() as u64));
+    let rendered = finished_job(job, &region).unwrap();
     worker.stop().unwrap();
-    result
+    rendered
 }
 
-/// Waits (up to 20 s) until the latest job's status satisfies `ready`.
+/// Waits (up to [`LIMIT`]) until the latest job's status satisfies `ready`.
 fn wait_for(region: &JobRegion, what: &str, ready: impl Fn(&JobStatus) -> bool) -> JobStatus {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + LIMIT;
     loop {
         if let Some(last) = region.jobs().unwrap().pop().filter(|j| ready(j)) {
             return last;
@@ -204,7 +223,7 @@ fn workers_joining_in_each_phase_finish_the_job_exactly() {
     let status = region.jobs().unwrap().pop().unwrap();
     assert_eq!((status.maps.1, status.reduces.1), (maps, 1));
     let last = Proc::start(&scratch.0, 2, 10_000, 0, 0);
-    assert_counts(&job.join().unwrap().unwrap(), &expected);
+    assert_counts(&finished_job(job, &region).unwrap(), &expected);
     assert!(Coordinator::finish(&region).unwrap());
     last.finish();
 }
@@ -222,14 +241,16 @@ fn workers_joining_between_chained_jobs_give_the_same_clusters() {
     let status = wait_for(&region, "the first iteration", |j| j.state == JobState::Running);
     // Each worker runs one job's worth of tasks and leaves; the next joins between jobs.
     let per_job = status.maps.0 + status.reduces.0;
+    let deadline = Instant::now() + LIMIT;
     while !job.is_finished() {
+        assert!(Instant::now() < deadline, "k-means did not finish in {LIMIT:?}: {:?}", region.jobs());
         let worker = Proc::start(&scratch.0, 1, 10_000, per_job, 0);
         while !job.is_finished() && !worker_done(&worker) {
             std::thread::sleep(Duration::from_millis(2));
         }
         drop(worker);
     }
-    assert_eq!(job.join().unwrap().unwrap(), expected);
+    assert_eq!(finished_job(job, &region).unwrap(), expected);
     assert!(region.jobs().unwrap().len() > 1, "k-means ran chained jobs");
 }
 
@@ -266,7 +287,7 @@ fn kill_in_phase(reduce: bool) {
     assert!(held.claims.iter().all(|c| c.2 == reduce), "{held:?}");
     victim.kill();
     let rescuer = Proc::start(&scratch.0, 2, 60_000, 0, 0);
-    assert_counts(&job.join().unwrap().unwrap(), &expected);
+    assert_counts(&finished_job(job, &region).unwrap(), &expected);
     Coordinator::finish(&region).unwrap();
     assert!(rescuer.finish().contains("lost=0"));
 }
@@ -295,7 +316,7 @@ fn a_hung_worker_loses_its_tasks_when_its_lease_lapses_and_its_late_output_is_no
     // SAFETY: a signal to our own child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
     let rescuer = Proc::start(&scratch.0, 2, 300, 0, 0);
-    let result = job.join().unwrap().unwrap();
+    let result = finished_job(job, &region).unwrap();
     assert_counts(&result, &expected);
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
@@ -316,8 +337,8 @@ fn two_jobs_at_once_share_the_workers_and_both_are_exact() {
     let workers = [Proc::start(&scratch.0, 1, 10_000, 0, 0), Proc::start(&scratch.0, 1, 10_000, 0, 0)];
     let a = coordinate(&region, "wordcount", text, &[], SMALL);
     let b = coordinate(&region, "histogram", image, &[], SMALL);
-    assert_counts(&a.join().unwrap().unwrap(), &expected);
-    assert_eq!(b.join().unwrap().unwrap(), want_histogram);
+    assert_counts(&finished_job(a, &region).unwrap(), &expected);
+    assert_eq!(finished_job(b, &region).unwrap(), want_histogram);
     let jobs = region.jobs().unwrap();
     assert_eq!(jobs.len(), 2);
     assert!(jobs.iter().all(|j| j.state == JobState::Done));
@@ -349,7 +370,9 @@ fn stress_workers_killed_and_started_at_random_never_change_the_result() {
         let options = JobOptions { split_bytes: 1024, reduce_tasks: 6, copy_input: rounds % 2 == 0 };
         let job = coordinate(&region, "wordcount", text, &[], options);
         let mut workers: Vec<Proc> = Vec::new();
+        let deadline = Instant::now() + LIMIT;
         while !job.is_finished() {
+            assert!(Instant::now() < deadline, "round {rounds} did not finish: {:?}", region.jobs());
             while workers.len() < 2 {
                 workers.push(Proc::start(&scratch.0, 1 + random(2), 10_000, 0, random(3)));
             }
@@ -359,7 +382,7 @@ fn stress_workers_killed_and_started_at_random_never_change_the_result() {
                 kills += 1;
             }
         }
-        assert_counts(&job.join().unwrap().unwrap(), &expected);
+        assert_counts(&finished_job(job, &region).unwrap(), &expected);
         Coordinator::finish(&region).unwrap();
     }
     eprintln!("stress: {rounds} jobs, {kills} workers killed");

@@ -19,9 +19,13 @@ pub fn valid_key(key: &[u8]) -> bool {
         word[..key.len()].copy_from_slice(key);
         return word_ok(u64::from_le_bytes(word));
     }
+    let last = u64::from_le_bytes(key[key.len() - 8..].try_into().expect("8 bytes"));
+    if key.len() <= 16 {
+        // The common length: two words, which may overlap, and no loop.
+        return word_ok(u64::from_le_bytes(key[..8].try_into().expect("8 bytes"))) & word_ok(last);
+    }
     let words =
         key.chunks_exact(8).fold(true, |ok, w| ok & word_ok(u64::from_le_bytes(w.try_into().expect("8"))));
-    let last = u64::from_le_bytes(key[key.len() - 8..].try_into().expect("8 bytes"));
     words & word_ok(last)
 }
 
@@ -31,10 +35,53 @@ pub fn valid_key(key: &[u8]) -> bool {
 #[inline(always)]
 fn word_ok(word: u64) -> bool {
     const TOP: u64 = 0x8080_8080_8080_8080;
+    key_bytes(word) == TOP
+}
+
+/// The number of keys in `keys`, the space-separated tokens of a `get` line after its command
+/// word, if each is a key [`valid_key`] takes and the line is at most [`KEY_MAX`] bytes (so no
+/// token can be too long); `None` otherwise (the caller takes the tokenizer's path, which
+/// finds the fault or the long keys). One pass of eight bytes a step: a multiget's line is
+/// judged and counted without being split (the server splits it once, as it looks the keys up).
+#[inline]
+pub(crate) fn count_keys(keys: &[u8]) -> Option<usize> {
+    const TOP: u64 = 0x8080_8080_8080_8080;
+    if keys.len() > KEY_MAX {
+        return None;
+    }
+    let (mut count, mut bad, mut before) = (0u32, 0u64, 0u64);
+    let mut judge = |word: u64| {
+        let (ok, space) = (key_bytes(word), space_bytes(word));
+        bad |= !(ok | space) & TOP;
+        // A key starts at a key byte after a space (or the line's start).
+        count += (ok & !((ok << 8) | before)).count_ones();
+        before = ok >> 56;
+    };
+    let mut words = keys.chunks_exact(8);
+    words.by_ref().for_each(|w| judge(u64::from_le_bytes(w.try_into().expect("8 bytes"))));
+    let mut last = [b' '; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    judge(u64::from_le_bytes(last));
+    (bad == 0 && count > 0).then_some(count as usize)
+}
+
+/// The top bit of each byte of `word` that [`valid_key`] takes in a key (as [`word_ok`]).
+#[inline(always)]
+fn key_bytes(word: u64) -> u64 {
+    const TOP: u64 = 0x8080_8080_8080_8080;
     let low = word & !TOP;
     let above_space = low + 0x5f5f_5f5f_5f5f_5f5f;
     let del = low + 0x0101_0101_0101_0101;
-    (word | (above_space & !del)) & TOP == TOP
+    (word | (above_space & !del)) & TOP
+}
+
+/// The top bit of each byte of `word` that is a space (exact per byte: no carries).
+#[inline(always)]
+fn space_bytes(word: u64) -> u64 {
+    const TOP: u64 = 0x8080_8080_8080_8080;
+    let x = word ^ 0x2020_2020_2020_2020;
+    // A byte of `x` is zero exactly where its low seven bits add up to no top bit and it has none.
+    !(((x & !TOP) + !TOP) | x) & TOP
 }
 
 /// Why [`valid_key`] refuses `key`, in words a user can act on (`None`: it does not).
@@ -74,6 +121,42 @@ mod tests {
                     assert_eq!(valid_key(&key), byte > b' ' && byte != 0x7f, "{byte:#x} at {at} of {len}");
                 }
             }
+        }
+    }
+
+    /// `count_keys` against splitting on spaces and asking `valid_key` of each token.
+    fn count_by_tokens(line: &[u8]) -> Option<usize> {
+        let tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect();
+        (line.len() <= KEY_MAX && !tokens.is_empty() && tokens.iter().all(|t| valid_key(t)))
+            .then_some(tokens.len())
+    }
+
+    #[test]
+    fn count_keys_agrees_with_splitting_and_checking_each_key() {
+        let mut lines: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b" ".to_vec(),
+            b"a".to_vec(),
+            b"a b".to_vec(),
+            b"  a   b  ".to_vec(),
+            b"abcdefgh abcdefgh".to_vec(),
+            b"abcdefg habcdefg h".to_vec(),
+            vec![b'k'; KEY_MAX],
+            vec![b'k'; KEY_MAX + 1],
+        ];
+        // Every byte at every place of lines of up to 20 bytes, around a space.
+        for len in 1..=20 {
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    let mut line = vec![b'k'; len];
+                    line[len / 2] = b' ';
+                    line[at] = byte;
+                    lines.push(line);
+                }
+            }
+        }
+        for line in &lines {
+            assert_eq!(count_keys(line), count_by_tokens(line), "{line:?}");
         }
     }
 

@@ -4,7 +4,7 @@
 //! Arity is checked first (`ERROR`), then `noreply` is noted (it is simply the last token), then
 //! the key and the numbers (`CLIENT_ERROR …`, silenced by `noreply` like every later answer).
 
-use crate::key::valid_key;
+use crate::key::{count_keys, valid_key};
 use crate::token::{parse_i64, parse_time, parse_u32, parse_u64, split, Tokens};
 use crate::{Block, Forget, Line, Parse, Request};
 
@@ -330,11 +330,14 @@ fn is_noreply(tokens: &[&[u8]], n: usize) -> bool {
 
 /// `get <keys>`, given the line after `get `: what [`parse`] makes of it (`get` and any spaces
 /// after it are the command word and the separator the tokenizer would skip). One key, the
-/// commonest request, is checked whole, without the tokenizer.
+/// commonest request, is checked whole, without the tokenizer; keys on a line of at
+/// most [`crate::KEY_MAX`] bytes are checked and counted a word at a time ([`count_keys`]).
 #[inline]
 pub(crate) fn get_keys<'a>(at: &Line<'a>, keys: &'a [u8]) -> Parse<'a> {
-    if valid_key(keys) {
-        let get = Get { keys: Tokens::new(keys), count: 1, cas: false, touch: None };
+    // A short line is most likely one key: judged in two words, without counting.
+    let count = if keys.len() <= 16 && valid_key(keys) { Some(1) } else { count_keys(keys) };
+    if let Some(count) = count {
+        let get = Get { keys: Tokens::new(keys), count, cas: false, touch: None };
         return Parse::Done { request: Request::Get(get), consumed: at.end };
     }
     get(at, Tokens::new(keys), false, false)
@@ -451,7 +454,11 @@ mod tests {
     fn the_get_shortcut_agrees_with_the_tokenizer() {
         let long = [&b"get "[..], &[b'k'; 250]].concat();
         let too_long = [&b"get "[..], &[b'k'; 251]].concat();
-        let lines: [&[u8]; 12] = [
+        let lines: [&[u8]; 16] = [
+            b"get a b c d e f g h i j",
+            b"get abcdefgh abcdefghijklmnop q",
+            b"get  a  b\x01 c",
+            b"get a b\x80c",
             b"get a",
             b"get  a",
             b"get a ",

@@ -16,6 +16,7 @@ impl<'a> Tokens<'a> {
     }
 
     /// The unsplit remainder, leading spaces skipped.
+    #[inline]
     pub(crate) fn remainder(&self) -> &'a [u8] {
         // Tokens are mostly one space apart: a byte loop beats anything wider here.
         let start = self.rest.iter().position(|&b| b != b' ').unwrap_or(self.rest.len());

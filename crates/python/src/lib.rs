@@ -125,7 +125,8 @@ fn address(server: &Bound<'_, PyAny>) -> PyResult<String> {
 /// server's port number): a lost or reordered answer is a miss. `hot_replicas=R` spreads hot
 /// keys (learned from the servers' `stats hotkeys` every `hot_refresh` seconds) over R
 /// replicas, the owner and its successors (0: every server), as `shoal router` and the Rust
-/// pool place them: reads ask one, writes delete the copies (docs/design/hotkeys.md).
+/// pool place them: reads ask one, writes delete the copies, and a write that stored refills
+/// them (docs/design/hotkeys.md).
 #[pyclass(module = "shoal", frozen)]
 struct Client {
     inner: Mutex<Option<Pool>>,

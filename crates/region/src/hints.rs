@@ -269,19 +269,32 @@ impl HintsWriter {
     /// [`Reader::clock`](crate::Reader::clock)).
     #[inline]
     pub fn record(&mut self, lookup: &Lookup, location: Option<Location>, now: u32) {
-        let before = self.counts.to_array();
+        // Only the counters this read moves (two or three of them) are stored, each as it
+        // moves (indexes as in `HintCounts::to_array`).
         let c = &mut self.counts;
         c.gets += 1;
+        let map = &self.map;
+        let store = |i: usize, n: u64| map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
+        store(0, c.gets);
         match lookup {
-            Lookup::Hit(_) => c.hits += 1,
-            Lookup::Expired => (c.misses, c.expired) = (c.misses + 1, c.expired + 1),
-            Lookup::Flushed => (c.misses, c.flushed) = (c.misses + 1, c.flushed + 1),
-            _ => c.misses += 1,
-        }
-        // Only the counters this read moved (two or three of them) are stored.
-        for (i, (n, old)) in self.counts.to_array().into_iter().zip(before).enumerate() {
-            if n != old {
-                self.map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
+            Lookup::Hit(_) => {
+                c.hits += 1;
+                store(1, c.hits);
+            }
+            miss => {
+                c.misses += 1;
+                store(2, c.misses);
+                match miss {
+                    Lookup::Expired => {
+                        c.expired += 1;
+                        store(3, c.expired);
+                    }
+                    Lookup::Flushed => {
+                        c.flushed += 1;
+                        store(4, c.flushed);
+                    }
+                    _ => {}
+                }
             }
         }
         if let (Lookup::Hit(_), Some(at)) = (lookup, location) {
@@ -583,9 +596,11 @@ mod tests {
         let at = Location { bucket: 12345, slot: 6, word: 0xdead_beef };
         w.record(&hit(), Some(at), 1);
         w.record(&Lookup::Expired, None, 1);
+        w.record(&Lookup::Flushed, None, 1);
         let mut marked = Vec::new();
         let delta = r.drain(|l| marked.push(l)).counts;
-        assert_eq!(delta, HintCounts { gets: 3, hits: 1, misses: 2, expired: 1, flushed: 0 });
+        assert_eq!(delta, HintCounts { gets: 4, hits: 1, misses: 3, expired: 1, flushed: 1 });
+        assert_eq!(w.counts(), delta, "the area holds every counter the writer keeps");
         assert_eq!(marked, [at]);
         assert_eq!(r.drain(|_| panic!("nothing new")), Drained::default());
     }

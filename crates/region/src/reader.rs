@@ -61,7 +61,7 @@ impl Reader {
         value: &mut dyn ValueSink,
     ) -> Result<(Lookup, Option<Location>, u64), OpError> {
         let hash = self.region.hash(key);
-        self.region.prefetch_buckets(&hash);
+        self.region.prefetch_second(&hash);
         let (lookup, found) = self.region.get_hashed(key, &hash, value, None)?;
         Ok((lookup, found.as_ref().map(Location::of), hash.raw))
     }

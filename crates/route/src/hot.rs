@@ -3,16 +3,18 @@
 //! from the servers' `stats hotkeys`.
 //!
 //! ```text
-//!   servers' `stats hotkeys` ──► HotSet::learn (union, rates summed, capped; keys that
-//!                                 leave stay "hot for writes" a while)
+//!   servers' `stats hotkeys` ──► HotSet::learn (union, rates summed, capped at
+//!                                 hot_set_size: c·n·ln n; keys that leave stay "hot for
+//!                                 writes" a while)
 //!   key ──► Placement::owner (Proteus: among the active servers) = o, with n servers on
 //!       ──► replicas(o, n, R) = o, o+1, …, o+R-1 (mod n): the owner, then the next servers
 //!           in the pool's order (Proteus: its provisioning order), so every router and
 //!           client with the same pool, hashing, active count and R agrees
 //!   read  ──► ReplicaSet::pick(turn): one replica, round-robin over the reader's turns
 //!   copy  ──► `ms <key> <len> T<ttl> F<flags> E<cas> ME` (copy_flags): the owner's value,
-//!             flags and CAS unique, so every replica answers `gets` alike; during a Proteus
-//!             transition only for a key whose owner stays (may_copy)
+//!             flags and CAS unique, so every replica answers `gets` alike; never a hit
+//!             from a Proteus transition's old owner (may_copy: whether the ordinary read
+//!             may give one); after a write that stored, refilled once (refill_ttl)
 //!   write ──► every replica (the owner with the write itself, the copies as the caller's
 //!             consistency rule says)
 //!   Proteus ──► ActiveHistory: each active count the writer used, and when it last did
@@ -93,13 +95,29 @@ pub fn copy_flags(ttl: i64, flags: u32, cas: u64) -> String {
     format!("T{ttl} F{flags} E{cas} ME")
 }
 
+/// The expiry of the copies a write refills (after a `set`, `add`, `replace` or `cas` of a hot
+/// key stored a value, its copies are deleted, then the owner's item is read back and added to
+/// each): the copies' `ttl`, or the write's `exptime` when that is sooner (memcached's rules:
+/// 0, and an absolute time the client cannot compare with the server's clock, count as no
+/// sooner); `None` for an item already expired (a negative `exptime`), which is not copied.
+/// One write then costs its owner one read, where each copy's next read would have asked it.
+pub fn refill_ttl(exptime: i64, ttl: u32) -> Option<i64> {
+    const RELATIVE_MAX: i64 = 60 * 60 * 24 * 30;
+    let ttl = i64::from(ttl);
+    match exptime {
+        e if e < 0 => None,
+        e if e == 0 || e > RELATIVE_MAX => Some(ttl),
+        e => Some(e.min(ttl)),
+    }
+}
+
 /// Whether a hot key's value, read from its owner now, may be copied to its replicas (carrying
 /// that owner's CAS unique), with `active` servers on (Proteus; `None`: every server) and a
 /// transition in progress from `before` active servers (`None`: none). Always outside a
 /// transition; during one, only a key whose owner is the same under both counts: a moved key's
-/// read may be answered by its old owner (the transition's migration), whose unique is that
-/// server's, so it stays uncopied until the transition ends. The one judgment the pool client,
-/// Python's pool (which is the Rust one) and `shoal router` make.
+/// ordinary read may be answered by its old owner (the transition's migration), whose unique
+/// is that server's, so only a hit its new owner gives itself is copied (the router asks that
+/// server directly; the pool tells by its migration count).
 pub fn may_copy(
     placement: &Placement,
     active: Option<usize>,
@@ -166,6 +184,23 @@ pub fn copies_to_delete(
     copies.sort_unstable();
     copies.dedup();
     Ok(copies)
+}
+
+/// The factor c of the hot set's size c·n·ln n ([`hot_set_size`]).
+pub const HOT_SET_FACTOR: f64 = 5.0;
+
+/// How many hot keys a pool with `servers` on keeps: ⌈c·n·max(ln n, 1)⌉ with c =
+/// [`HOT_SET_FACTOR`], at most `limit` (the operator's `cap` / `"hot_keys"`), at least 1.
+/// A front cache of O(n log n) of the hottest keys balances the servers whatever the number of
+/// items (Fan et al., SoCC '11), and the issue's ~10·n at n = 8 is c ≈ 4.8: c = 5 gives 84 keys
+/// at 8 servers, 555 at 32. More is waste: a key read a few times a second has copies that
+/// expire before they are read again, so each of its reads costs a copy's miss and an owner's
+/// read. Every pool client (Rust and Python) and router applies it to the same active count,
+/// so they agree on the set as far as their servers' answers do.
+pub fn hot_set_size(servers: usize, limit: usize) -> usize {
+    let n = servers.max(1) as f64;
+    let size = (HOT_SET_FACTOR * n * n.ln().max(1.0)).ceil() as usize;
+    size.clamp(1, limit.max(1))
 }
 
 /// The hot set a client or router learned: the keys whose reads go to a replica, and the keys
@@ -272,6 +307,15 @@ mod tests {
     }
 
     #[test]
+    fn a_refilled_copy_expires_with_the_write_or_the_ttl_whichever_is_sooner() {
+        assert_eq!(refill_ttl(0, 10), Some(10));
+        assert_eq!(refill_ttl(3, 10), Some(3));
+        assert_eq!(refill_ttl(3600, 10), Some(10));
+        assert_eq!(refill_ttl(2_000_000_000, 10), Some(10), "an absolute time");
+        assert_eq!(refill_ttl(-1, 10), None, "already expired: no copy");
+    }
+
+    #[test]
     fn every_hashing_places_replicas_from_its_owner() {
         for hashing in [Hashing::KetamaWeighted, Hashing::Jump, Hashing::Rendezvous, Hashing::Proteus] {
             let p = Placement::new(hashing, pool(5)).unwrap();
@@ -358,6 +402,33 @@ mod tests {
         // About a fifth of the keys move between 4 and 5 servers, and the rest stay.
         assert!(moved > 100 && kept > 700, "moved {moved}, kept {kept}");
         assert!(may_copy(&p, Some(7), Some(4), b"k").is_err(), "an active count above the pool's");
+    }
+
+    #[test]
+    fn the_hot_set_size_grows_as_n_log_n_under_the_operators_limit() {
+        let sizes: Vec<usize> = [1, 2, 3, 4, 8, 16, 32].iter().map(|&n| hot_set_size(n, 1 << 20)).collect();
+        assert_eq!(sizes, [5, 10, 17, 28, 84, 222, 555]);
+        // Near the issue's 10·n at 8 servers, and never below 5·n.
+        assert!((80..=90).contains(&hot_set_size(8, 1024)));
+        for n in 1..200 {
+            assert!(hot_set_size(n, usize::MAX) >= 5 * n, "{n}");
+            assert!(hot_set_size(n + 1, usize::MAX) > hot_set_size(n, usize::MAX), "{n}");
+        }
+        assert_eq!(hot_set_size(32, 100), 100, "the operator's limit wins");
+        assert_eq!(hot_set_size(0, 0), 1);
+        // Applied by learn: the hottest keys of the union, the rest lingering for writes.
+        let t0 = Instant::now();
+        let answer: Vec<(Vec<u8>, f64)> =
+            (0..200).map(|i| (format!("k{i}").into_bytes(), 1000.0 - i as f64)).collect();
+        let mut set = HotSet::new();
+        set.learn([answer.as_slice()], 1024, t0, Duration::from_secs(10));
+        set.learn([answer.as_slice()], hot_set_size(2, 1024), t0, Duration::from_secs(10));
+        assert_eq!(set.len(), 10);
+        assert!(set.is_hot(b"k0") && set.is_hot(b"k9") && !set.is_hot(b"k10"));
+        assert!(
+            set.writes_spread(b"k199", t0 + Duration::from_secs(9)),
+            "a key capped off lingers for writes"
+        );
     }
 
     #[test]

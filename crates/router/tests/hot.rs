@@ -1,7 +1,7 @@
 //! Hot keys spread over replicas by `shoal router` (a pool's `"hot_replicas"`), against real
 //! `shoal server`s that detect them: the router learns the hot set by polling, reads a hot key
-//! from each replica in turn, a write through it is seen through every replica, and its
-//! replicas are the ones a Rust pool client with the same pool names.
+//! from each replica in turn, a write through it is seen through every replica (and refills
+//! them), and its replicas are the ones a Rust pool client with the same pool names.
 
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
@@ -69,11 +69,13 @@ fn a_write_through_the_router_is_seen_through_every_replica() {
     assert!(holders(&servers, key).iter().all(|(_, v)| v == b"v1"));
 
     c.set(key, b"v2", 0, 0).unwrap();
+    // The copies were deleted, then refilled from the owner before the set was answered.
     assert!(
         holders(&servers, key).iter().all(|(_, v)| v == b"v2"),
         "a copy kept the old value: {:?}",
         holders(&servers, key)
     );
+    assert_eq!(holders(&servers, key).len(), 3, "the write refilled every copy");
     for _ in 0..9 {
         assert_eq!(get(&router, key), "VALUE hot:router 0 2\r\nv2\r\nEND\r\n");
     }

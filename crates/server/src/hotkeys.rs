@@ -208,6 +208,38 @@ fn next_gap(sample: u32) -> u32 {
     })
 }
 
+/// This thread's countdown to its next counted read, held for one request ([`HotKeys::sampler`]).
+pub struct Sampler<'h> {
+    keys: &'h HotKeys,
+    left: u32,
+}
+
+impl Sampler<'_> {
+    /// Counts a read of `key`, as [`HotKeys::record`].
+    #[inline]
+    pub fn record(&mut self, key: &[u8]) {
+        if self.keys.top == 0 {
+            return;
+        }
+        match self.left {
+            0 | 1 => {
+                self.left = next_gap(self.keys.sample);
+                self.keys.count(key);
+            }
+            n => self.left = n - 1,
+        }
+    }
+}
+
+impl Drop for Sampler<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.keys.top != 0 {
+            COUNTDOWN.with(|left| left.set(self.left));
+        }
+    }
+}
+
 /// The server's hot keys: `-o hotkeys=K` (0: off) and `-o hotkeys_sample=N`.
 pub struct HotKeys {
     top: usize,
@@ -226,22 +258,15 @@ impl HotKeys {
     /// Counts a read of `key` (one in `sample`, on average, reaches the sketch).
     #[inline]
     pub fn record(&self, key: &[u8]) {
-        if self.top == 0 {
-            return;
-        }
-        let due = COUNTDOWN.with(|left| match left.get() {
-            0 | 1 => {
-                left.set(next_gap(self.sample));
-                true
-            }
-            n => {
-                left.set(n - 1);
-                false
-            }
-        });
-        if due {
-            self.count(key);
-        }
+        self.sampler().record(key);
+    }
+
+    /// A sampler for the reads of one request (a multiget's keys): it takes this thread's
+    /// countdown once and gives it back when dropped, rather than once per key.
+    #[inline]
+    pub fn sampler(&self) -> Sampler<'_> {
+        let left = if self.top == 0 { 0 } else { COUNTDOWN.with(Cell::get) };
+        Sampler { keys: self, left }
     }
 
     #[cold]

@@ -5,27 +5,31 @@
 //! ```text
 //!   every `refresh` (checked on each call: no thread) ──► `stats hotkeys` of each member
 //!        ──► parse_hotkeys (bounded; a malformed or huge answer keeps that server's last
-//!            good list) ──► HotSet::learn (union, capped)
+//!            good list) ──► HotSet::learn (union, capped at hot_set_size: c·n·ln n of the
+//!            servers on, at most `cap`)
 //!   get of a hot key ──► replica by round-robin ── the owner: an ordinary read
 //!                          └─ a copy ── hit ──► answer (its CAS unique is the owner's)
 //!                                   └─ miss / unreachable ──► the owner's read; a hit from
 //!                                      the owner itself is added to the copy with `ttl` and
 //!                                      the owner's unique (`ms … E<cas> ME`: a write
-//!                                      meanwhile wins) — during a Proteus transition only
-//!                                      if the key's owner stays (may_copy)
+//!                                      meanwhile wins) — not a hit from Gutter or, in a
+//!                                      Proteus transition, from a moved key's old owner
 //!   get_many ──► each hot key's replica picked as above; the batch grouped by the server
 //!        asked ──► keys a copy missed or could not answer: one batch from their owners, hits
 //!        `add`ed to the copies
 //!   any write of a key hot now (or hot until `ttl` ago) ──► the owner, then `delete` on
 //!        every copy, before the call returns; for `ttl` after a Proteus pool's active count
 //!        changed, also on the copies of the replica set under the old count
+//!   set / add / replace / cas of a key hot now that stored ──► then the owner read back once
+//!        and its item added to every copy (refill_hot_copies: one owner read per write, not
+//!        one per copy)
 //! ```
 //!
 //! Copies live at most `ttl` seconds, which bounds how long a copy can outlive a write made by
 //! a client that did not count the key hot yet (the consistency rule's only exception).
 
 use super::Pool;
-use crate::client::{Client, Item, ItemRef};
+use crate::client::{Client, Item, ItemRef, Stored};
 use crate::error::{Error, Result};
 use shoal_proto::{hotkeys_limits, parse_hotkeys, Body, HotKey, Op, Shape};
 use shoal_route::{ActiveHistory, HotSet, ReplicaSet};
@@ -38,7 +42,8 @@ pub struct HotOptions {
     pub replicas: usize,
     /// How often the hot set is asked of the servers.
     pub refresh: Duration,
-    /// The most hot keys kept (the union of the servers' lists, hottest first).
+    /// The most hot keys kept (the union of the servers' lists, hottest first); under it the
+    /// pool keeps `shoal_route::hot::hot_set_size` of the servers on (c·n·ln n).
     pub cap: usize,
     /// The expiry of a copy on a replica other than the owner, in seconds; also how long a key
     /// that left the hot set still has its writes delete the copies.
@@ -142,7 +147,10 @@ impl Pool {
         }
         let now = Instant::now();
         let linger = Duration::from_secs(hot.options.ttl.into());
-        hot.set.learn(hot.answers.iter().map(Vec::as_slice), hot.options.cap, now, linger);
+        // c·n·ln n of the servers on (shoal_route::hot::hot_set_size), as every router keeps.
+        let on = self.active.map_or(self.members.len(), |a| a.now);
+        let cap = shoal_route::hot::hot_set_size(on, hot.options.cap);
+        hot.set.learn(hot.answers.iter().map(Vec::as_slice), cap, now, linger);
         hot.next_refresh = now + hot.options.refresh;
         outcomes
     }
@@ -195,7 +203,7 @@ impl Pool {
             return Some(Ok(Some(item)));
         }
         let (found, from_owner) = self.read_from_owner(|pool| pool.owner_get(key));
-        if let (Ok(Some(item)), true) = (&found, from_owner && self.may_copy(key)) {
+        if let (Ok(Some(item)), true) = (&found, from_owner) {
             // Best effort: a copy that cannot be made leaves the next read to the owner again.
             let (client, retry) = (&self.client, self.retry_interval);
             let _ = self.members[copy].run(client, retry, |c| c.add_copy(key, item.as_ref(), ttl));
@@ -204,21 +212,16 @@ impl Pool {
         Some(found)
     }
 
-    /// Runs `read` and says whether no hit it returned came from the Gutter pool (a failed
-    /// owner's keys), whose uniques are its servers'. A key's hit may then be copied if
-    /// [`Pool::may_copy`] says so too.
+    /// Runs `read` and says whether every hit it returned came from its key's owner now
+    /// itself, so may be copied with its unique: none from the Gutter pool (a failed owner's
+    /// keys, whose uniques are its servers') nor, during a Proteus transition, from a moved
+    /// key's old owner (the migration; that server's unique). A moved key's hit on its new
+    /// owner is copied: that server is the owner from now on (`shoal_route::hot::may_copy`
+    /// tells the router's plan the same).
     fn read_from_owner<T>(&mut self, read: impl FnOnce(&mut Pool) -> T) -> (T, bool) {
-        let gutter_reads = self.counters.gutter_reads;
+        let (gutter_reads, migrated) = (self.counters.gutter_reads, self.counters.migrated);
         let found = read(self);
-        (found, self.counters.gutter_reads == gutter_reads)
-    }
-
-    /// Whether a hit of `key` from its owner may be copied (`shoal_route::hot::may_copy`):
-    /// during a Proteus transition only if its owner stays, since a moved key's value may come
-    /// from its old owner, whose CAS unique is that server's.
-    fn may_copy(&self, key: &[u8]) -> bool {
-        let (now, before) = self.active.map_or((None, None), |a| (Some(a.now), a.before));
-        shoal_route::hot::may_copy(&self.placement, now, before, key).unwrap_or(false)
+        (found, self.counters.gutter_reads == gutter_reads && self.counters.migrated == migrated)
     }
 
     /// The hot keys of a batch read from a copy (as [`Pool::hot_get`] picks them, one turn
@@ -281,13 +284,41 @@ impl Pool {
         let ttl = self.hot.as_ref().map_or(0, |h| i64::from(h.options.ttl));
         let (client, retry) = (&self.client, self.retry_interval);
         for (i, item) in found {
-            if let (Some(copy), true) = (copy_of[i], from_owner && self.may_copy(keys[i])) {
+            if let (Some(copy), true) = (copy_of[i], from_owner) {
                 let _ = self.members[copy].run(client, retry, |c| c.add_copy(keys[i], item.as_ref(), ttl));
                 self.counters.hot_copies_made += 1;
             }
             hit(i, item.as_ref());
         }
         Ok(())
+    }
+
+    /// After a write of `key` stored a whole value on its owner (`set`, `add`, `replace`, a
+    /// `cas` that succeeded; `stored`), once its copies are deleted: while the key is hot, the
+    /// owner's item is read back (`gets`, one read) and added to every copy with the owner's
+    /// unique, kept `ttl` seconds or less if the write's `exptime` is shorter. Without it, each
+    /// copy's next read misses and asks the owner, so every write of a hot key cost its owner
+    /// n − 1 reads (the busiest server of Fig. 9 at 1.13× the mean was the owner of the hottest
+    /// keys: docs/BENCHMARKS.md). The copies are made exactly as a reader's refill makes them
+    /// (`add` mode, so a later write's delete or value wins), hence under the same rule.
+    pub(super) fn refill_hot_copies(&mut self, key: &[u8], exptime: i64, stored: &Result<Stored>) {
+        if !matches!(stored, Ok(Stored::Stored)) {
+            return;
+        }
+        let Some(hot) = self.hot.as_ref().filter(|h| h.set.is_hot(key)) else { return };
+        let Some(ttl) = shoal_route::hot::refill_ttl(exptime, hot.options.ttl) else { return };
+        let Ok(set) = self.replica_set(key) else { return };
+        if set.count < 2 {
+            return;
+        }
+        let (found, from_owner) = self.read_from_owner(|pool| pool.owner_get(key));
+        let (Ok(Some(item)), true) = (found, from_owner) else { return };
+        let (client, retry) = (&self.client, self.retry_interval);
+        for copy in set.copies() {
+            // Best effort, as a reader's refill: a copy not made is made by its next read.
+            let made = self.members[copy].run(client, retry, |c| c.add_copy(key, item.as_ref(), ttl));
+            self.counters.hot_copies_made += u64::from(matches!(made, Ok(true)));
+        }
     }
 
     /// The pool's active count changed from `before` (Proteus, [`Pool::set_active`]): copies

@@ -112,7 +112,8 @@ pub struct PoolCounters {
     pub digest_skips: u64,
     /// Reads of hot keys answered by a copy (a replica other than the owner).
     pub hot_copy_hits: u64,
-    /// Copies of hot keys made on a replica after a read that missed there.
+    /// Copies of hot keys made on a replica: after a read that missed there, or after a write
+    /// of the key (the copies refilled from the owner).
     pub hot_copies_made: u64,
 }
 
@@ -334,17 +335,23 @@ impl Pool {
 
     /// `set`.
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
-        self.write(key, exptime, |c, e| c.set(key, value, flags, e))
+        let stored = self.write(key, exptime, |c, e| c.set(key, value, flags, e));
+        self.refill_hot_copies(key, exptime, &stored);
+        stored
     }
 
     /// `add`: only if the key is absent.
     pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
-        self.write(key, exptime, |c, e| c.add(key, value, flags, e))
+        let stored = self.write(key, exptime, |c, e| c.add(key, value, flags, e));
+        self.refill_hot_copies(key, exptime, &stored);
+        stored
     }
 
     /// `replace`: only if the key is present.
     pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<Stored> {
-        self.write(key, exptime, |c, e| c.replace(key, value, flags, e))
+        let stored = self.write(key, exptime, |c, e| c.replace(key, value, flags, e));
+        self.refill_hot_copies(key, exptime, &stored);
+        stored
     }
 
     /// `append` to an existing value.
@@ -359,7 +366,9 @@ impl Pool {
 
     /// `cas`: store only if the item's unique is still `cas`.
     pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64, cas: u64) -> Result<Stored> {
-        self.write(key, exptime, |c, e| c.cas(key, value, flags, e, cas))
+        let stored = self.write(key, exptime, |c, e| c.cas(key, value, flags, e, cas));
+        self.refill_hot_copies(key, exptime, &stored);
+        stored
     }
 
     /// `delete`; whether there was an item. With its server down, the delete goes to the

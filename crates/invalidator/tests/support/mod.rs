@@ -114,6 +114,16 @@ impl Postgres {
     pub fn client(&self) -> postgres::Client {
         postgres::Client::connect(&self.conninfo(), postgres::NoTls).unwrap()
     }
+
+    /// Its port, for a proxy in front of it.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// Commits a change whose key the invalidator deletes (the emit function's call).
+pub fn emit(db: &mut postgres::Client, key: &str) {
+    db.execute(shoal_client::invalidation::POSTGRES_EMIT, &[&key]).unwrap();
 }
 
 impl Drop for Postgres {

@@ -66,10 +66,14 @@ impl Engine {
         options.reduce_tasks = self.reduce_tasks;
         options.copy_input = self.copy_input;
         py.detach(|| {
-            let worker = (self.threads > 0)
+            let mut worker = (self.threads > 0)
                 .then(|| Worker::start(Arc::clone(&job_region), worker_options(self.threads, self.lease_ms)));
             let report = |p: Progress| self.report(p);
-            let outcome = Coordinator::new(&job_region, options, report).and_then(|mut c| job(&mut c));
+            // Should this process's own worker threads fail, the job fails with their error
+            // rather than waiting for workers that may never come.
+            let outcome = Coordinator::new(&job_region, options, report)
+                .map(|c| c.give_up_when(|| worker.as_mut().and_then(Worker::gone)))
+                .and_then(|mut c| job(&mut c));
             let stopped = worker.map(Worker::stop).transpose();
             Coordinator::finish(&job_region)?;
             stopped?;

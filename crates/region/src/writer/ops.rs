@@ -193,7 +193,7 @@ impl Writer {
     /// Reads `key` like [`Writer::get`]; `bump: false` leaves the item's read mark and access
     /// time as they were (meta's `u`). A hit reports the state before this read.
     pub fn read(&self, key: &[u8], value: &mut dyn ValueSink, bump: bool) -> Result<Lookup, OpError> {
-        self.read_under(key, self.region.hash(key), value, bump)
+        self.read_under(key, self.region.hash(key), value, bump, false)
     }
 
     /// [`Writer::read`] under `key`'s hash from [`Writer::hash`].
@@ -204,10 +204,23 @@ impl Writer {
         value: &mut dyn ValueSink,
         bump: bool,
     ) -> Result<Lookup, OpError> {
-        self.read_under(key, self.checked_hash(key, hash), value, bump)
+        self.read_under(key, self.checked_hash(key, hash), value, bump, false)
     }
 
-    /// The read itself, under a hash known to be this region's.
+    /// [`Writer::read_hashed`] for a key whose index [`Writer::prefetch_index`] has started
+    /// loading (a multiget's): the lookup does not start it again.
+    pub fn read_prefetched(
+        &self,
+        key: &[u8],
+        hash: &KeyHash,
+        value: &mut dyn ValueSink,
+        bump: bool,
+    ) -> Result<Lookup, OpError> {
+        self.read_under(key, self.checked_hash(key, hash), value, bump, true)
+    }
+
+    /// The read itself, under a hash known to be this region's; `prefetched`: its index and
+    /// access times are already on their way.
     #[inline]
     fn read_under(
         &self,
@@ -215,9 +228,12 @@ impl Writer {
         hash: KeyHash,
         value: &mut dyn ValueSink,
         bump: bool,
+        prefetched: bool,
     ) -> Result<Lookup, OpError> {
         // The access time is a separate miss: start it with the buckets' rather than after.
-        self.prefetch_lookup(&hash);
+        if !prefetched {
+            self.prefetch_lookup(&hash);
+        }
         let (lookup, found) = self.region.get_hashed(key, &hash, value, Some(&self.last_access))?;
         let (Lookup::Hit(info), Some(f)) = (lookup, found) else { return Ok(lookup) };
         if bump {

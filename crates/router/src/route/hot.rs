@@ -8,16 +8,18 @@
 //!  pool { …, "hot_replicas": R | "all", "hot_refresh_secs": 5, "hot_ttl_secs": 10,
 //!         "hot_keys": 1024 }
 //!  poller thread (one per pool route, started by its first request, gone with the config)
-//!        ──► `stats hotkeys` of each server every refresh ──► HotSet (union, capped; a
-//!            malformed or huge answer keeps that server's last good list)
+//!        ──► `stats hotkeys` of each server every refresh ──► HotSet (union, capped at
+//!            hot_set_size: c·n·ln n of the servers on, at most "hot_keys"; a malformed or
+//!            huge answer keeps that server's last good list)
 //!  get/gets of a hot key ──► round-robin replica ── the owner: the pool's ordinary read
 //!                         └─ a copy ── hit ──► answer (its CAS unique is the owner's)
 //!                                  └─ else the owner's answer, asked with `gets`; a hit is
 //!                                     added to the copy with the TTL and the owner's unique
 //!                                     (`ms … E<cas> ME`, in the background); a `get` is
 //!                                     answered without the unique; during a Proteus
-//!                                     transition a moved key's miss takes the pool's own
-//!                                     read (migration included) and is not copied
+//!                                     transition a moved key's miss asks its new owner
+//!                                     (a hit copied), then takes the pool's own read
+//!                                     (migration included), not copied
 //!                                     (`shoal_route::hot::may_copy`)
 //!  a change of a key hot now (or until the TTL ago), `cas` included ──► owner, then
 //!        `delete` on every copy (awaited, before the client hears back; spooled for a copy
@@ -25,6 +27,8 @@
 //!        within the TTL included (`shoal_route::hot::copies_to_delete`; the counts, and the
 //!        hot set, are kept per pool across configuration reloads, which is how the active
 //!        count changes)
+//!  a set / add / replace / cas of a key hot now answered STORED ──► then the owner read
+//!        back with `gets` and its item added to every copy (refill_copies, awaited)
 //! ```
 //!
 //! The replicas are `shoal_route::hot`'s: the owner and its successors among the servers on,
@@ -51,7 +55,7 @@ pub struct HotOptions {
     /// Copies' expiry in seconds, and how long a key that left the hot set keeps its changes
     /// deleting copies.
     pub ttl: u32,
-    /// The most hot keys kept.
+    /// The most hot keys kept; under it, `shoal_route::hot::hot_set_size` of the servers on.
     pub cap: usize,
 }
 
@@ -95,13 +99,24 @@ pub enum Plan {
     /// misses, and its hit is copied.
     ReadCopy { copy: usize, owner: usize },
     /// A get or gets of a hot key that a Proteus transition in progress moves
-    /// (`shoal_route::hot::may_copy`), from the copy on `copy`; when it misses, the pool's
-    /// ordinary read (the transition's, which may ask the old owner) answers, and nothing is
-    /// copied: the old owner's CAS unique is not the owner's.
-    ReadCopyMoved { copy: usize },
+    /// (`shoal_route::hot::may_copy`), from the copy on `copy`; when it misses, its new owner
+    /// `owner` asked with `gets` (a hit is copied: that server is the owner from now on), and
+    /// when that misses too, the pool's ordinary read (the transition's, which may ask the old
+    /// owner), with nothing copied: the old owner's CAS unique is not the owner's.
+    ReadCopyMoved { copy: usize, owner: usize },
     /// A change of a hot key: the ordinary route, then a delete on each of these servers (its
-    /// copies, and those of the Proteus active sets used within the TTL).
-    WriteAll(Vec<usize>),
+    /// copies, and those of the Proteus active sets used within the TTL), then, for a whole
+    /// value stored (`set`, `add`, `replace`, `cas`) of a key hot now, the copies refilled.
+    WriteAll(Vec<usize>, Option<Refill>),
+}
+
+/// The copies a write of a hot key refills from its owner ([`refill_copies`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refill {
+    /// The owner, read back with `gets`.
+    pub owner: usize,
+    /// The copies of the replica set now.
+    pub copies: Vec<usize>,
 }
 
 /// How often at most a pool route notes the active count it uses (so a hot request takes the
@@ -142,7 +157,7 @@ pub struct HotCounts {
     pub hot_keys: u64,
     /// Gets a copy answered.
     pub copy_hits: u64,
-    /// Copies made after a copy missed.
+    /// Copies made after a copy missed, or refilled after a write.
     pub copies_made: u64,
 }
 
@@ -163,7 +178,7 @@ pub struct HotPool {
     born: Instant,
     /// Gets answered by a copy.
     pub copy_hits: AtomicU64,
-    /// Copies made after a copy missed.
+    /// Copies made after a copy missed, or refilled after a write.
     pub copies_made: AtomicU64,
 }
 
@@ -222,7 +237,15 @@ impl HotPool {
         if let Some(active) = active {
             self.note_active(active);
         }
+        let before =
+            provisioned.and_then(|p| p.transition.as_ref().filter(|t| t.in_progress())).map(|t| t.from);
         if !matches!(request.op, Op::Get | Op::Gets) {
+            // The refill reads the owner now itself (in a transition, a moved key's new owner,
+            // which took the write): its unique is the owner's.
+            let refills = matches!(request.op, Op::Set | Op::Add | Op::Replace | Op::Cas)
+                && set.count > 1
+                && self.set.read().expect("hot set lock").is_hot(key);
+            let refill = refills.then(|| Refill { owner: set.owner, copies: set.copies().collect() });
             let history = self.history.lock().unwrap_or_else(|p| p.into_inner());
             let former = history.recent(Instant::now(), ttl);
             return match shoal_route::hot::copies_to_delete(
@@ -232,19 +255,17 @@ impl HotPool {
                 key,
                 self.options.replicas,
             ) {
-                Ok(copies) => Plan::WriteAll(copies),
-                Err(_) => Plan::WriteAll(set.copies().collect()),
+                Ok(copies) => Plan::WriteAll(copies, refill),
+                Err(_) => Plan::WriteAll(set.copies().collect(), refill),
             };
         }
         let copy = set.pick(self.turn.fetch_add(1, Ordering::Relaxed));
-        let before =
-            provisioned.and_then(|p| p.transition.as_ref().filter(|t| t.in_progress())).map(|t| t.from);
         if copy == set.owner {
             Plan::Owner
         } else if shoal_route::hot::may_copy(placement, active, before, key).unwrap_or(false) {
             Plan::ReadCopy { copy, owner: set.owner }
         } else {
-            Plan::ReadCopyMoved { copy }
+            Plan::ReadCopyMoved { copy, owner: set.owner }
         }
     }
 
@@ -267,6 +288,16 @@ impl HotPool {
         self.noted.store((active as u64) << 32 | ms, Ordering::Relaxed);
         let ttl = self.window();
         self.history.lock().unwrap_or_else(|p| p.into_inner()).used(active, Instant::now(), ttl);
+    }
+
+    /// The servers on: a Proteus pool's active count its requests last used, else (and
+    /// before its first request) every server. The hot set keeps
+    /// `shoal_route::hot::hot_set_size` of it, as pool clients do.
+    fn servers_on(&self) -> usize {
+        match (self.noted.load(Ordering::Relaxed) >> 32) as usize {
+            active @ 1.. if active <= self.addresses.len() => active,
+            _ => self.addresses.len(),
+        }
     }
 
     /// `stats` line for this pool (after its name): replicas per hot key (`all`), hot keys
@@ -333,9 +364,10 @@ fn poll(pool: Weak<HotPool>) {
             }
         }
         let linger = Duration::from_secs(pool.options.ttl.into());
+        let cap = shoal_route::hot::hot_set_size(pool.servers_on(), pool.options.cap);
         pool.set.write().expect("hot set lock").learn(
             answers.iter().map(Vec::as_slice),
-            pool.options.cap,
+            cap,
             Instant::now(),
             linger,
         );
@@ -371,19 +403,20 @@ pub async fn read_copy(hot: &HotPool, copy: &Child, owner: &Child, request: &Req
     }
 }
 
-/// A get or gets of a hot key a transition moves ([`Plan::ReadCopyMoved`]): the copy on `copy`
-/// if it hits, else `ordinary` (the pool's own read, a moved key's migration included), with
+/// A get or gets of a hot key a transition moves ([`Plan::ReadCopyMoved`]): as [`read_copy`]
+/// from the copy on `copy` and the new owner `owner` (whose own hit is copied), and when
+/// neither has it, `ordinary` (the pool's own read, a moved key's migration included), with
 /// nothing copied.
 pub async fn read_copy_moved(
     hot: &HotPool,
     copy: &Child,
+    owner: &Child,
     ordinary: impl std::future::Future<Output = Reply>,
     request: &Request,
     ctx: &Ctx,
 ) -> Reply {
-    let first = copy.execute(request, ctx).await;
+    let first = read_copy(hot, copy, owner, request, ctx).await;
     if first.is_hit() {
-        hot.copy_hits.fetch_add(1, Ordering::Relaxed);
         return first;
     }
     ordinary.await
@@ -417,6 +450,38 @@ impl OwnersItem {
     }
 }
 
+/// After a write of a hot key stored a whole value (`reply` is `STORED`) and its copies'
+/// deletes were awaited: the owner's item read back with `gets` and added to each copy of
+/// `refill` with the owner's unique (`ms … E<cas> ME`), kept the TTL or the write's expiry if
+/// sooner (`shoal_route::hot::refill_ttl`), awaited before the client hears back. Made as a
+/// reader's refill after a copy's miss is, so under the same rule, but one owner's read per
+/// write instead of one per copy (docs/design/hotkeys.md).
+pub async fn refill_copies(
+    hot: &HotPool,
+    refill: Refill,
+    children: &[Child],
+    request: &Request,
+    reply: &Reply,
+    ctx: &Ctx,
+) {
+    let stored = matches!(reply, Reply::Answer(answer) if answer.starts_with(b"STORED\r\n"));
+    let owner = &children[refill.owner];
+    let Some(ttl) = shoal_route::hot::refill_ttl(request.exptime, hot.options.ttl) else { return };
+    // Only a server that owns the key (not a route that may answer from elsewhere) gives a
+    // copy its unique.
+    if !stored || !matches!(**owner, Route::Destination { .. }) {
+        return;
+    }
+    let mut gets = request.as_get();
+    gets.op = Op::Gets;
+    let found = owner.execute(&gets, ctx).await;
+    let Some(item) = OwnersItem::of(&found) else { return };
+    let flags = shoal_route::hot::copy_flags(ttl, item.flags, item.cas).into_bytes();
+    let copy = gets.as_meta_set(flags, item.data, ttl);
+    hot.copies_made.fetch_add(refill.copies.len() as u64, Ordering::Relaxed);
+    futures::future::join_all(refill.copies.iter().map(|&c| children[c].execute(&copy, ctx))).await;
+}
+
 /// After a change of a hot key: a delete on each copy, awaited (a copy that is down has it
 /// spooled by `Ctx::send`, and reads nothing until its spool drains).
 pub async fn delete_copies(copies: &[usize], children: &[Child], request: &Request, ctx: &Ctx) {
@@ -446,7 +511,6 @@ mod tests {
     fn in_a_transition_a_moved_keys_read_is_not_copied_and_a_kept_owners_is() {
         use crate::provisioned::Transition;
         use std::time::SystemTime;
-        // Nothing listens there: the poller only fails, every hour.
         let addresses: Vec<String> = (1..=3).map(|port| format!("127.0.0.1:{port}")).collect();
         let servers = addresses.iter().map(|a| shoal_route::Server::parse(a).unwrap()).collect();
         let placement = Placement::new(shoal_route::Hashing::Proteus, servers).unwrap();
@@ -460,6 +524,9 @@ mod tests {
         let (kept, moved) = (find(false), find(true));
         let options = HotOptions { replicas: 0, refresh: Duration::from_secs(3600), ttl: 10, cap: 16 };
         let hot = Arc::new(HotPool::new(options, addresses.clone()));
+        // No poller: its first poll, failing everywhere, would replace the set learned here by
+        // an empty one.
+        hot.poller.set(()).expect("not started");
         let answer = vec![(kept.clone(), 100.0), (moved.clone(), 90.0)];
         hot.set.write().unwrap().learn([answer.as_slice()], 16, Instant::now(), Duration::from_secs(10));
         let pool = |transition| Provisioned {
@@ -482,7 +549,7 @@ mod tests {
                     Plan::Owner => {}
                     Plan::ReadCopy { .. } => assert!(!moves, "a moved key is copied: {plans:?}"),
                     Plan::ReadCopyMoved { .. } => assert!(moves, "a kept owner's key is not: {plans:?}"),
-                    Plan::WriteAll(_) => panic!("a get planned as a write"),
+                    Plan::WriteAll(..) => panic!("a get planned as a write"),
                 }
             }
             // After the transition, every key's copy is refilled again.

@@ -163,17 +163,22 @@ impl Route {
                     let Some(hot) = hot else { return owner.await };
                     match hot.plan(placement, provisioned.as_deref(), request) {
                         Plan::Owner => owner.await,
-                        Plan::ReadCopyMoved { copy } => {
-                            crate::route::hot::read_copy_moved(hot, &children[copy], owner, request, ctx)
+                        Plan::ReadCopyMoved { copy, owner: new_owner } => {
+                            let (copy, new_owner) = (&children[copy], &children[new_owner]);
+                            crate::route::hot::read_copy_moved(hot, copy, new_owner, owner, request, ctx)
                                 .await
                         }
                         Plan::ReadCopy { copy, owner } => {
                             crate::route::hot::read_copy(hot, &children[copy], &children[owner], request, ctx)
                                 .await
                         }
-                        Plan::WriteAll(replicas) => {
+                        Plan::WriteAll(replicas, refill) => {
                             let reply = owner.await;
                             crate::route::hot::delete_copies(&replicas, children, request, ctx).await;
+                            if let Some(refill) = refill {
+                                crate::route::hot::refill_copies(hot, refill, children, request, &reply, ctx)
+                                    .await;
+                            }
                             reply
                         }
                     }

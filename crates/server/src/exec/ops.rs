@@ -27,6 +27,9 @@ use shoal_region::{
 pub struct Placed {
     pub tenant: usize,
     pub hash: KeyHash,
+    /// Its index buckets are already loading ([`Context::place_ahead`]): the lookup does not
+    /// start them again.
+    pub ahead: bool,
 }
 
 impl<'a> Context<'a> {
@@ -34,7 +37,16 @@ impl<'a> Context<'a> {
     #[inline]
     pub fn place(&self, key: &[u8]) -> Placed {
         let tenant = self.shared.tenants.of_key(self.bound, key);
-        Placed { tenant, hash: self.shared.tenants.get(tenant).writer.hash(key) }
+        Placed { tenant, hash: self.shared.tenants.get(tenant).writer.hash(key), ahead: false }
+    }
+
+    /// [`Context::place`], and starts loading the key's index buckets for a lookup to come
+    /// (a multiget's, several keys ahead).
+    #[inline]
+    pub fn place_ahead(&self, key: &[u8]) -> Placed {
+        let placed = self.place(key);
+        self.writer_at(&placed).prefetch_index(&placed.hash);
+        Placed { ahead: true, ..placed }
     }
 
     /// The region of a key placed by [`Context::place`].
@@ -88,7 +100,11 @@ pub(crate) fn read_counted(
 ) -> Option<ItemInfo> {
     let i = placed.tenant;
     let tenant = cx.shared.tenants.get(i);
-    let found = tenant.writer.read_hashed(key, &placed.hash, sink, bump);
+    let found = if placed.ahead {
+        tenant.writer.read_prefetched(key, &placed.hash, sink, bump)
+    } else {
+        tenant.writer.read_hashed(key, &placed.hash, sink, bump)
+    };
     cx.shared.logs.fetched(cx.connection(), key, &found);
     if let Some(curve) = &tenant.curve {
         let read = match &found {

@@ -5,6 +5,7 @@ use super::ops::{count_store_lazily, delete_key, delete_leaving_lease, read_coun
 use super::{push_u64, reply, reply_unless, store_error, Context};
 use crate::config::Settings;
 use crate::counters::Counters;
+use crate::hotkeys::Sampler;
 use crate::watch::{StoreEvent, StoreStatus};
 use shoal_proto::{Get, Store, StoreCmd};
 use shoal_region::{absolute_expiry, touch_expiry, Delta, ItemInfo, OpError, Store as Stored, ValueSink};
@@ -61,8 +62,9 @@ impl ValueSink for ValueBlock<'_> {
 /// How many keys ahead of its lookups a multiget loads their index buckets, and their items.
 const INDEX_AHEAD: usize = 8;
 const ITEMS_AHEAD: usize = 4;
-/// The keys placed ahead of the lookup: key `n` waits in slot `n % AHEAD`.
-const AHEAD: usize = INDEX_AHEAD + 1;
+/// The keys placed ahead of the lookup: key `n` waits in slot `n % AHEAD` (a power of two,
+/// so that is a mask, not a division).
+const AHEAD: usize = (INDEX_AHEAD + 1).next_power_of_two();
 
 /// A key of a multiget, placed (its tenant found, hashed) once for its prefetches and its
 /// lookup; the ring keeps the key too, so the line is split into keys once here.
@@ -71,9 +73,7 @@ type Ahead<'k> = [Option<(&'k [u8], Placed)>; AHEAD];
 /// Places key `n` as it comes in reach of the index prefetch, starts loading its index
 /// buckets, and keeps it with its placement for its item prefetch and its lookup.
 fn place_ahead<'k>(cx: &Context<'_>, ahead: &mut Ahead<'k>, (n, key): (usize, &'k [u8])) {
-    let placed = cx.place(key);
-    cx.writer_at(&placed).prefetch_index(&placed.hash);
-    ahead[n % AHEAD] = Some((key, placed));
+    ahead[n % AHEAD] = Some((key, cx.place_ahead(key)));
 }
 
 /// Starts loading the item of key `n`, if it is placed.
@@ -90,18 +90,21 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
         reply(out, b"SERVER_ERROR out of memory writing get response");
         return;
     }
+    // The hot-key sampler's countdown is taken once for all the keys.
+    let mut hot = cx.shared.hotkeys.sampler();
     if get.count > 1 {
-        multiget(cx, &get, out);
+        multiget(cx, &get, &mut hot, out);
     } else if let Some(key) = get.keys.clone().next() {
         // A single key has nothing to overlap its memory misses with: no prefetching ahead.
         let placed = cx.place(key);
-        get_one(cx, &get, key, &placed, out);
+        get_one(cx, &get, &mut hot, (key, &placed), out);
     }
+    drop(hot);
     out.extend_from_slice(b"END\r\n");
 }
 
 /// The `VALUE` blocks of a get of several keys.
-fn multiget(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
+fn multiget(cx: &mut Context<'_>, get: &Get<'_>, hot: &mut Sampler<'_>, out: &mut Vec<u8>) {
     // Loading the index buckets of keys several ahead, and the items of keys a few ahead, lets
     // their memory misses overlap instead of queueing. Each key is placed once, when its index
     // is loaded; its item's load and its lookup use that placement. The first key is looked
@@ -120,15 +123,21 @@ fn multiget(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
             place_ahead(cx, &mut ahead, next);
         }
         prefetch_item(cx, &ahead, n + ITEMS_AHEAD + 1);
-        get_one(cx, get, key, &placed, out);
+        get_one(cx, get, hot, (key, &placed), out);
     }
 }
 
 /// The `VALUE` block of one key of a get, if it is found.
 #[inline]
-fn get_one(cx: &mut Context<'_>, get: &Get<'_>, key: &[u8], placed: &Placed, out: &mut Vec<u8>) {
+fn get_one(
+    cx: &mut Context<'_>,
+    get: &Get<'_>,
+    hot: &mut Sampler<'_>,
+    (key, placed): (&[u8], &Placed),
+    out: &mut Vec<u8>,
+) {
     let c = cx.counters;
-    cx.shared.hotkeys.record(key);
+    hot.record(key);
     let start = out.len();
     let mut block = ValueBlock { out, start, key, cas: get.cas.then_some(&cx.shared.settings) };
     let hit = match get.touch {
