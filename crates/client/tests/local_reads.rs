@@ -340,8 +340,11 @@ fn a_unix_socket_server_is_read_locally_too() {
         .arg(&socket)
         .spawn()
         .unwrap();
-    assert!(eventually(30, || socket.exists()), "the server made its socket");
-    let mut c = Client::connect(socket.to_str().unwrap(), Options::default()).unwrap();
+    // The socket's file appears at bind, before the server listens: a connect in between is
+    // refused, so wait for a connect that succeeds (CI once connected in that gap).
+    let connect = || Client::connect(socket.to_str().unwrap(), Options::default());
+    assert!(eventually(60, || connect().is_ok()), "the server listens on its socket");
+    let mut c = connect().unwrap();
     assert!(c.is_local());
     c.set(b"k", b"over a unix socket", 0, 0).unwrap();
     assert_eq!(c.get(b"k").unwrap().unwrap().value, b"over a unix socket");
