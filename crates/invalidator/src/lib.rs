@@ -265,15 +265,6 @@ fn pause_after(failures: u32, first: Duration, cap: Duration) -> Duration {
 /// The first pause after a failure to read the commit log, and the longest.
 const REREAD_FIRST: Duration = Duration::from_millis(20);
 const REREAD_CAP: Duration = Duration::from_millis(500);
-/// The longest pause while the database refuses connections (a link cut by a proxy that closes
-/// its port, a restart): a refused connect costs nothing, so the log is read again within
-/// 100 ms of the port opening rather than up to 500 ms after it (issue #26).
-const REFUSED_CAP: Duration = Duration::from_millis(100);
-
-/// Whether a reconnect failed because the connection was refused (nothing listens).
-fn refused(fault: &Fault) -> bool {
-    matches!(fault, Fault::Transient(why) if why.contains("Connection refused"))
-}
 
 /// Opens the source, waiting out a database that is not up yet.
 fn open_source(
@@ -386,7 +377,6 @@ fn follow(
     let mut replica = args.wait_for_replica.as_deref().map(replica::ReplicaGate::new);
     let mut failing: Option<String> = None;
     let mut failures = 0;
-    let mut cap = REREAD_CAP;
     let mut unconfirmed = Unconfirmed::new();
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
@@ -420,7 +410,7 @@ fn follow(
             let mut from = 0;
             while from < batch.commits.len() {
                 hand.progress.enter(watch::Stage::Replica, in_hand);
-                let replayed = gate.wait_for(batch.commits[from].lsn, stop, &mut || hand.source.tend())?;
+                let replayed = gate.wait_for(batch.commits[from].lsn, stop)?;
                 let n = batch.commits[from..].iter().take_while(|c| c.lsn <= replayed).count().max(1);
                 let last = &batch.commits[from + n - 1];
                 let done = if from + n == batch.commits.len() {
@@ -453,11 +443,10 @@ fn follow(
                     failing = Some(why);
                 }
                 failures += 1;
-                std::thread::sleep(pause_after(failures, REREAD_FIRST, cap));
+                std::thread::sleep(pause_after(failures, REREAD_FIRST, REREAD_CAP));
                 match source.reconnect() {
                     Err(Fault::Fatal(why)) => return Err(why),
-                    Err(fault) => cap = if refused(&fault) { REFUSED_CAP } else { REREAD_CAP },
-                    Ok(()) => cap = REREAD_CAP,
+                    Err(Fault::Transient(_)) | Ok(()) => {}
                 }
             }
         }
@@ -467,21 +456,8 @@ fn follow(
 
 #[cfg(test)]
 mod tests {
-    use super::{pause_after, refused, Fault};
+    use super::pause_after;
     use std::time::Duration;
-
-    #[test]
-    fn a_refused_connect_is_told_from_other_faults() {
-        let fault = |why: &str| Fault::Transient(why.to_string());
-        assert!(refused(&fault(
-            "connecting to PostgreSQL at host=db port=5432: Connection refused (os error 111)"
-        )));
-        assert!(refused(&fault(
-            "PostgreSQL replication connection: connect: Connection refused (os error 111)"
-        )));
-        assert!(!refused(&fault("PostgreSQL did not answer within 2.0 s")));
-        assert!(!refused(&Fault::Fatal("Connection refused".into())), "a fatal fault is not retried at all");
-    }
 
     #[test]
     fn the_pause_after_failures_starts_short_doubles_and_stops_at_its_cap() {

@@ -17,25 +17,12 @@
 //! one reading this slot ([`Postgres::end_old_walsender`]). Nothing is lost: the new stream
 //! starts at the confirmed position, which only the caller's confirmations move.
 //!
-//! A reconnect costs the slower of its two connections, not their sum (issue #26):
-//!
-//! ```text
-//!   reconnect ─┬─► Stream::start (replication connection, START_REPLICATION) ─► rows decode
-//!              │      └ "slot is active": end the old walsender once the SQL side is there, retry
-//!              └─► thread: SQL connect ─► check_slot ──────────────► joined before any row is
-//!                                                                    handed on (visibility)
-//! ```
-//!
-//! The first connection of a process checks (or makes) the slot before its stream starts. While
-//! a replica region's batch waits for its replica, [`Source::tend`] keeps the stream read and
-//! reconnects it if it was lost, so a cut is over before the replica is back.
-//!
 //! A slot that disappears is never recreated silently: the commits made while it was gone
 //! were not seen, so the caches may hold stale values. A marker file in the state directory
 //! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
 
 use crate::decoding::{self, Row};
-use crate::replication::{lsn_text, slot_in_use, Stream};
+use crate::replication::{lsn_text, Stream};
 use crate::rules::Rule;
 use crate::snapshots::Keeper;
 use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
@@ -93,100 +80,14 @@ pub struct Postgres {
     /// The last reconnect, until its stream's first row: when it began, when the stream
     /// started, and how much WAL lay between the slot's restart point and its confirmed position.
     restarted: Option<Restart>,
-    /// The SQL connection being opened (and the slot checked) on a thread of its own while the
-    /// stream starts and decodes: taken by the first use of the client.
-    opening: Option<Opening>,
-    /// While a held batch waits: when the last reconnect was tried, and how many failed in a row.
-    tending: (Option<Instant>, u32),
-    /// Whether the slot was found (or made) over the SQL connection once in this process: from
-    /// then on a reconnect starts the stream without waiting for the SQL connection.
-    slot_seen: bool,
 }
 
-/// A reconnect whose stream has sent nothing yet: when it began, and how long after that the
-/// stream started, the SQL connection was open with the slot checked, and the old walsender
-/// was ended (`None`: not needed, or not yet).
+/// A reconnect whose stream has sent nothing yet: when it began, and how long after that its
+/// SQL connection was open, the old walsender ended and the stream started.
 struct Restart {
     began: Instant,
-    stream: Duration,
-    sql: Option<Duration>,
-    ended: Option<Duration>,
+    steps: Vec<Duration>,
     backlog: Option<i64>,
-}
-
-/// How long the SQL connection opened beside a restarted stream may take (its connect, the
-/// start-up and the slot's look-up) before it is given up and the reconnect tried again. The
-/// connect alone is bounded by `connect_timeout`; the rest has no bound of its own.
-const SQL_WITHIN: Duration = Duration::from_secs(10);
-
-/// How long a reconnect keeps starting the stream while the old walsender still holds the slot.
-const SLOT_FREE_WITHIN: Duration = Duration::from_secs(5);
-
-/// The SQL connection of a reconnect, opened on a thread: it connects and checks the slot
-/// ([`check_slot`]) while the stream starts, so that a reconnect costs the slower of the two,
-/// not their sum (issue #26: 1.63 s inside one reconnect after a WAN cut, most of it before
-/// the stream started).
-struct Opening {
-    answer: std::sync::mpsc::Receiver<Result<(Client, Option<i64>), Fault>>,
-}
-
-impl Opening {
-    fn spawn(
-        config: postgres::Config,
-        conninfo: &str,
-        slot: &str,
-        marker: PathBuf,
-        recreate: bool,
-    ) -> Opening {
-        let (tell, answer) = std::sync::mpsc::channel();
-        let (server, slot) = (server_of(conninfo), slot.to_string());
-        let opened = std::thread::Builder::new().name("invalidator-sql".into()).spawn(move || {
-            let opened = connect(&config, &server)
-                .and_then(|mut client| Ok((check_slot(&mut client, &slot, &marker, recreate)?, client)))
-                .map(|(backlog, client)| (client, backlog));
-            let _ = tell.send(opened);
-        });
-        if let Err(e) = opened {
-            // No thread: the receiver's sender is gone, so the first use reports it.
-            eprintln!("shoal invalidator: could not start a thread for the SQL connection: {e}");
-        }
-        Opening { answer }
-    }
-
-    /// Its result once there (`None`: not yet).
-    fn ready(&self) -> Option<Result<(Client, Option<i64>), Fault>> {
-        match self.answer.try_recv() {
-            Ok(opened) => Some(opened),
-            Err(std::sync::mpsc::TryRecvError::Empty) => None,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(Err(gone())),
-        }
-    }
-
-    /// Its result, waiting up to [`SQL_WITHIN`] for it.
-    fn wait(self) -> Result<(Client, Option<i64>), Fault> {
-        match self.answer.recv_timeout(SQL_WITHIN) {
-            Ok(opened) => opened,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Fault::Transient(format!(
-                "PostgreSQL: the SQL connection did not open within {} s",
-                SQL_WITHIN.as_secs()
-            ))),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
-        }
-    }
-}
-
-fn gone() -> Fault {
-    Fault::Transient("PostgreSQL: the SQL connection's thread ended without an answer".into())
-}
-
-/// A SQL connection with `config` (`server`: where, for the message).
-fn connect(config: &postgres::Config, server: &str) -> Result<Client, Fault> {
-    config.connect(NoTls).map_err(|e| {
-        use std::error::Error;
-        // The cause alone: "error connecting to server" adds nothing to what is said first.
-        let cause = e.source().filter(|_| e.as_db_error().is_none()).map_or_else(|| why(&e), chain);
-        Fault::Transient(format!("connecting to PostgreSQL at {server}: {cause}"))
-    })
 }
 
 /// A silence of the stream: since when, the last look at the primary (its `xmax`, and when),
@@ -274,9 +175,6 @@ impl Postgres {
             walsender: None,
             _snapshots: None,
             restarted: None,
-            opening: None,
-            tending: (None, 0),
-            slot_seen: false,
         };
         source.reconnect()?;
         if let Some(every) = snapshot_every {
@@ -285,23 +183,60 @@ impl Postgres {
         Ok(source)
     }
 
-    /// The SQL connection, waiting for the one being opened if need be.
     fn client(&mut self) -> Result<&mut Client, Fault> {
-        if let Some(opening) = self.opening.take() {
-            self.opened(opening.wait())?;
-        }
         self.client.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))
     }
 
-    /// Takes the opened SQL connection (and the slot's backlog, for the reconnect's steps).
-    fn opened(&mut self, opened: Result<(Client, Option<i64>), Fault>) -> Result<(), Fault> {
-        let (client, backlog) = opened?;
-        self.client = Some(client);
-        self.slot_seen = true;
-        if let Some(restart) = self.restarted.as_mut() {
-            (restart.sql, restart.backlog) = (Some(restart.began.elapsed()), backlog);
+    /// Makes sure the slot exists and is ours to read; the WAL between its restart point and its
+    /// confirmed position, in bytes (what a stream started now decodes again before its first
+    /// new row; `None` for a slot just made).
+    fn ensure_slot(&mut self) -> Result<Option<i64>, Fault> {
+        let slot = self.slot.clone();
+        let (marker, recreate) = (self.marker.clone(), self.recreate);
+        let client = self.client()?;
+        let row = client
+            .query_opt(
+                "SELECT plugin, slot_type, (confirmed_flush_lsn - restart_lsn)::bigint FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+                &[&slot],
+            )
+            .map_err(transient("look up the replication slot"))?;
+        match row {
+            Some(row) => {
+                let (plugin, kind): (Option<String>, String) = (row.get(0), row.get(1));
+                if kind != "logical" || plugin.as_deref() != Some("test_decoding") {
+                    return Err(Fault::Fatal(format!(
+                        "replication slot {slot} exists but is a {kind} slot with plugin {plugin:?}; \
+                         give the invalidator a slot of its own with --slot"
+                    )));
+                }
+                Ok(row.get(2))
+            }
+            None if marker.exists() && !recreate => Err(Fault::Fatal(format!(
+                "replication slot {slot} was dropped after this invalidator created it ({}): the \
+                 commits made since were not seen, so caches may hold stale values. Flush every \
+                 cluster (`flush_all` through each router), then start again with --recreate-slot",
+                marker.display()
+            ))),
+            None => {
+                let level: String =
+                    client.query_one("SHOW wal_level", &[]).map_err(transient("read wal_level"))?.get(0);
+                if level != "logical" {
+                    return Err(Fault::Fatal(format!(
+                        "PostgreSQL runs with wal_level={level}; logical decoding needs wal_level=logical \
+                         (set it in postgresql.conf and restart PostgreSQL)"
+                    )));
+                }
+                client
+                    .execute("SELECT pg_create_logical_replication_slot($1, 'test_decoding')", &[&slot])
+                    .map_err(transient("create the replication slot"))?;
+                std::fs::write(&marker, format!("{slot}\n")).map_err(|e| {
+                    Fault::Fatal(format!("cannot record the slot in {}: {e}", marker.display()))
+                })?;
+                eprintln!("shoal invalidator: created logical replication slot {slot}");
+                Ok(None)
+            }
         }
-        Ok(())
     }
 
     /// Waits until every transaction of `xids` (decoded commits) is visible to a new snapshot,
@@ -408,8 +343,6 @@ impl Source for Postgres {
         if rows.is_empty() {
             self.quiet_stream()?;
         } else {
-            // Nothing is handed on before the SQL connection of a reconnect has checked the slot.
-            self.client()?;
             self.quiet = None;
             self.say_restarted();
         }
@@ -473,111 +406,53 @@ impl Source for Postgres {
         stream.confirm(lsn + u64::from(*past)).map_err(Fault::Transient)
     }
 
-    fn tend(&mut self) -> Result<(), Fault> {
-        if let Some(stream) = self.stream.as_mut() {
-            let Err(why) = stream.tend() else { return Ok(()) };
-            eprintln!("shoal invalidator: {why}; reconnecting while the batch waits for the replica");
-            (self.stream, self.tending) = (None, (None, 0));
-        }
-        // Tried again after 20 ms, doubling to 500 ms, as the main loop does.
-        let (tried, failures) = self.tending;
-        let pause = crate::pause_after(failures, crate::REREAD_FIRST, crate::REREAD_CAP);
-        if tried.is_some_and(|at| at.elapsed() < pause) {
-            return Ok(());
-        }
-        match self.reconnect() {
-            Ok(()) => self.tending = (None, 0),
-            Err(Fault::Fatal(why)) => return Err(Fault::Fatal(why)),
-            Err(Fault::Transient(_)) => self.tending = (Some(Instant::now()), failures + 1),
-        }
-        Ok(())
-    }
-
     fn set_progress(&mut self, progress: Arc<Progress>) {
         self.progress = Some(progress);
     }
 
-    /// Starts the stream and, beside it on a thread, the SQL connection: the stream needs only
-    /// the slot, and its first rows wait for the SQL connection only where they need it (the
-    /// slot checked, commits visible). The first connection of a process checks (or makes) the
-    /// slot before the stream starts.
     fn reconnect(&mut self) -> Result<(), Fault> {
-        (self.client, self.stream, self.open, self.quiet, self.opening) = (None, None, None, None, None);
+        (self.client, self.stream, self.open, self.quiet) = (None, None, None, None);
         let began = Instant::now();
-        self.restarted =
-            Some(Restart { began, stream: Duration::ZERO, sql: None, ended: None, backlog: None });
+        self.restarted = None;
         let config = config_of(&self.conninfo).map_err(Fault::Fatal)?;
-        let opening = Opening::spawn(config, &self.conninfo, &self.slot, self.marker.clone(), self.recreate);
-        if self.slot_seen {
-            self.opening = Some(opening);
-        } else {
-            self.opened(opening.wait())?;
-        }
-        let (stream, ended) = self.start_stream(began)?;
-        self.stream = Some(stream);
-        if let Some(restart) = self.restarted.as_mut() {
-            (restart.stream, restart.ended) = (began.elapsed(), ended);
-        }
+        let client = config.connect(NoTls).map_err(|e| {
+            use std::error::Error;
+            // The cause alone: "error connecting to server" adds nothing to what is said first.
+            let cause = e.source().filter(|_| e.as_db_error().is_none()).map_or_else(|| why(&e), chain);
+            Fault::Transient(format!("connecting to PostgreSQL at {}: {cause}", server_of(&self.conninfo)))
+        })?;
+        self.client = Some(client);
+        let connected = began.elapsed();
+        let backlog = self.ensure_slot()?;
+        self.end_old_walsender()?;
+        let slot_free = began.elapsed();
+        // The SQL connection manages the slot and waits for commits to be visible; changes
+        // come over the stream.
+        self.stream =
+            Some(Stream::start(&self.conninfo, &self.slot, &mut self.walsender).map_err(Fault::Transient)?);
+        self.restarted = Some(Restart { began, steps: vec![connected, slot_free, began.elapsed()], backlog });
         Ok(())
     }
 }
 
 impl Postgres {
-    /// Starts the stream from the slot's confirmed position. While the walsender of the stream
-    /// given up still holds the slot, it is ended once the SQL connection is there, and the
-    /// start tried again after 20 ms, doubling to 500 ms (for up to [`SLOT_FREE_WITHIN`]); when
-    /// that ended it.
-    fn start_stream(&mut self, began: Instant) -> Result<(Stream, Option<Duration>), Fault> {
-        let mut old = self.walsender.take();
-        let mut ended = None;
-        let deadline = Instant::now() + SLOT_FREE_WITHIN;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let why = match Stream::start(&self.conninfo, &self.slot, &mut self.walsender) {
-                Ok(stream) => return Ok((stream, ended)),
-                Err(why) => why,
-            };
-            if !slot_in_use(&why) || Instant::now() >= deadline {
-                // PostgreSQL refused the stream (a slot that is gone, say): the SQL connection's
-                // check says why, if it can. A connection that failed is not waited for: the
-                // SQL side may hang as long as the link is down.
-                if let Some(opening) = self.opening.take().filter(|_| why.contains("(SQLSTATE ")) {
-                    self.opened(opening.wait())?;
-                }
-                return Err(Fault::Transient(why));
-            }
-            if let Some(opened) = self.opening.as_ref().and_then(Opening::ready) {
-                self.opening = None;
-                self.opened(opened)?;
-            }
-            if self.client.is_some() {
-                if let Some(pid) = old.take() {
-                    self.end_old_walsender(pid)?;
-                    ended = Some(began.elapsed());
-                }
-            }
-            std::thread::sleep(crate::pause_after(tries, crate::REREAD_FIRST, crate::REREAD_CAP));
-        }
-    }
-
     /// Says, once per reconnect, how long the new stream took to its first row and what it
     /// decoded again (issue #26: where the time after a cut goes). The time is the Unix time,
     /// to line it up with a fault's log.
     fn say_restarted(&mut self) {
-        let Some(Restart { began, stream, sql, ended, backlog }) = self.restarted.take() else { return };
+        let Some(Restart { began, steps, backlog }) = self.restarted.take() else { return };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         eprintln!(
             "shoal invalidator: the restarted stream's first row came {:.0} ms after the reconnect began \
-             (the stream started at {:.0} ms, the SQL connection open with the slot checked at {}{}; {} kB \
-             of WAL decoded again from the slot's restart point; unix time {unix:.3})",
+             (connected at {:.0} ms, the slot free at {:.0} ms, the stream started at {:.0} ms; {} kB of WAL \
+             decoded again from the slot's restart point; unix time {unix:.3})",
             ms(began.elapsed()),
-            ms(stream),
-            sql.map_or_else(|| "?".to_string(), |d| format!("{:.0} ms", ms(d))),
-            ended.map_or_else(String::new, |d| format!(", the old walsender ended at {:.0} ms", ms(d))),
+            ms(steps[0]),
+            ms(steps[1]),
+            ms(steps[2]),
             backlog.map_or_else(|| "?".to_string(), |b| (b / 1000).to_string()),
         );
     }
@@ -586,7 +461,8 @@ impl Postgres {
     /// a second for it to go): a walsender whose connection was cut holds the slot until it
     /// notices, and the new stream's start would fail with "slot … is active" meanwhile. A
     /// process id that now reads another slot, or none, is left alone.
-    fn end_old_walsender(&mut self, pid: i32) -> Result<(), Fault> {
+    fn end_old_walsender(&mut self) -> Result<(), Fault> {
+        let Some(pid) = self.walsender.take() else { return Ok(()) };
         let slot = self.slot.clone();
         let ended = self
             .client()?
@@ -612,59 +488,6 @@ impl Postgres {
             );
         }
         Ok(())
-    }
-}
-
-/// Makes sure `slot` exists and is ours to read over `client` (creating it when it was never
-/// made; see the module's note on dropped slots): the WAL between its restart point and its
-/// confirmed position, in bytes (`None` for a slot just made).
-fn check_slot(
-    client: &mut Client,
-    slot: &str,
-    marker: &std::path::Path,
-    recreate: bool,
-) -> Result<Option<i64>, Fault> {
-    let row = client
-        .query_opt(
-            "SELECT plugin, slot_type, (confirmed_flush_lsn - restart_lsn)::bigint FROM pg_replication_slots \
-             WHERE slot_name = $1",
-            &[&slot],
-        )
-        .map_err(transient("look up the replication slot"))?;
-    match row {
-        Some(row) => {
-            let (plugin, kind): (Option<String>, String) = (row.get(0), row.get(1));
-            if kind != "logical" || plugin.as_deref() != Some("test_decoding") {
-                return Err(Fault::Fatal(format!(
-                    "replication slot {slot} exists but is a {kind} slot with plugin {plugin:?}; \
-                     give the invalidator a slot of its own with --slot"
-                )));
-            }
-            Ok(row.get(2))
-        }
-        None if marker.exists() && !recreate => Err(Fault::Fatal(format!(
-            "replication slot {slot} was dropped after this invalidator created it ({}): the \
-             commits made since were not seen, so caches may hold stale values. Flush every \
-             cluster (`flush_all` through each router), then start again with --recreate-slot",
-            marker.display()
-        ))),
-        None => {
-            let level: String =
-                client.query_one("SHOW wal_level", &[]).map_err(transient("read wal_level"))?.get(0);
-            if level != "logical" {
-                return Err(Fault::Fatal(format!(
-                    "PostgreSQL runs with wal_level={level}; logical decoding needs wal_level=logical \
-                     (set it in postgresql.conf and restart PostgreSQL)"
-                )));
-            }
-            client
-                .execute("SELECT pg_create_logical_replication_slot($1, 'test_decoding')", &[&slot])
-                .map_err(transient("create the replication slot"))?;
-            std::fs::write(marker, format!("{slot}\n"))
-                .map_err(|e| Fault::Fatal(format!("cannot record the slot in {}: {e}", marker.display())))?;
-            eprintln!("shoal invalidator: created logical replication slot {slot}");
-            Ok(None)
-        }
     }
 }
 

@@ -40,9 +40,6 @@ pub const PROBE_AFTER: Duration = Duration::from_millis(500);
 /// given up as dead.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
-/// The most [`Stream::tend`] takes in without the rows being read.
-const HOLD_MAX: usize = 16 << 20;
-
 /// A socket to PostgreSQL.
 enum Socket {
     Tcp(TcpStream),
@@ -381,26 +378,6 @@ impl Stream {
         }
     }
 
-    /// Keeps the stream alive while the caller holds rows back (a replica region's batch
-    /// waiting for its replica, `replica.rs`): takes what has arrived into the buffer without
-    /// parsing it (up to [`HOLD_MAX`]; the next [`Stream::rows`] reads it), reports the flush
-    /// position every [`STATUS_EVERY`], and asks for a reply after a silence, failing as
-    /// [`Stream::rows`] does when none comes: a link cut meanwhile is noticed while the batch
-    /// waits, not after it (issue #26).
-    pub fn tend(&mut self) -> Result<(), Failure> {
-        if self.buffer.len() < HOLD_MAX {
-            self.read_more(None)?;
-        } else {
-            // A full buffer is a stream that talks: nothing to ask.
-            (self.heard, self.asked) = (Instant::now(), None);
-        }
-        self.keep_alive()?;
-        if self.last_status.elapsed() >= STATUS_EVERY {
-            self.status(false)?;
-        }
-        Ok(())
-    }
-
     /// The furthest WAL position the server has said it sent (rows and keepalives).
     pub fn sent(&self) -> u64 {
         self.sent
@@ -427,12 +404,6 @@ impl Stream {
         self.last_status = Instant::now();
         self.send(&frame)
     }
-}
-
-/// Whether [`Stream::start`] failed because another connection still reads the slot
-/// (`object_in_use`: "replication slot … is active for PID …").
-pub fn slot_in_use(failure: &str) -> bool {
-    failure.ends_with("(SQLSTATE 55006)")
 }
 
 /// The `M` (message) field of an ErrorResponse, with its SQLSTATE.
