@@ -10,6 +10,7 @@ use crate::layout::{job, task, JOB_SLOTS};
 use crate::region::tests::TempPath;
 use crate::region::{JobRegion, JobState};
 use crate::worker::{Worker, WorkerOptions};
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,18 +84,22 @@ fn watch(region: &JobRegion, worker: &Worker, coordinator_finished: impl Fn() ->
     let mut failed: Option<(Instant, &str)> = None;
     while !coordinator_finished() {
         if failed.is_none() {
-            let why = match () {
-                _ if worker.threads_finished() => "every worker thread left",
-                _ if start.elapsed() > RUN_LIMIT => "the run passed the test's limit",
-                _ => "",
+            let why = if worker.threads_finished() {
+                Some("every worker thread left")
+            } else {
+                (start.elapsed() > RUN_LIMIT).then_some("the run passed the test's limit")
             };
-            if !why.is_empty() {
-                failed = Some((Instant::now(), why));
-            }
+            failed = why.map(|why| (Instant::now(), why));
         }
         if let Some((at, why)) = failed {
             if at.elapsed() > FAILED_LIMIT {
-                eprintln!("test watchdog: the coordinator ignored its failed jobs; {}", describe(region));
+                // Straight to the descriptor: the test harness's capture of `eprintln!` is
+                // lost with the process.
+                let account = describe(region);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "test watchdog: the coordinator ignored its failed jobs; {account}"
+                );
                 std::process::abort();
             }
             for j in 0..JOB_SLOTS {

@@ -56,8 +56,7 @@ fn prefetching_changes_nothing_a_lookup_sees() {
         let hash = w.hash(key);
         w.prefetch_index(&hash);
         w.prefetch_item(&hash);
-        let read = if i % 4 < 2 { Writer::read_hashed } else { Writer::read_prefetched };
-        let hit = read(&w, key, &hash, &mut v, true).unwrap().hit().is_some();
+        let hit = w.read_hashed(key, &hash, &mut v, true, i % 4 >= 2).unwrap().hit().is_some();
         assert_eq!(hit, i % 2 == 0 && i % 3 != 0, "key {i}");
         if hit {
             assert_eq!(&v, key);
@@ -77,8 +76,8 @@ fn prefetching_changes_nothing_a_lookup_sees() {
         let foreign = big.hash(key);
         w.prefetch_index(&foreign);
         w.prefetch_item(&foreign);
-        w.read_hashed(key, &foreign, &mut v, false).unwrap();
-        w.read_prefetched(key, &foreign, &mut v, false).unwrap();
+        w.read_hashed(key, &foreign, &mut v, false, false).unwrap();
+        w.read_hashed(key, &foreign, &mut v, false, true).unwrap();
     }
 }
 

@@ -196,27 +196,18 @@ impl Writer {
         self.read_under(key, self.region.hash(key), value, bump, false)
     }
 
-    /// [`Writer::read`] under `key`'s hash from [`Writer::hash`].
+    /// [`Writer::read`] under `key`'s hash from [`Writer::hash`]; `prefetched`: the caller has
+    /// started loading the key's index with [`Writer::prefetch_index`] (a multiget's keys
+    /// placed ahead), so the lookup does not start it again.
     pub fn read_hashed(
         &self,
         key: &[u8],
         hash: &KeyHash,
         value: &mut dyn ValueSink,
         bump: bool,
+        prefetched: bool,
     ) -> Result<Lookup, OpError> {
-        self.read_under(key, self.checked_hash(key, hash), value, bump, false)
-    }
-
-    /// [`Writer::read_hashed`] for a key whose index [`Writer::prefetch_index`] has started
-    /// loading (a multiget's): the lookup does not start it again.
-    pub fn read_prefetched(
-        &self,
-        key: &[u8],
-        hash: &KeyHash,
-        value: &mut dyn ValueSink,
-        bump: bool,
-    ) -> Result<Lookup, OpError> {
-        self.read_under(key, self.checked_hash(key, hash), value, bump, true)
+        self.read_under(key, self.checked_hash(key, hash), value, bump, prefetched)
     }
 
     /// The read itself, under a hash known to be this region's; `prefetched`: its index and

@@ -100,11 +100,7 @@ pub(crate) fn read_counted(
 ) -> Option<ItemInfo> {
     let i = placed.tenant;
     let tenant = cx.shared.tenants.get(i);
-    let found = if placed.ahead {
-        tenant.writer.read_prefetched(key, &placed.hash, sink, bump)
-    } else {
-        tenant.writer.read_hashed(key, &placed.hash, sink, bump)
-    };
+    let found = tenant.writer.read_hashed(key, &placed.hash, sink, bump, placed.ahead);
     cx.shared.logs.fetched(cx.connection(), key, &found);
     if let Some(curve) = &tenant.curve {
         let read = match &found {
