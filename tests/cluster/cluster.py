@@ -113,6 +113,10 @@ def cleanup(owner=None):
     for path in Path("/tmp").glob(f"{PREFIX}*-pg-*"):
         if ours(path.name):
             shutil.rmtree(path, ignore_errors=True)
+    for path in Path("/tmp").glob(f"{PREFIX}*-pgfs"):
+        if ours(path.name):
+            sh("umount", "--lazy", str(path), check=False)
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class Host:
@@ -165,7 +169,15 @@ class Host:
 
 
 class Net:
-    """The bridge and the hosts on it."""
+    """The bridge and the hosts on it, and the tmpfs its databases live on (`pgfs`).
+
+    PostgreSQL's directories are on a tmpfs of their own, mounted before the hosts so that
+    every host's mount namespace has it: the harness tests Shoal, not PostgreSQL's disk (its
+    `fsync` is off already), and on a disk another process was writing to, a logical
+    walsender's slot save (a rename over the slot's state file, done on each confirmation past a
+    standby snapshot) waited 3 s for writeback, so the stream the invalidator reads stopped
+    (issue #26; docs/design/faults.md, "What it found"). Shoal's own files (spools, regions,
+    owed deletes) stay where the test puts them."""
 
     def __init__(self):
         self.prefix = f"{PREFIX}{os.getpid()}"
@@ -173,8 +185,11 @@ class Net:
         self.bridge = f"{self.prefix}-br"
         self.ip = f"169.254.{self.octet}.1"
         self.hosts = {}
+        self.pgfs = Path(f"/tmp/{self.prefix}-pgfs")
 
     def start(self):
+        self.pgfs.mkdir()
+        sh("mount", "-t", "tmpfs", "-o", "size=4g,mode=0755", f"{self.prefix}-pgfs", str(self.pgfs))
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         sh("ip", "addr", "add", f"{self.ip}/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
@@ -230,8 +245,8 @@ class Proc:
 # WAN cut). Not shorter: a delay spike (up to 1.5 s on the WAN) over a quiet stream must not
 # end a connection that works — and Toxiproxy 2.9's removal of a toxic can hang when one of its
 # connections closes meanwhile (a CI run with 2 s: a connection closed during a delay spike,
-# and the API answered 503 after 25 s). The walsenders keep PostgreSQL's `wal_sender_timeout`:
-# the invalidators end their own old ones.
+# and the API answered 503 after 25 s; `Toxiproxy` restarts it now). The walsenders keep
+# PostgreSQL's `wal_sender_timeout`: the invalidators end their own old ones.
 REPLICATION_TIMING = ("wal_receiver_timeout=5s", "wal_receiver_status_interval=1s",
                       "wal_retrieve_retry_interval=100ms")
 
@@ -262,7 +277,7 @@ class HostPostgres(Postgres):
 
     def _scratch(self):
         import tempfile
-        self.dir = tempfile.mkdtemp(prefix=f"{self.host.net.prefix}-pg-")
+        self.dir = tempfile.mkdtemp(prefix=f"{self.host.net.prefix}-pg-", dir=self.host.net.pgfs)
         subprocess.run(["chown", "postgres", self.dir], check=True)
 
     def trust_the_links(self):
@@ -330,59 +345,95 @@ def kill_all(workers, procs, databases):
 
 class Toxiproxy:
     """Shopify's Toxiproxy on a host of its own (so a crashed run's cleanup finds it too): the
-    WAN between the regions. Its proxies listen on that host's address."""
+    WAN between the regions. Its proxies listen on that host's address.
+
+    Toxiproxy 2.9 can deadlock when a toxic is added or removed while one of a proxy's
+    connections is being torn down (a chunk sent to a link whose writer has gone blocks with the
+    proxy's lock held: Shopify/toxiproxy#558, #427; the fix, PR #760, is not released): its API
+    then answers every later call 503 after 25 s, for good. Seen under load in the fault run
+    (a WAN delay spike added just as a replication connection broke). So a call that gets no
+    answer within CALL_WITHIN, or a 503, restarts Toxiproxy with the state asked for (the proxies,
+    enabled or not, with the delay spike or not): its connections close, as in a cut of the WAN.
+    It only happens inside a WAN fault (a cut or a delay spike, whose span covers the call), and
+    is said on standard error and kept in `restarts`."""
 
     API = 8474
+    # How long one API call may take before Toxiproxy is taken for hung (calls take
+    # milliseconds, and under load well under a second).
+    CALL_WITHIN = 10
 
     def __init__(self, work, host):
-        self.host = host
-        self.proc = host.popen([str(TOXIPROXY), "-host", host.ip, "-port", str(self.API)], work / "toxiproxy.log")
-        wait_for("Toxiproxy's API", lambda: listening(host.ip, self.API))
-        self.proxies = []
+        self.work, self.host = work, host
+        self.specs = {}  # name -> (listen port, upstream)
+        self.enabled, self.latency_ms = True, 0
+        self.restarts = []
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = self.host.popen([str(TOXIPROXY), "-host", self.host.ip, "-port", str(self.API)],
+                                    self.work / "toxiproxy.log")
+        wait_for("Toxiproxy's API", lambda: listening(self.host.ip, self.API))
+
+    def restart(self, why):
+        """A fresh Toxiproxy in the state asked for (proxies, enabled, delay spike)."""
+        print(f"Toxiproxy restarted ({why}): its connections close as in a WAN cut", file=sys.stderr)
+        self.restarts.append({"time": round(time.time(), 3), "why": why})
+        self.stop()
+        self.start()
+        for name, (port, upstream) in self.specs.items():
+            self.request("POST", "/proxies", {"name": name, "listen": f"{self.host.ip}:{port}",
+                                              "upstream": upstream, "enabled": self.enabled})
+            if self.latency_ms:
+                self.request("POST", f"/proxies/{name}/toxics", self.spike())
+
+    def request(self, method, path, body=None):
+        """One API call, answered within CALL_WITHIN or raising."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://{self.host.ip}:{self.API}{path}", data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=self.CALL_WITHIN) as r:
+            return r.read()
 
     def call(self, method, path, body=None, done_already=()):
-        """One API call, tried again when Toxiproxy answers 503 or not at all (under load its
-        toxic changes can wait behind a link being torn down, and it gives up after 25 s). A
-        status in `done_already` on a retry means the earlier try took effect (a toxic created
-        twice is a 409, one deleted twice a 404)."""
-        data = json.dumps(body).encode() if body is not None else None
-        deadline = time.monotonic() + 180
-        retried = False
-        while True:
-            request = urllib.request.Request(f"http://{self.host.ip}:{self.API}{path}", data=data, method=method,
-                                             headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=30) as r:
-                    return r.read()
-            except urllib.error.HTTPError as e:
-                if retried and e.code in done_already:
-                    return b""
-                if e.code != 503 or time.monotonic() > deadline:
-                    raise
-            except (urllib.error.URLError, TimeoutError):
-                if time.monotonic() > deadline:
-                    raise
-            retried = True
-            time.sleep(0.5)
+        """One API call whose effect is part of the state asked for: a status in `done_already`
+        means it is there already (a toxic created twice is a 409, one deleted twice a 404). A
+        Toxiproxy that answers 503 or not at all is restarted in that state (class doc)."""
+        try:
+            return self.request(method, path, body)
+        except urllib.error.HTTPError as e:
+            if e.code in done_already:
+                return b""
+            if e.code != 503:
+                raise
+            why = f"{method} {path} answered 503"
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            why = f"{method} {path}: no answer within {self.CALL_WITHIN} s ({e})"
+        self.restart(why)
+        return b""
+
+    def spike(self):
+        return {"name": "spike", "type": "latency", "attributes": {"latency": self.latency_ms}}
 
     def proxy(self, name, port, upstream):
+        self.specs[name] = (port, upstream)
         self.call("POST", "/proxies", {"name": name, "listen": f"{self.host.ip}:{port}", "upstream": upstream,
-                                       "enabled": True}, done_already=(409,))
-        self.proxies.append(name)
+                                       "enabled": self.enabled}, done_already=(409,))
         return port
 
     def enable(self, on):
-        for name in self.proxies:
+        self.enabled = on
+        for name in self.specs:
             self.call("POST", f"/proxies/{name}", {"enabled": on})
 
     def latency(self, ms):
-        for name in self.proxies:
+        self.latency_ms = ms
+        for name in self.specs:
             if ms:
-                self.call("POST", f"/proxies/{name}/toxics", {"name": "spike", "type": "latency",
-                                                              "attributes": {"latency": ms}}, done_already=(409,))
+                self.call("POST", f"/proxies/{name}/toxics", self.spike(), done_already=(409,))
             else:
                 self.call("DELETE", f"/proxies/{name}/toxics/spike", done_already=(404,))
 
     def stop(self):
         self.proc.kill()
-        self.proc.wait()
+        self.proc.wait(timeout=30)

@@ -359,5 +359,6 @@ def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control
                     "teardown_and_check_seconds": round(time.time() - stopping, 1),
                     "faults": len(fault_log),
                     "fault_kinds": kinds_done, "fault_log": fault_log,
-                    "crashes": {p.name: p.crashes for p in cluster.procs if p.crashes}})
+                    "crashes": {p.name: p.crashes for p in cluster.procs if p.crashes},
+                    "toxiproxy_restarts": cluster.toxi.restarts if cluster.toxi else []})
     return verdict

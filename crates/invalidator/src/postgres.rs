@@ -55,6 +55,23 @@ pub fn config_of(conninfo: &str) -> Result<postgres::Config, String> {
     Ok(config)
 }
 
+/// How long what the SQL connection sends may go unacknowledged by the server's TCP before the
+/// connection fails (`tcp_user_timeout`, unless the connection string sets one). The kernel
+/// acknowledges, so a loaded server does not trip it; a link cut mid-query does, where the query
+/// would otherwise wait out TCP's retransmission back-off, seconds past the link's return
+/// (issue #26: region B's deletes held 5.6 s "until their transactions are visible" after a
+/// 4.9 s cut of the primary's host).
+const UNACKNOWLEDGED_WITHIN: Duration = Duration::from_secs(1);
+
+/// [`config_of`] for the SQL connection (with [`UNACKNOWLEDGED_WITHIN`]).
+fn sql_config_of(conninfo: &str) -> Result<postgres::Config, String> {
+    let mut config = config_of(conninfo)?;
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(UNACKNOWLEDGED_WITHIN);
+    }
+    Ok(config)
+}
+
 /// A replication slot's commit log.
 pub struct Postgres {
     conninfo: String,
@@ -240,37 +257,70 @@ impl Postgres {
     }
 
     /// Waits until every transaction of `xids` (decoded commits) is visible to a new snapshot,
-    /// so that a reader who misses after the deletes reads the new rows.
+    /// so that a reader who misses after the deletes reads the new rows. A SQL connection that
+    /// fails meanwhile (a link cut mid-query fails it within [`UNACKNOWLEDGED_WITHIN`]) is made
+    /// again and the batch held: reading it again would also restart the stream, end its
+    /// walsender and decode again, seconds more after a cut.
     fn wait_visible(&mut self, xids: &[u32]) -> Result<(), Fault> {
         if xids.is_empty() {
             return Ok(());
         }
         let deadline = Instant::now() + VISIBLE_WITHIN;
+        let mut failing: Option<String> = None;
         loop {
-            // The simple protocol: one round trip (a replica region's invalidator asks over the WAN).
-            let answer = self
-                .client()?
-                .simple_query("SELECT pg_current_snapshot()::text")
-                .map_err(transient("read a snapshot"))?;
-            let snapshot = answer
-                .iter()
-                .find_map(|message| match message {
-                    SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
-                    _ => None,
-                })
-                .ok_or_else(|| Fault::Transient("PostgreSQL: pg_current_snapshot() gave no row".into()))?;
-            let Some(xid) = first_invisible(&snapshot, xids).map_err(Fault::Transient)? else {
-                return Ok(());
-            };
-            if Instant::now() >= deadline {
-                return Err(Fault::Transient(format!(
-                    "PostgreSQL: transaction {xid} is decoded but still not visible to readers after {} s \
-                     (snapshot {snapshot}); its deletes wait",
-                    VISIBLE_WITHIN.as_secs()
-                )));
+            match self.current_snapshot() {
+                Ok(snapshot) => {
+                    if failing.take().is_some() {
+                        eprintln!("shoal invalidator: a new SQL connection to PostgreSQL answers; the batch goes on");
+                    }
+                    let Some(xid) = first_invisible(&snapshot, xids).map_err(Fault::Transient)? else {
+                        return Ok(());
+                    };
+                    if Instant::now() >= deadline {
+                        return Err(Fault::Transient(format!(
+                            "PostgreSQL: transaction {xid} is decoded but still not visible to readers after {} s \
+                             (snapshot {snapshot}); its deletes wait",
+                            VISIBLE_WITHIN.as_secs()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(why) => {
+                    self.client = None;
+                    if Instant::now() >= deadline {
+                        return Err(Fault::Transient(format!(
+                            "PostgreSQL: read a snapshot: {why}; its deletes wait"
+                        )));
+                    }
+                    if failing.as_deref() != Some(&why) {
+                        eprintln!(
+                            "shoal invalidator: PostgreSQL: read a snapshot: {why}; connecting again, the batch \
+                             waiting for its transactions to be visible is held"
+                        );
+                        failing = Some(why);
+                    }
+                    std::thread::sleep(crate::REREAD_FIRST);
+                }
             }
-            std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// `pg_current_snapshot()` as text, over the SQL connection (made first if there is none).
+    fn current_snapshot(&mut self) -> Result<String, String> {
+        if self.client.is_none() {
+            let config = sql_config_of(&self.conninfo)?;
+            self.client = Some(config.connect(NoTls).map_err(|e| chain(&e))?);
+        }
+        let client = self.client.as_mut().expect("connected above");
+        // The simple protocol: one round trip (a replica region's invalidator asks over the WAN).
+        let answer = client.simple_query("SELECT pg_current_snapshot()::text").map_err(|e| why(&e))?;
+        answer
+            .iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .ok_or_else(|| "pg_current_snapshot() gave no row".to_string())
     }
 
     /// The stream has sent nothing for a while: every [`QUIET_LOOK`] the primary is asked
@@ -414,7 +464,7 @@ impl Source for Postgres {
         (self.client, self.stream, self.open, self.quiet) = (None, None, None, None);
         let began = Instant::now();
         self.restarted = None;
-        let config = config_of(&self.conninfo).map_err(Fault::Fatal)?;
+        let config = sql_config_of(&self.conninfo).map_err(Fault::Fatal)?;
         let client = config.connect(NoTls).map_err(|e| {
             use std::error::Error;
             // The cause alone: "error connecting to server" adds nothing to what is said first.

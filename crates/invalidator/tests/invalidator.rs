@@ -582,6 +582,19 @@ fn a_delete_waits_until_its_commit_is_visible_to_readers() {
             == 1
     };
     assert!(eventually(60, || sent(&mut db)), "the invalidator's walsender sent the commit");
+    // Its SQL connection ends while it waits (as a link cut mid-query fails it): a new one is
+    // made and the batch held, not read again from the slot (issue #26).
+    let end_sql = |db: &mut postgres::Client| {
+        db.query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+             AND pid <> pg_backend_pid() AND query LIKE '%pg_current_snapshot()::text'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            >= 1
+    };
+    assert!(eventually(60, || end_sql(&mut db)), "the invalidator's SQL connection was ended");
     // Deleted ⇒ visible, for as long as the commit stays invisible.
     let old = |db: &mut postgres::Client| {
         db.query_one("SELECT v FROM kv WHERE k = 1", &[]).unwrap().get::<_, i32>(0) == 0
@@ -601,6 +614,9 @@ fn a_delete_waits_until_its_commit_is_visible_to_readers() {
     writer.join().unwrap().unwrap();
     assert!(!old(&mut db), "visible once the wait is cancelled");
     assert!(eventually(60, || !present(&server, "kv:1")), "then deleted: {}", inv.stderr());
+    let said = inv.stderr();
+    assert!(said.contains("connecting again, the batch waiting"), "{said}");
+    assert!(!said.contains("nothing after the last confirmed position is lost"), "read again: {said}");
     inv.kill();
     let _ = std::fs::remove_dir_all(state);
 }
