@@ -291,3 +291,16 @@ def router(config_path, directory, *extra):
     finally:
         process.kill()
         process.wait()
+
+
+@contextlib.contextmanager
+def hot_key_servers(count=3):
+    """`count` shoal servers whose hot-key detection counts every read, so that a few hundred
+    reads make a key hot (issue #28's tests); stopped when the `with` block ends."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(Server.shoal("-o", "hotkeys_sample=1")) for _ in range(count)]
+
+
+def addresses(servers):
+    """`host:port` of each server, as pool clients and router configs list them."""
+    return [f"127.0.0.1:{s.port}" for s in servers]

@@ -3,23 +3,17 @@ hot_replicas=R)` reads a hot key of a `get_many` from each of its replicas in tu
 gets do, with the same rule: a copy answers with its owner's CAS unique, and a write is seen by
 every batch after it."""
 
-import contextlib
 
 import pytest
 import shoal
 
-from harness import Server, eventually, talk
+from harness import addresses, eventually, hot_key_servers, talk
 
 
 @pytest.fixture
 def servers():
-    with contextlib.ExitStack() as stack:
-        # Every read counted by detection, so a few hundred make a key hot.
-        yield [stack.enter_context(Server.shoal("-o", "hotkeys_sample=1")) for _ in range(3)]
-
-
-def addresses(servers):
-    return [f"127.0.0.1:{s.port}" for s in servers]
+    with hot_key_servers() as servers:
+        yield servers
 
 
 def get_hits(servers):

@@ -536,3 +536,70 @@ fn in_a_transition_a_kept_owners_key_is_copied_and_a_moved_one_only_from_its_new
     read(&mut pool, &moved);
     assert_eq!(held(&servers, &moved), vec![Some(b"v2".to_vec()); 3]);
 }
+
+#[test]
+fn a_hot_keys_meta_get_is_read_from_every_replica_and_sees_every_write() {
+    let servers = servers("hot-meta");
+    let addresses: Vec<String> = servers.iter().map(Server::address).collect();
+    let mut pool = Pool::new(&addresses, options(Hashing::Jump, 0)).unwrap();
+    pool.flush_all(None).unwrap();
+    let key = b"hot:meta".as_slice();
+    pool.set(key, b"m1", 7, 0).unwrap();
+    make_hot(&mut pool, key);
+    let owner = addresses.iter().position(|a| a == pool.server_for(key).unwrap()).unwrap();
+    let (_, unique) = held_with_cas(&servers, key)[owner].clone().expect("the owner holds it");
+    let mg = |pool: &mut Pool, flags: &str| {
+        let reply = pool.meta_get(key, flags).unwrap().expect("an answer");
+        (reply.line, reply.value)
+    };
+
+    // No copy yet: the copies' first reads miss, ask the owner for the item (`v f c` added) and
+    // answer as the caller's own `mg` would have; the copies hold the owner's item after.
+    for _ in 0..3 {
+        assert_eq!(mg(&mut pool, "v"), ("VA 2".to_string(), Some(b"m1".to_vec())));
+    }
+    assert_eq!(pool.counters().hot_copies_made, 2, "{:?}", pool.counters());
+    assert_eq!(held_with_cas(&servers, key), vec![Some((b"m1".to_vec(), unique)); 3]);
+
+    // Then every replica answers a third of the reads, each with the owner's flags and unique.
+    let (before, copy_hits) = (get_hits(&servers), pool.counters().hot_copy_hits);
+    let whole = format!("VA 2 c{unique} f7 s2 khot:meta Oab");
+    for _ in 0..30 {
+        assert_eq!(mg(&mut pool, "v c f s k Oab"), (whole.clone(), Some(b"m1".to_vec())));
+    }
+    let read: Vec<u64> = get_hits(&servers).iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(read, [10, 10, 10], "each replica answers a third of the mg reads");
+    assert_eq!(pool.counters().hot_copy_hits, copy_hits + 20);
+
+    // A copy that lost its item: the owner's answer, without the flags the pool added.
+    for (i, address) in addresses.iter().enumerate().filter(|(i, _)| *i != owner) {
+        let mut direct = shoal_client::Client::connect(address, options(Hashing::Jump, 0).client).unwrap();
+        assert!(direct.delete(key).unwrap(), "server {i} held a copy");
+    }
+    for _ in 0..3 {
+        assert_eq!(mg(&mut pool, "k s"), ("HD khot:meta s2".to_string(), None));
+        assert_eq!(mg(&mut pool, ""), ("HD".to_string(), None));
+    }
+    assert_eq!(held_with_cas(&servers, key), vec![Some((b"m1".to_vec(), unique)); 3], "refilled");
+
+    // A write is seen through every replica; a delete leaves every replica's mg a miss.
+    pool.set(key, b"m2", 7, 0).unwrap();
+    for _ in 0..6 {
+        assert_eq!(mg(&mut pool, "v f").1, Some(b"m2".to_vec()));
+    }
+    // An mg with a flag a copy cannot answer alike (`t`: the copies' TTL is their own) goes to
+    // the owner, every time.
+    let before = get_hits(&servers);
+    for _ in 0..6 {
+        assert_eq!(mg(&mut pool, "v t"), ("VA 2 t-1".to_string(), Some(b"m2".to_vec())));
+    }
+    let read: Vec<u64> = get_hits(&servers).iter().zip(&before).map(|(a, b)| a - b).collect();
+    let expected: Vec<u64> = (0..3).map(|i| if i == owner { 6 } else { 0 }).collect();
+    assert_eq!(read, expected, "the owner ({owner}) answers every mg with t");
+    assert!(pool.delete(key).unwrap());
+    for _ in 0..3 {
+        assert_eq!(mg(&mut pool, "v Oq"), ("EN Oq".to_string(), None));
+        assert!(pool.meta_get(key, "v q").unwrap().is_none(), "a quiet miss");
+    }
+    assert!(pool.meta_get(b"bad key", "v").is_err() && pool.meta_get(key, "b v").is_err());
+}

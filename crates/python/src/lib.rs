@@ -371,6 +371,23 @@ impl Client {
         self.many(py, keys, |value, flags, _| Ok((value, flags).into_pyobject(py)?.into_any()))
     }
 
+    /// A meta get, `mg <key> <flags>` (`flags` as memcached takes them: `"v c f"`, `"v t"`):
+    /// `(line, value)`, the answer's status line (`"VA 2 c7 f0"`, `"HD"`, `"EN"`) and its value
+    /// (bytes, with `v`; else None), or None for a quiet (`q`) miss. A pool reads a hot key
+    /// whose flags a copy answers as its owner would (`v c f s k O q u`) from one of its
+    /// replicas, as `get` does. The key is given as itself (UTF-8), never base64 (`b`).
+    #[pyo3(signature = (key, flags="v"))]
+    fn meta_get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        flags: &str,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let key = key_bytes(key)?;
+        let reply = self.call(py, |c| c.meta_get(&key, flags))?;
+        reply.map(|r| (r.line, r.value.map(|v| bytes(py, &v))).into_pyobject(py)).transpose()
+    }
+
     /// Stores `value` under `key`; True.
     #[pyo3(signature = (key, value, expire=0, noreply=None, flags=None))]
     fn set(

@@ -11,6 +11,9 @@
 //!           in the pool's order (Proteus: its provisioning order), so every router and
 //!           client with the same pool, hashing, active count and R agrees
 //!   read  ──► ReplicaSet::pick(turn): one replica, round-robin over the reader's turns
+//!             (`get`, `gets`, and an `mg` whose flags a copy answers as its owner would:
+//!             meta_get_spreads; a copy's miss asks the owner with `v f c` added and takes
+//!             them out of the answer again: OwnerMetaGet)
 //!   copy  ──► `ms <key> <len> T<ttl> F<flags> E<cas> ME` (copy_flags): the owner's value,
 //!             flags and CAS unique, so every replica answers `gets` alike; never a hit
 //!             from a Proteus transition's old owner (may_copy: whether the ordinary read
@@ -108,6 +111,119 @@ pub fn refill_ttl(exptime: i64, ttl: u32) -> Option<i64> {
         e if e < 0 => None,
         e if e == 0 || e > RELATIVE_MAX => Some(ttl),
         e => Some(e.min(ttl)),
+    }
+}
+
+/// The `mg` flags a hot key's copy answers exactly as its owner does: `v` (the value), `c` (the
+/// CAS unique: every copy carries its owner's), `f` (client flags), `s` (size), `k` (the key),
+/// `O` (opaque, echoed), `q` (a miss is silent) and `u` (no LRU bump: the replica's LRU is its
+/// own). Every other flag needs the owner: `t`, `h` and `l` show state a copy does not share
+/// (its TTL is the copies' `ttl`, its hits and last access its own server's); `T`, `N`, `R` and
+/// `E` change the item or hand out a recache right; with `b` a copy (stored under the key as
+/// text) would answer `k` unlike its owner; a flag unknown here may be any of these.
+const COPY_ANSWERS: &[u8] = b"vcfskOqu";
+
+/// Whether a meta get of a hot key with these flag tokens (each a letter, with its token if it
+/// takes one: `Oabc`) may be read from any of the key's replicas, as `get` and `gets` are
+/// ([`COPY_ANSWERS`]); otherwise it goes to the owner. One rule for the pool client (and
+/// Python's, which is it) and `shoal router`.
+pub fn meta_get_spreads<'a>(flags: impl IntoIterator<Item = &'a [u8]>) -> bool {
+    flags.into_iter().all(|token| token.first().is_some_and(|flag| COPY_ANSWERS.contains(flag)))
+}
+
+/// What a copy is made of: the value (`v`), client flags (`f`) and CAS unique (`c`).
+const OWNER_GIVES: [u8; 3] = [b'v', b'f', b'c'];
+
+/// A spread meta get that its copy did not answer, asked of the owner, as a `get` is then asked
+/// with `gets`: with the client's own flags followed by those of `v`, `f` and `c` it lacks
+/// ([`OwnerMetaGet::append_flags`]), so one answer both refills the copy (the owner's item, as a
+/// get's miss refills it) and gives the client the answer its own `mg` would have had
+/// ([`OwnerMetaGet::answer`]: the added flags taken out again; the owner writes return flags in
+/// the order asked, so the client's come first and in its order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerMetaGet {
+    /// Which of [`OWNER_GIVES`] the client did not ask for.
+    added: [bool; 3],
+}
+
+/// [`OwnerMetaGet::answer`]: the owner's answer read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerMetaAnswer {
+    /// The status line the client's own `mg` would have had, without `\r\n`.
+    pub line: Vec<u8>,
+    /// Whether the value block after the owner's line belongs to the client's answer (not when
+    /// only the owner's read asked for `v`).
+    pub shows_value: bool,
+    /// The owner's client flags and CAS unique, when its answer is a hit with its value that a
+    /// copy may be made of: not a miss or an error, nor a hit with any flag but those asked
+    /// (`X`, `W`, `Z`: a stale item and its recache right, which only the owner hands out).
+    pub copy: Option<(u32, u64)>,
+}
+
+impl OwnerMetaGet {
+    /// The owner's read of a spread meta get with these flag tokens.
+    pub fn new<'a>(flags: impl IntoIterator<Item = &'a [u8]>) -> OwnerMetaGet {
+        let mut added = [true; 3];
+        for token in flags {
+            if let Some(i) = OWNER_GIVES.iter().position(|flag| token.first() == Some(flag)) {
+                added[i] = false;
+            }
+        }
+        OwnerMetaGet { added }
+    }
+
+    /// Appends the flags the client lacked, each after a space, to the flags sent to the owner.
+    pub fn append_flags(&self, out: &mut Vec<u8>) {
+        for (&flag, added) in OWNER_GIVES.iter().zip(self.added) {
+            if added {
+                out.extend_from_slice(&[b' ', flag]);
+            }
+        }
+    }
+
+    /// Reads the owner's answer line (without `\r\n`).
+    pub fn answer(&self, line: &[u8]) -> OwnerMetaAnswer {
+        let unread = || OwnerMetaAnswer { line: line.to_vec(), shows_value: true, copy: None };
+        // The owner was asked for `v`: a hit is `VA <size> <flags>`; anything else (`EN`, an
+        // error) is the client's answer as it is.
+        let mut words = line.split(|&b| b == b' ');
+        let (Some(b"VA"), Some(size)) = (words.next(), words.next()) else { return unread() };
+        let shows_value = !self.added[0];
+        let mut out = Vec::with_capacity(line.len());
+        if shows_value {
+            out.extend_from_slice(b"VA ");
+            out.extend_from_slice(size);
+        } else {
+            out.extend_from_slice(b"HD");
+        }
+        let (mut flags, mut cas, mut only_asked) = (None, None, true);
+        for word in words {
+            let number = || std::str::from_utf8(&word[1..]).ok();
+            let keep = match word.first() {
+                Some(b'f') => {
+                    flags = number().and_then(|n| n.parse().ok());
+                    !self.added[1]
+                }
+                Some(b'c') => {
+                    cas = number().and_then(|n| n.parse().ok());
+                    !self.added[2]
+                }
+                Some(b'k' | b's' | b'O') => true,
+                _ => {
+                    only_asked = false;
+                    true
+                }
+            };
+            if keep {
+                out.push(b' ');
+                out.extend_from_slice(word);
+            }
+        }
+        let copy = match (flags, cas) {
+            (Some(flags), Some(cas)) if only_asked => Some((flags, cas)),
+            _ => None,
+        };
+        OwnerMetaAnswer { line: out, shows_value, copy }
     }
 }
 
@@ -304,6 +420,55 @@ mod tests {
     fn a_copy_is_an_add_with_the_owners_flags_unique_and_ttl() {
         assert_eq!(copy_flags(10, 3, 12345), "T10 F3 E12345 ME");
         assert_eq!(copy_flags(1, 0, 0), "T1 F0 E0 ME");
+    }
+
+    fn tokens(flags: &str) -> impl Iterator<Item = &[u8]> {
+        flags.split_ascii_whitespace().map(str::as_bytes)
+    }
+
+    #[test]
+    fn a_meta_get_spreads_only_with_flags_a_copy_answers_as_its_owner() {
+        for flags in ["", "v", "v c", "v c f k s Oab q", "u s", "k", "q v"] {
+            assert!(meta_get_spreads(tokens(flags)), "{flags:?} spreads");
+        }
+        for flags in ["v t", "h", "v l", "T30 v", "N30 v", "R5 v", "E9 v", "b v", "v x", "v I"] {
+            assert!(!meta_get_spreads(tokens(flags)), "{flags:?} goes to the owner");
+        }
+        assert!(!meta_get_spreads([&b""[..]]), "an empty token is no known flag");
+    }
+
+    #[test]
+    fn a_copys_miss_asks_the_owner_for_the_item_and_answers_as_the_clients_own_mg() {
+        let added = |flags: &str| {
+            let mut out = Vec::new();
+            OwnerMetaGet::new(tokens(flags)).append_flags(&mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(added(""), " v f c");
+        assert_eq!(added("s Oab"), " v f c");
+        assert_eq!(added("c v k"), " f");
+        assert_eq!(added("f v c q"), "");
+        let read = |flags: &str, line: &str| {
+            let a = OwnerMetaGet::new(tokens(flags)).answer(line.as_bytes());
+            (String::from_utf8(a.line).unwrap(), a.shows_value, a.copy)
+        };
+        // `mg k` hit: HD alone, the value block not the client's.
+        assert_eq!(read("", "VA 2 f3 c77"), ("HD".into(), false, Some((3, 77))));
+        assert_eq!(read("v", "VA 2 f3 c77"), ("VA 2".into(), true, Some((3, 77))));
+        // The client's own `c` and `f` stay, in its order; opaque, key and size pass.
+        assert_eq!(
+            read("c s Oxy k v", "VA 2 c77 s2 Oxy kkey f3"),
+            ("VA 2 c77 s2 Oxy kkey".into(), true, Some((3, 77)))
+        );
+        assert_eq!(read("f k", "VA 2 f3 kkey c77"), ("HD f3 kkey".into(), false, Some((3, 77))));
+        // A miss, an error: as they came, nothing to copy.
+        assert_eq!(read("v Oq k", "EN Oq kkey"), ("EN Oq kkey".into(), true, None));
+        assert_eq!(read("v", "SERVER_ERROR busy"), ("SERVER_ERROR busy".into(), true, None));
+        assert_eq!(read("v", "VA"), ("VA".into(), true, None));
+        // A stale item and its recache right are the owner's alone: answered, not copied.
+        assert_eq!(read("v", "VA 2 f3 c77 X W"), ("VA 2 X W".into(), true, None));
+        assert_eq!(read("", "VA 2 f3 c77 X Z"), ("HD X Z".into(), false, None));
+        assert_eq!(read("v", "VA 2 fx c77"), ("VA 2".into(), true, None), "bad flags: no copy");
     }
 
     #[test]

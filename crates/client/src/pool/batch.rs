@@ -13,6 +13,9 @@ use std::time::Instant;
 /// Keys (or commands) per request: one `gets` line, or one pipelined run of storage commands.
 const KEYS_PER_REQUEST: usize = 100;
 
+/// The most keys whose grouping lists a pool keeps from one batch for the next.
+const KEPT_KEYS: usize = 1 << 16;
+
 /// One request of a batch: to which member, its bytes, and the keys it carries (indexes into
 /// the batch's key list).
 struct Request {
@@ -65,14 +68,16 @@ impl Pool {
         }
         let mut rest = Vec::new();
         let now = Instant::now();
-        for (member, indexes) in self.owners(keys)?.into_iter().enumerate() {
+        let groups = self.owners(keys)?;
+        for (member, indexes) in groups.iter().enumerate() {
             match self.members[member].connected() {
                 Some(client) if !indexes.is_empty() => {
-                    rest.extend(client.local_gather(keys, &indexes, now, gather))
+                    rest.extend(client.local_gather(keys, indexes, now, gather))
                 }
-                _ => rest.extend(indexes),
+                _ => rest.extend_from_slice(indexes),
             }
         }
+        self.keep_groups(groups);
         Ok(rest)
     }
 
@@ -110,14 +115,14 @@ impl Pool {
         let mut failure = None;
         let mut remote: Vec<Vec<usize>> = Vec::new();
         let now = Instant::now();
-        for (member, indexes) in owners.into_iter().enumerate() {
+        for (member, indexes) in owners.iter().enumerate() {
             if indexes.is_empty() {
                 continue;
             }
             let (client, retry) = (&self.client, self.retry_interval);
             // Local reads need the connection's discovery: `run` opens it first if needed.
             match self.members[member]
-                .run(client, retry, |c| Ok(c.local_get_each(keys, &indexes, now, &mut note)))
+                .run(client, retry, |c| Ok(c.local_get_each(keys, indexes, now, &mut note)))
             {
                 Ok(rest) if rest.is_empty() => {}
                 Ok(rest) => {
@@ -125,12 +130,13 @@ impl Pool {
                     remote[member] = rest;
                 }
                 Err(e) if unreachable(&e) => {
-                    failed.extend(indexes);
+                    failed.extend_from_slice(indexes);
                     failure.get_or_insert(e);
                 }
                 Err(e) => return Err(e),
             }
         }
+        self.keep_groups(owners);
         if let (Some(udp), false) = (&self.udp, remote.is_empty()) {
             // Over UDP, what is not answered is a miss; only unix-socket members stay on TCP.
             let mut by_udp = vec![Vec::new(); remote.len()];
@@ -277,16 +283,32 @@ impl Pool {
         Ok(failed.into_iter().map(|i| keys[i].to_vec()).collect())
     }
 
-    /// Checks every key and groups their indexes by owner.
-    fn owners(&self, keys: &[&[u8]]) -> Result<Vec<Vec<usize>>> {
-        let mut owner_of = vec![0; keys.len()];
-        self.owner_each(keys, &mut owner_of)?;
-        // Each list allocated once, at its final size: a batch's cost is in its keys.
-        let mut counts = vec![0; self.members.len()];
-        owner_of.iter().for_each(|&owner| counts[owner as usize] += 1);
-        let mut owners: Vec<Vec<usize>> = counts.into_iter().map(Vec::with_capacity).collect();
-        owner_of.into_iter().enumerate().for_each(|(i, owner)| owners[owner as usize].push(i));
-        Ok(owners)
+    /// Checks every key and groups their indexes by owner, in the lists kept from the last
+    /// multiget ([`Pool::keep_groups`]): cleared, not allocated again, so a batch read from
+    /// shared memory pays for placing its keys, not for lists to hold them.
+    fn owners(&mut self, keys: &[&[u8]]) -> Result<Vec<Vec<usize>>> {
+        let mut owner_of = std::mem::take(&mut self.owner_of);
+        owner_of.clear();
+        owner_of.resize(keys.len(), 0);
+        let placed = self.owner_each(keys, &mut owner_of);
+        let mut groups = std::mem::take(&mut self.groups);
+        groups.resize_with(self.members.len(), Vec::new);
+        groups.iter_mut().for_each(Vec::clear);
+        if placed.is_ok() {
+            owner_of.iter().enumerate().for_each(|(i, &owner)| groups[owner as usize].push(i));
+        }
+        if owner_of.capacity() <= KEPT_KEYS {
+            self.owner_of = owner_of;
+        }
+        placed.map(|()| groups)
+    }
+
+    /// Keeps `groups` ([`Pool::owners`]) for the next batch, unless a batch of more than
+    /// [`KEPT_KEYS`] made them large: that memory goes back to the allocator.
+    fn keep_groups(&mut self, groups: Vec<Vec<usize>>) {
+        if groups.iter().map(Vec::capacity).sum::<usize>() <= KEPT_KEYS {
+            self.groups = groups;
+        }
     }
 
     /// Runs requests whose answer is one line per key; returns the indexes of keys whose line

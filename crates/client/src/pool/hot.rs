@@ -14,6 +14,9 @@
 //!                                      the owner's unique (`ms … E<cas> ME`: a write
 //!                                      meanwhile wins) — not a hit from Gutter or, in a
 //!                                      Proteus transition, from a moved key's old owner
+//!   mg of a hot key whose flags a copy answers alike (meta_get_spreads: v c f s k O q u)
+//!        ──► as a get: a copy's hit answers; its miss asks the owner with `v f c` added
+//!            (OwnerMetaGet), refills the copy from that answer, and answers without them
 //!   get_many ──► each hot key's replica picked as above; the batch grouped by the server
 //!        asked ──► keys a copy missed or could not answer: one batch from their owners, hits
 //!        `add`ed to the copies
@@ -29,9 +32,10 @@
 //! a client that did not count the key hot yet (the consistency rule's only exception).
 
 use super::Pool;
-use crate::client::{Client, Item, ItemRef, Stored};
+use crate::client::{Client, Item, ItemRef, MetaReply, Stored};
 use crate::error::{Error, Result};
 use shoal_proto::{hotkeys_limits, parse_hotkeys, Body, HotKey, Op, Shape};
+use shoal_route::hot::{meta_get_spreads, OwnerMetaGet};
 use shoal_route::{ActiveHistory, HotSet, ReplicaSet};
 use std::time::{Duration, Instant};
 
@@ -180,21 +184,27 @@ impl Pool {
         }
     }
 
-    /// A get of `key` if it is hot (`None`: not hot, read it as usual): from one replica.
-    pub(super) fn hot_get(&mut self, key: &[u8]) -> Option<Result<Option<Item>>> {
+    /// The copy a read of `key` asks when it is hot, by the reader's round-robin, and the
+    /// copies' expiry (`None`: not hot, or the turn names the owner: read it as usual).
+    fn hot_copy(&mut self, key: &[u8]) -> Option<Result<(usize, i64)>> {
         self.refresh_when_due();
         let hot = self.hot.as_mut().filter(|h| h.set.is_hot(key))?;
         hot.turn = hot.turn.wrapping_add(1);
-        let turn = hot.turn;
-        let ttl = i64::from(hot.options.ttl);
+        let (turn, ttl) = (hot.turn, i64::from(hot.options.ttl));
         let set = match self.replica_set(key) {
             Ok(set) => set,
             Err(e) => return Some(Err(e)),
         };
         let copy = set.pick(turn);
-        if copy == set.owner {
-            return None;
-        }
+        (copy != set.owner).then_some(Ok((copy, ttl)))
+    }
+
+    /// A get of `key` if it is hot (`None`: not hot, read it as usual): from one replica.
+    pub(super) fn hot_get(&mut self, key: &[u8]) -> Option<Result<Option<Item>>> {
+        let (copy, ttl) = match self.hot_copy(key)? {
+            Ok(picked) => picked,
+            Err(e) => return Some(Err(e)),
+        };
         let (client, retry) = (&self.client, self.retry_interval);
         if let Ok(Some(item)) = self.members[copy].run(client, retry, |c| c.get(key)) {
             // A copy carries the owner's CAS unique (made with `E<cas>`): a `cas` with it goes
@@ -210,6 +220,54 @@ impl Pool {
             self.counters.hot_copies_made += 1;
         }
         Some(found)
+    }
+
+    /// A meta get (`command`: `mg <key> <flags>`, `flags` its flags) of `key` if it is hot and
+    /// a copy answers those flags as its owner would (`shoal_route::hot::meta_get_spreads`;
+    /// `None`: read it from the owner as usual): from one replica, as [`Pool::hot_get`] reads.
+    /// A copy's miss asks the owner with the flags of its item added (`OwnerMetaGet`), refills
+    /// the copy from that answer exactly as a get's miss does (only a hit of the owner itself,
+    /// with its unique), and answers what the caller's own `mg` would have had.
+    pub(super) fn hot_meta_get(
+        &mut self,
+        key: &[u8],
+        command: &str,
+        flags: &str,
+    ) -> Option<Result<Option<MetaReply>>> {
+        let tokens = || flags.split_ascii_whitespace().map(str::as_bytes);
+        if !meta_get_spreads(tokens()) {
+            return None;
+        }
+        let (copy, ttl) = match self.hot_copy(key)? {
+            Ok(picked) => picked,
+            Err(e) => return Some(Err(e)),
+        };
+        let (client, retry) = (&self.client, self.retry_interval);
+        if let Ok(Some(reply)) = self.members[copy].run(client, retry, |c| c.meta(command, None)) {
+            if reply.line.starts_with("VA ") || reply.line.split(' ').next() == Some("HD") {
+                self.counters.hot_copy_hits += 1;
+                return Some(Ok(Some(reply)));
+            }
+        }
+        let ask = OwnerMetaGet::new(tokens());
+        let mut owners = command.as_bytes().to_vec();
+        ask.append_flags(&mut owners);
+        let owners = String::from_utf8_lossy(&owners);
+        let (found, from_owner) = self.read_from_owner(|pool| pool.read(key, |c| c.meta(&owners, None)));
+        let reply = match found {
+            Ok(Some(reply)) => reply,
+            other => return Some(other),
+        };
+        let read = ask.answer(reply.line.as_bytes());
+        if let (Some((flags, cas)), Some(value), true) = (read.copy, &reply.value, from_owner) {
+            // Best effort, as a get's refill: a copy not made is made by a later read.
+            let item = ItemRef { value, flags, cas };
+            let (client, retry) = (&self.client, self.retry_interval);
+            let _ = self.members[copy].run(client, retry, |c| c.add_copy(key, item, ttl));
+            self.counters.hot_copies_made += 1;
+        }
+        let line = String::from_utf8_lossy(&read.line).into_owned();
+        Some(Ok(Some(MetaReply { line, value: reply.value.filter(|_| read.shows_value) })))
     }
 
     /// Runs `read` and says whether every hit it returned came from its key's owner now

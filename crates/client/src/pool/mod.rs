@@ -9,10 +9,10 @@
 //!   get_many / set_many / delete_many ──► split by owner ──► local reads first, then one
 //!                      request per owner and chunk, all in flight at once within the
 //!                      sliding window, answers read as they come back (batch.rs)
-//!   hot keys (hot.rs) ──► learned from the servers' `stats hotkeys`; a get (and each hot key
-//!                      of a get_many) reads one of the key's R replicas, a write deletes the
-//!                      copies after the owner's write (under Proteus, also those of the
-//!                      active set before, for the copies' TTL)
+//!   hot keys (hot.rs) ──► learned from the servers' `stats hotkeys`; a get (each hot key of
+//!                      a get_many, an mg a copy answers alike) reads one of the key's R
+//!                      replicas, a write deletes the copies after the owner's write (under
+//!                      Proteus, also those of the active set before, for the copies' TTL)
 //! ```
 //!
 //! Facebook's client logic (Scaling Memcache §3): owners decided in the client, batches sent
@@ -31,7 +31,7 @@ pub use hot::{HotOptions, HOT_ANSWER_LIMIT};
 pub use transition::Active;
 pub use window::WindowOptions;
 
-use crate::client::{check_key, Client, Item, Options, Stored};
+use crate::client::{check_key, Client, Item, MetaReply, Options, Stored};
 use crate::error::{Error, Result};
 use crate::hits::Hits;
 use crate::lease::{FillOptions, Lease, LeaseStored};
@@ -136,6 +136,10 @@ pub struct Pool {
     counters: PoolCounters,
     /// Where a multiget gathers the servers' answers, kept for the next one.
     answers: Hits,
+    /// Where a multiget groups its keys by owner (each key's owner, then each member's keys),
+    /// kept for the next one: a batch read from shared memory allocates nothing to place.
+    owner_of: Vec<u32>,
+    groups: Vec<Vec<usize>>,
     /// Hot keys and their replicas, when on.
     hot: Option<hot::Hot>,
 }
@@ -178,6 +182,8 @@ impl Pool {
             migrate_ttl: options.migrate_ttl,
             counters: PoolCounters::default(),
             answers: Hits::default(),
+            owner_of: Vec::new(),
+            groups: Vec::new(),
             hot,
         })
     }
@@ -331,6 +337,27 @@ impl Pool {
     /// Gets `key` and sets its expiry (`gat`).
     pub fn gat(&mut self, exptime: i64, key: &[u8]) -> Result<Option<Item>> {
         self.read(key, |c| c.gat(exptime, key))
+    }
+
+    /// A meta get, `mg <key> <flags>` (`flags` as memcached takes them: `"v c f"`, `"v t"`, or
+    /// `""` for a bare `HD`/`EN`), answered as [`Client::meta`] answers: `None` for a quiet
+    /// (`q`) miss, and, as for [`Pool::get`], for a server that is down without a Gutter pool.
+    /// From the key's owner; a hot key whose flags a copy answers as its owner would (`v c f s
+    /// k O q u`: `shoal_route::hot::meta_get_spreads`) is read from one of its replicas, as a
+    /// get is (docs/design/hotkeys.md). The pool routes by `key` itself, which `mg` carries as
+    /// text: a key that is not UTF-8, or flags with `b` (a base64 key), are refused as an
+    /// [`Error::InvalidKey`].
+    pub fn meta_get(&mut self, key: &[u8], flags: &str) -> Result<Option<MetaReply>> {
+        check_key(key)?;
+        let text = std::str::from_utf8(key).map_err(|_| Error::InvalidKey(key.to_vec()))?;
+        if flags.split_ascii_whitespace().any(|token| token.starts_with('b')) {
+            return Err(Error::InvalidKey(key.to_vec()));
+        }
+        let command = format!("mg {text} {flags}");
+        match self.hot_meta_get(key, &command, flags) {
+            Some(answer) => answer,
+            None => self.read(key, |c| c.meta(&command, None)),
+        }
     }
 
     /// `set`.

@@ -11,9 +11,12 @@
 //!        ──► `stats hotkeys` of each server every refresh ──► HotSet (union, capped at
 //!            hot_set_size: c·n·ln n of the servers on, at most "hot_keys"; a malformed or
 //!            huge answer keeps that server's last good list)
-//!  get/gets of a hot key ──► round-robin replica ── the owner: the pool's ordinary read
+//!  get/gets of a hot key, and an mg a copy answers alike (shoal_route::hot::meta_get_spreads:
+//!  flags v c f s k O q u; any other goes to the owner)
+//!                         ──► round-robin replica ── the owner: the pool's ordinary read
 //!                         └─ a copy ── hit ──► answer (its CAS unique is the owner's)
-//!                                  └─ else the owner's answer, asked with `gets`; a hit is
+//!                                  └─ else the owner's answer, asked with `gets` (an mg:
+//!                                     with `v f c` added, taken out of the answer); a hit is
 //!                                     added to the copy with the TTL and the owner's unique
 //!                                     (`ms … E<cas> ME`, in the background); a `get` is
 //!                                     answered without the unique; during a Proteus
@@ -40,6 +43,7 @@ use crate::provisioned::Provisioned;
 use crate::request::{Op, Reply, Request};
 use serde_json::{Map, Value};
 use shoal_proto::answer::{blocks, ValueHeader};
+use shoal_route::hot::{meta_get_spreads, OwnerMetaGet};
 use shoal_route::{ActiveHistory, HotSet, Placement};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
@@ -95,10 +99,10 @@ pub fn options(fields: &Map<String, Value>) -> Result<Option<HotOptions>, (&'sta
 pub enum Plan {
     /// Not hot (or a read the owner must answer): the pool's ordinary route.
     Owner,
-    /// A get or gets of a hot key, from the copy on `copy`; `owner` answers when the copy
-    /// misses, and its hit is copied.
+    /// A get, gets or spread `mg` of a hot key, from the copy on `copy`; `owner` answers when
+    /// the copy misses, and its hit is copied.
     ReadCopy { copy: usize, owner: usize },
-    /// A get or gets of a hot key that a Proteus transition in progress moves
+    /// A get, gets or spread `mg` of a hot key that a Proteus transition in progress moves
     /// (`shoal_route::hot::may_copy`), from the copy on `copy`; when it misses, its new owner
     /// `owner` asked with `gets` (a hit is copied: that server is the owner from now on), and
     /// when that misses too, the pool's ordinary read (the transition's, which may ask the old
@@ -212,6 +216,10 @@ impl HotPool {
         match request.op {
             // A copy carries its owner's CAS unique: `gets` spreads as `get` does.
             Op::Get | Op::Gets => set.is_hot(request.routed_key()),
+            // A meta get spreads when a copy answers its flags as the owner would.
+            Op::MetaGet => {
+                set.is_hot(request.routed_key()) && meta_get_spreads(flag_tokens(&meta_flags(request)))
+            }
             op if op.is_read() || op == Op::FlushAll => false,
             _ => set.writes_spread(request.routed_key(), Instant::now()),
         }
@@ -239,7 +247,7 @@ impl HotPool {
         }
         let before =
             provisioned.and_then(|p| p.transition.as_ref().filter(|t| t.in_progress())).map(|t| t.from);
-        if !matches!(request.op, Op::Get | Op::Gets) {
+        if !matches!(request.op, Op::Get | Op::Gets | Op::MetaGet) {
             // The refill reads the owner now itself (in a transition, a moved key's new owner,
             // which took the write): its unique is the owner's.
             let refills = matches!(request.op, Op::Set | Op::Add | Op::Replace | Op::Cas)
@@ -377,29 +385,96 @@ fn poll(pool: Weak<HotPool>) {
     }
 }
 
-/// A get or gets of a hot key from its copy on `copy`; on a miss (or error) there, the
-/// owner's answer, asked with `gets`, a hit of which is copied to `copy` with the owner's CAS
-/// unique (`ms … E<cas> ME`: a write meanwhile wins). Only a server that owns the key (a
-/// destination, not a route that may answer from elsewhere) gives a copy its unique.
+/// A get, gets or spread `mg` of a hot key from its copy on `copy`; on a miss (or error)
+/// there, the owner's answer, asked with `gets` (an `mg`: [`read_owner_meta`]), a hit of which
+/// is copied to `copy` with the owner's CAS unique ([`copy_owners_item`]).
 pub async fn read_copy(hot: &HotPool, copy: &Child, owner: &Child, request: &Request, ctx: &Ctx) -> Reply {
     let first = copy.execute(request, ctx).await;
     if first.is_hit() {
         hot.copy_hits.fetch_add(1, Ordering::Relaxed);
         return first;
     }
+    if request.op == Op::MetaGet {
+        return read_owner_meta(hot, copy, owner, request, ctx).await;
+    }
     let mut gets = request.as_get();
     gets.op = Op::Gets;
     let found = owner.execute(&gets, ctx).await;
     let Some(item) = OwnersItem::of(&found) else { return found };
-    if matches!(**owner, Route::Destination { .. }) {
-        hot.copies_made.fetch_add(1, Ordering::Relaxed);
-        let ttl = i64::from(hot.options.ttl);
-        let flags = shoal_route::hot::copy_flags(ttl, item.flags, item.cas).into_bytes();
-        background(copy.clone(), request.as_meta_set(flags, item.data.clone(), ttl), ctx);
-    }
+    copy_owners_item(hot, copy, owner, request, (item.flags, item.cas, &item.data), ctx);
     match request.op {
         Op::Gets => found,
         _ => Reply::Answer(item.get_answer()),
+    }
+}
+
+/// Adds the owner's item (`flags`, CAS unique, `data`), read after `copy` missed, to `copy`
+/// with the TTL (`ms … E<cas> ME`: a write meanwhile wins), in the background. Only a server
+/// that owns the key (a destination, not a route that may answer from elsewhere) gives a copy
+/// its unique.
+fn copy_owners_item(
+    hot: &HotPool,
+    copy: &Child,
+    owner: &Child,
+    request: &Request,
+    item: (u32, u64, &[u8]),
+    ctx: &Ctx,
+) {
+    if matches!(**owner, Route::Destination { .. }) {
+        let (flags, cas, data) = item;
+        hot.copies_made.fetch_add(1, Ordering::Relaxed);
+        let ttl = i64::from(hot.options.ttl);
+        let flags = shoal_route::hot::copy_flags(ttl, flags, cas).into_bytes();
+        background(copy.clone(), request.as_meta_set(flags, data.to_vec(), ttl), ctx);
+    }
+}
+
+/// A spread `mg` that its copy on `copy` did not answer: the owner asked with the flags of its
+/// item added (`shoal_route::hot::OwnerMetaGet`), a hit copied as a get's is, and the client
+/// answered as its own `mg` would have been (the added flags taken out again).
+async fn read_owner_meta(hot: &HotPool, copy: &Child, owner: &Child, request: &Request, ctx: &Ctx) -> Reply {
+    let flags = meta_flags(request);
+    let ask = OwnerMetaGet::new(flag_tokens(&flags));
+    let Some(asked) = with_flags_added(request, &ask) else { return owner.execute(request, ctx).await };
+    let found = owner.execute(&asked, ctx).await;
+    let Reply::Answer(answer) = &found else { return found };
+    let Some(end) = answer.windows(2).position(|w| w == b"\r\n") else { return found };
+    let (line, rest) = (&answer[..end], &answer[end + 2..]);
+    let read = ask.answer(line);
+    if let (Some((flags, cas)), Some(data)) = (read.copy, rest.strip_suffix(b"\r\n")) {
+        copy_owners_item(hot, copy, owner, request, (flags, cas, data), ctx);
+    }
+    let mut answer = read.line;
+    answer.extend_from_slice(b"\r\n");
+    if read.shows_value {
+        answer.extend_from_slice(rest);
+    }
+    Reply::Answer(answer)
+}
+
+/// A meta request's flags as a server is sent them (`Request` keeps them to itself, so they
+/// are read back from its line, `mg <key> <flags>\r\n`).
+fn meta_flags(request: &Request) -> Vec<u8> {
+    let wire = request.encode(true);
+    let line = wire.strip_suffix(b"\r\n").unwrap_or(&wire);
+    line.splitn(3, |&b| b == b' ').nth(2).unwrap_or_default().to_vec()
+}
+
+/// Meta flags' tokens.
+fn flag_tokens(flags: &[u8]) -> impl Iterator<Item = &[u8]> {
+    flags.split(|&b| b == b' ').filter(|token| !token.is_empty())
+}
+
+/// The `mg` `request` with the flags `ask` adds, made as a client's request is: its line with
+/// them appended, parsed (`None` if that fails, which a request the router parsed cannot).
+fn with_flags_added(request: &Request, ask: &OwnerMetaGet) -> Option<Request> {
+    let mut wire = request.encode(true);
+    wire.truncate(wire.len().checked_sub(2)?);
+    ask.append_flags(&mut wire);
+    wire.extend_from_slice(b"\r\n");
+    match shoal_proto::Parser::new(0).parse(&wire) {
+        shoal_proto::Parse::Done { request, .. } => crate::request::split(&request)?.pop(),
+        _ => None,
     }
 }
 
@@ -556,6 +631,48 @@ mod tests {
             let plans: Vec<Plan> = (0..6).map(|_| hot.plan(&placement, Some(&done), &get)).collect();
             assert!(plans.iter().all(|p| matches!(p, Plan::Owner | Plan::ReadCopy { .. })), "{plans:?}");
         }
+    }
+
+    fn parsed(wire: &[u8]) -> Request {
+        match shoal_proto::Parser::new(1 << 20).parse(wire) {
+            shoal_proto::Parse::Done { request, .. } => crate::request::split(&request).unwrap().remove(0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_meta_get_is_spread_only_with_flags_a_copy_answers_and_asks_the_owner_for_its_item() {
+        let addresses: Vec<String> = (1..=3).map(|port| format!("127.0.0.1:{port}")).collect();
+        let servers = addresses.iter().map(|a| shoal_route::Server::parse(a).unwrap()).collect();
+        let placement = Placement::new(shoal_route::Hashing::Jump, servers).unwrap();
+        let options = HotOptions { replicas: 0, refresh: Duration::from_secs(3600), ttl: 10, cap: 16 };
+        let hot = Arc::new(HotPool::new(options, addresses));
+        hot.poller.set(()).expect("not started");
+        let answer = vec![(b"mg:hot".to_vec(), 100.0)];
+        hot.set.write().unwrap().learn([answer.as_slice()], 16, Instant::now(), Duration::from_secs(10));
+        let plans = |wire: &[u8]| {
+            let request = parsed(wire);
+            (0..6).map(|_| hot.plan(&placement, None, &request)).collect::<Vec<Plan>>()
+        };
+        for spread in [&b"mg mg:hot v c f\r\n"[..], b"mg mg:hot\r\n", b"mg /r/c/mg:hot s k Oab q v\r\n"] {
+            let plans = plans(spread);
+            let copies = plans.iter().filter(|p| matches!(p, Plan::ReadCopy { .. })).count();
+            assert_eq!(copies, 4, "three replicas, two of six reads ask the owner: {plans:?}");
+        }
+        for owners in
+            [&b"mg mg:hot v t\r\n"[..], b"mg mg:hot v T30\r\n", b"mg mg:hot h\r\n", b"mg bWc6aG90 b v\r\n"]
+        {
+            assert!(plans(owners).iter().all(|p| *p == Plan::Owner), "{}", String::from_utf8_lossy(owners));
+        }
+        assert!(plans(b"mg mg:cold v\r\n").iter().all(|p| *p == Plan::Owner));
+
+        // The owner is asked with the flags of the item added (`q` stays the router's).
+        let request = parsed(b"mg /r/c/mg:hot v Oab q\r\n");
+        assert_eq!(meta_flags(&request), b"v Oab");
+        let ask = OwnerMetaGet::new(flag_tokens(&meta_flags(&request)));
+        let asked = with_flags_added(&request, &ask).unwrap();
+        assert_eq!(asked.encode(true), b"mg /r/c/mg:hot v Oab f c\r\n");
+        assert_eq!(asked.encode(false), b"mg mg:hot v Oab f c\r\n");
     }
 
     #[test]
