@@ -81,9 +81,10 @@ pub fn is_error_line(line: &[u8]) -> bool {
 }
 
 /// The number word at `index` of a line, as a length.
+/// Bytes, not text: a key need not be UTF-8 (and this runs for every `VALUE` line a router
+/// frames).
 fn length(line: &[u8], index: usize) -> Option<usize> {
-    let text = std::str::from_utf8(line.strip_suffix(b"\r\n")?).ok()?;
-    text.split(' ').nth(index)?.parse().ok()
+    number(line.strip_suffix(b"\r\n")?.split(|&b| b == b' ').nth(index)?)
 }
 
 /// The length of the data block a `VALUE <key> <flags> <bytes> [<cas>]` or `LVALUE <key>

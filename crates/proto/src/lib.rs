@@ -193,7 +193,7 @@ impl Parser {
     /// consumed bytes.
     pub fn parse<'a>(&mut self, buf: &'a [u8]) -> Parse<'a> {
         let from = self.scanned.min(buf.len());
-        let Some(nl) = token::find_byte(&buf[from..], b'\n').map(|i| from + i) else {
+        let Some(nl) = token::find_newline(&buf[from..]).map(|i| from + i) else {
             self.scanned = buf.len();
             if buf.len() > MAX_LINE && !long_get(buf) {
                 self.scanned = 0;

@@ -45,22 +45,45 @@ impl<'a> Iterator for Tokens<'a> {
 /// key for its end, and a byte at a time those searches were a fifth of a get's instructions.
 #[inline]
 pub(crate) fn find_byte(hay: &[u8], byte: u8) -> Option<usize> {
+    search(hay, byte, false)
+}
+
+/// [`find_byte`] for a request line's newline, which is most often among the last bytes
+/// received: the bytes after the last whole word are searched as one word ending where `hay`
+/// ends, not one at a time (kept out of [`find_byte`], whose tokens rarely end there).
+#[inline]
+pub(crate) fn find_newline(hay: &[u8]) -> Option<usize> {
+    search(hay, b'\n', true)
+}
+
+#[inline(always)]
+fn search(hay: &[u8], byte: u8, tail_word: bool) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     let pattern = ONES * u64::from(byte);
+    // A byte of `x` is zero where `byte` is. The lowest flagged byte is exact (a false flag
+    // needs a borrow from a zero byte below it), which is all this search needs.
+    let first = |x: u64| {
+        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
+        (zeros != 0).then(|| zeros.trailing_zeros() as usize / 8)
+    };
     let mut words = hay.chunks_exact(8);
     let mut at = 0;
     for word in words.by_ref() {
-        let x = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ pattern;
-        // A byte of `x` is zero where `byte` is. The lowest flagged byte is exact (a false
-        // flag needs a borrow from a zero byte below it), which is all this search needs.
-        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
-        if zeros != 0 {
-            return Some(at + zeros.trailing_zeros() as usize / 8);
+        if let Some(i) = first(u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ pattern) {
+            return Some(at + i);
         }
         at += 8;
     }
-    words.remainder().iter().position(|&b| b == byte).map(|i| at + i)
+    let rest = words.remainder();
+    if tail_word && !rest.is_empty() && hay.len() >= 8 {
+        // The last word overlaps bytes already searched: none of them is `byte`, so none is
+        // zero in `x` or lends a borrow, and the lowest flagged byte is still exact.
+        let start = hay.len() - 8;
+        return first(u64::from_le_bytes(hay[start..].try_into().expect("8 bytes")) ^ pattern)
+            .map(|i| start + i);
+    }
+    rest.iter().position(|&b| b == byte).map(|i| at + i)
 }
 
 /// Two token lists are equal when they yield the same tokens (spacing may differ).
@@ -163,6 +186,17 @@ mod tests {
                 }
                 assert_eq!(find_byte(&hay, b' '), expected, "{hay:?}");
                 assert_eq!(find_byte(&hay, b' '), hay.iter().position(|&b| b == b' '));
+                // The same for a newline, its neighbours included.
+                let line: Vec<u8> = hay
+                    .iter()
+                    .map(|&b| match b {
+                        b' ' => b'\n',
+                        b'!' => b'\n' + 1,
+                        b'\x1f' => b'\n' - 1,
+                        other => other,
+                    })
+                    .collect();
+                assert_eq!(find_newline(&line), expected, "{line:?}");
             }
         }
         assert_eq!(find_byte(b"\n\n", b'\n'), Some(0));

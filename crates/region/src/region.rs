@@ -204,29 +204,35 @@ impl Region {
         Ok(Region { map, layout })
     }
 
-    /// The header.
+    /// The header. Every lookup reads it (the clock, the flush and hold generations), so it
+    /// is not bounds-checked again on each read: `attach` checked it once.
     #[inline]
     pub fn header(&self) -> &RawHeader {
-        // SAFETY: as in `attach`: the header is at offset 0 and is all atomics.
-        unsafe { self.map.atomics_at(0) }
+        // SAFETY: `attach` mapped at least HEADER_BYTES (≥ the size of RawHeader, asserted in
+        // layout.rs) from a page-aligned base, so offset 0 holds the whole header, aligned;
+        // RawHeader is repr(C) and made only of atomics.
+        unsafe { self.map.atomics_unchecked(0) }
     }
 
-    /// Bucket `b` (< bucket_count).
+    /// Bucket `b`; panics unless `b < bucket_count`. One comparison rather than
+    /// [`Mapping::atomics_at`]'s alignment and bounds checks: a lookup takes two or more.
     #[inline]
     pub fn bucket(&self, b: usize) -> &Bucket {
-        debug_assert!(b < self.layout.bucket_count);
-        // SAFETY: the validated layout puts bucket_count 64-byte buckets at index_offset;
-        // Bucket is repr(C) and made only of atomics.
-        unsafe { self.map.atomics_at(self.layout.bucket_offset(b)) }
+        assert!(b < self.layout.bucket_count, "bucket {b} outside the index");
+        // SAFETY: the validated layout puts bucket_count 64-byte buckets inside the mapping at
+        // index_offset (HEADER_BYTES, so 64-aligned from the page-aligned base), and b is
+        // below bucket_count; Bucket is repr(C) and made only of atomics.
+        unsafe { self.map.atomics_unchecked(self.layout.bucket_offset(b)) }
     }
 
-    /// Segment `s`'s table entry (< segment_count).
+    /// Segment `s`'s table entry; panics unless `s < segment_count`.
     #[inline]
     pub fn meta(&self, s: usize) -> &SegmentMeta {
-        debug_assert!(s < self.layout.segment_count);
-        // SAFETY: the validated layout puts segment_count 64-byte entries at table_offset;
-        // SegmentMeta is repr(C) and made only of atomics.
-        unsafe { self.map.atomics_at(self.layout.meta_offset(s)) }
+        assert!(s < self.layout.segment_count, "segment {s} outside the table");
+        // SAFETY: the validated layout puts segment_count 64-byte entries inside the mapping
+        // at table_offset (a multiple of 64), and s is below segment_count; SegmentMeta is
+        // repr(C) and made only of atomics.
+        unsafe { self.map.atomics_unchecked(self.layout.meta_offset(s)) }
     }
 
     /// Hashes a key with the region's seed.
@@ -289,8 +295,10 @@ impl Region {
 
     /// Reads the item a slot points to, if it is a well-formed item under `key`: its header,
     /// segment generation and CAS. Every offset is bounds-checked against the layout, so a
-    /// stale slot or a corrupt region yields `None`, never an out-of-bounds read.
-    #[inline]
+    /// stale slot or a corrupt region yields `None`, never an out-of-bounds read. Always
+    /// inlined, as is [`Region::item_header`]: each was a call whose result was copied out
+    /// (docs/BENCHMARKS.md, #29's sixth round).
+    #[inline(always)]
     pub fn read_item(&self, slot: Slot, key: &[u8]) -> Option<(ItemHeader, u64, u64)> {
         let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
         // SAFETY: `item_header` accepted the item only if all of it (`header.size()` bytes,
@@ -336,7 +344,7 @@ impl Region {
     /// The header of the item a slot points to, if it is well-formed (a key of 1 to `MAX_KEY_LEN` bytes)
     /// and lies inside its segment. Everything is bounds-checked, so a stale slot or a corrupt
     /// region yields `None`, never an out-of-bounds read.
-    #[inline]
+    #[inline(always)]
     pub fn item_header(&self, slot: Slot) -> Option<ItemHeader> {
         let l = &self.layout;
         if slot.segment >= l.segment_count

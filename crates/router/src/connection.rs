@@ -45,6 +45,8 @@ use std::time::{Duration, Instant};
 /// failed them; mcrouter sets no limit by default). A stalled destination's queue still
 /// ends: its requests time out.
 const MAX_IN_FLIGHT: usize = 65_536;
+/// Answered slots a connection keeps for reuse.
+const SPARE_SLOTS: usize = 64;
 /// How much the input buffer grows by when an answer does not fit.
 const READ_CHUNK: usize = 16 << 10;
 
@@ -68,6 +70,9 @@ struct State {
     waiting: VecDeque<Rc<Slot>>,
     /// How many of the oldest slots timed out (see the module's invariants).
     expired: usize,
+    /// Answered slots, reused by the next requests once their waiters let go of them (no
+    /// allocation per request).
+    spare: Vec<Rc<Slot>>,
     /// The connection task's waker, once it has run.
     task: Option<Waker>,
     closed: bool,
@@ -121,6 +126,13 @@ impl Future for Waiting {
     }
 }
 
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        // An answer never taken (its client left) is not kept in a spare slot.
+        *self.0.state.borrow_mut() = SlotState::Taken;
+    }
+}
+
 impl Connection {
     /// A connection to `address` (`host:port` or a unix socket path), opened in a task of the
     /// current worker's `LocalSet`; requests may be sent at once (they wait for the connect).
@@ -139,6 +151,7 @@ impl Connection {
                 written: 0,
                 waiting: VecDeque::new(),
                 expired: 0,
+                spare: Vec::new(),
                 task: None,
                 closed: false,
             }),
@@ -173,12 +186,22 @@ impl Connection {
             }
             return None;
         }
-        let slot = Rc::new(Slot {
+        let fresh = Slot {
             shape,
             deadline: Instant::now() + timeout,
             timeout,
             state: RefCell::new(SlotState::Waiting(None)),
-        });
+        };
+        let slot = match state.spare.pop() {
+            Some(mut spare) => match Rc::get_mut(&mut spare) {
+                Some(unused) => {
+                    *unused = fresh;
+                    spare
+                }
+                None => Rc::new(fresh), // its waiter has not taken its answer yet
+            },
+            None => Rc::new(fresh),
+        };
         state.waiting.push_back(slot.clone());
         if state.out.is_empty() {
             // The task writes whatever is in `out` when it runs; only the first request since
@@ -201,7 +224,8 @@ impl Connection {
             }
         };
         let mut input = Input { buf: vec![0; READ_CHUNK], start: 0, end: 0, framer: Framer::default() };
-        let mut timer = Timer { sleep: Box::pin(tokio::time::sleep(Duration::ZERO)), armed: false };
+        let mut timer =
+            Timer { sleep: Box::pin(tokio::time::sleep(Duration::ZERO)), armed: false, polled: false };
         let (kind, why) =
             std::future::poll_fn(|cx| self.poll(cx, &mut stream, &mut input, &mut timer, max_value)).await;
         self.fail(kind, format!("{}: {why}", self.address));
@@ -276,7 +300,16 @@ impl Connection {
             } else {
                 self.health.pending.fetch_sub(1, Ordering::Relaxed);
                 self.health.success();
-                slot.answer(Ok(bytes[..frame.answer].to_vec()));
+                // With room for the `END` that closes a client's get: the client's answer is
+                // then this very buffer (`proxy::append`).
+                let mut answer = Vec::with_capacity(frame.answer + b"END\r\n".len());
+                answer.extend_from_slice(&bytes[..frame.answer]);
+                slot.answer(Ok(answer));
+            }
+            // Kept while its waiter will take the answer (and then let go of the slot); a
+            // slot whose waiter is gone goes, with whatever answer it holds.
+            if Rc::strong_count(&slot) > 1 && state.spare.len() < SPARE_SLOTS {
+                state.spare.push(slot);
             }
             input.start += frame.len;
         }
@@ -288,8 +321,14 @@ impl Connection {
         while let Some(next) = state.waiting.get(state.expired) {
             if !timer.armed {
                 timer.sleep.as_mut().reset(next.deadline.into());
-                timer.armed = true;
+                (timer.armed, timer.polled) = (true, false);
             }
+            // Once polled, the timer wakes this task when it fires: until then, polling it
+            // again (every turn of the loop) would only register the same waker again.
+            if timer.polled && !timer.sleep.is_elapsed() {
+                return;
+            }
+            timer.polled = true;
             if timer.sleep.as_mut().poll(cx).is_pending() {
                 return;
             }
@@ -359,4 +398,6 @@ impl Input {
 struct Timer {
     sleep: Pin<Box<tokio::time::Sleep>>,
     armed: bool,
+    /// Polled since it was armed (its waker registered).
+    polled: bool,
 }

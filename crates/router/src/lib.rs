@@ -263,7 +263,10 @@ fn serve_worker(
         }
     };
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async move {
+    // The accept loop is a task of its own, polled when a listener is ready: the future the
+    // runtime itself runs is polled each time any task wakes (twice a request), and listeners
+    // polled there cost every request their readiness checks.
+    local.spawn_local(async move {
         let worker = Rc::new(Worker::new(router.transport.clone()));
         let buffers = Rc::new(proxy::Buffers::new(router.clone()));
         let tcp = tcp.and_then(|l| tokio::net::TcpListener::from_std(l).ok());
@@ -290,6 +293,7 @@ fn serve_worker(
             }
         }
     });
+    local.block_on(&runtime, std::future::pending::<()>());
 }
 
 /// `t` in RFC 3339, UTC, to the second (`2026-11-28T00:04:24Z`): log lines' times.

@@ -34,6 +34,8 @@ const READ_CHUNK: usize = 16 << 10;
 const KEEP_BUFFERS: usize = 64;
 /// The largest buffer a worker keeps (one that grew for a large value is freed).
 const KEEP_CAPACITY: usize = 4 * READ_CHUNK;
+/// The most answers a connection keeps room for between reads.
+const KEEP_PENDING: usize = 16;
 
 /// A client's stream, TCP or a unix socket: waited on until readable, then read without
 /// blocking into whatever buffer is lent for the read.
@@ -118,6 +120,9 @@ pub async fn serve<S: ClientStream>(
     let mut held: Option<Vec<u8>> = None;
     let limit = router.max_item_bytes + (64 << 10);
     let mut skip = 0usize; // bytes of an oversized value still to swallow
+                           // What one read's requests are answered with, kept for the next read (no allocation per
+                           // request); a pipelined burst's long list is not kept.
+    let mut pending: Vec<Answer> = Vec::new();
     let give_back = |buf: Option<Vec<u8>>| buf.into_iter().for_each(|b| buffers.give(b));
     loop {
         if stream.readable().await.is_err() {
@@ -157,7 +162,6 @@ pub async fn serve<S: ClientStream>(
             },
             errors: &router.errors,
         };
-        let mut pending: Vec<Answer> = Vec::new();
         // The deletes this read's changes owe the near caches (none without "near_caches").
         let (mut near_deletes, mut near_count) = (Vec::new(), 0u32);
         let near = !dispatch.config.near_caches.is_empty();
@@ -201,7 +205,10 @@ pub async fn serve<S: ClientStream>(
             return;
         }
         hold(buf, &mut held, &buffers);
-        carry_out(pending, &dispatch, &mut out).await;
+        carry_out(&mut pending, &dispatch, &mut out).await;
+        if pending.capacity() > KEEP_PENDING {
+            pending = Vec::new();
+        }
         // After the pool answered, before the client is: spooled (a kill -9 keeps them).
         router.near.deliver(&dispatch.config.near_caches, &near_deletes, near_count);
         if (!out.is_empty() && stream.write_all(&out).await.is_err()) || close {
@@ -247,9 +254,8 @@ fn local_answer(request: &Parsed<'_>, router: &Router, config: &Config) -> Answe
 /// the operation on that key would go to, one per line.
 fn route_lookup(keys: &[Request], config: &Config) -> Option<Vec<u8>> {
     let first = keys.first()?;
-    let query =
-        std::str::from_utf8(&first.key).ok()?.strip_prefix("__mcrouter__.route(")?.strip_suffix(')')?;
-    let (op, key) = query.split_once(',')?;
+    let query = first.key.strip_prefix(b"__mcrouter__.route(")?.strip_suffix(b")")?;
+    let (op, key) = std::str::from_utf8(query).ok()?.split_once(',')?;
     let op = Op::parse(op)?;
     let probe = crate::request::split(&shoal_proto::Request::Delete {
         key: key.as_bytes(),
@@ -274,20 +280,21 @@ fn route_lookup(keys: &[Request], config: &Config) -> Option<Vec<u8>> {
     )
 }
 
-/// Routes every pending request at once, and appends each answer to `out` in order.
-async fn carry_out(pending: Vec<Answer>, dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
+/// Routes every pending request at once (leaving `pending` empty), and appends each answer to
+/// `out` in order.
+async fn carry_out(pending: &mut Vec<Answer>, dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
     if pending.len() == 1 {
         // The common case (one request per read): no joining, answered straight into `out`.
-        let answer = pending.into_iter().next().expect("one");
+        let answer = pending.pop().expect("one");
         return carry_out_one(answer, dispatch, out).await;
     }
-    let answers = futures::future::join_all(pending.into_iter().map(|answer| async move {
+    let answers = futures::future::join_all(pending.drain(..).map(|answer| async move {
         let mut bytes = Vec::new();
         carry_out_one(answer, dispatch, &mut bytes).await;
         bytes
     }));
     for answer in answers.await {
-        out.extend_from_slice(&answer);
+        append(out, answer);
     }
 }
 
@@ -342,7 +349,7 @@ fn encode(
         match reply {
             Reply::Error(_, why) => out.extend_from_slice(format!("SERVER_ERROR {why}\r\n").as_bytes()),
             Reply::Answer(a) if request.quiet && quiet_hides(request, &a) => {}
-            Reply::Answer(a) => out.extend_from_slice(&a),
+            Reply::Answer(a) => append(out, a),
         }
         return;
     }
@@ -357,12 +364,22 @@ fn encode(
     for reply in replies {
         // In a multiget, a key whose route failed is a miss (the others still answer).
         match reply {
-            Reply::Answer(a) if !is_error_answer(&a) => out.extend_from_slice(&a),
+            Reply::Answer(a) if !is_error_answer(&a) => append(out, a),
             _ => errors += 1,
         }
     }
     errors_total.fetch_add(errors, Ordering::Relaxed);
     out.extend_from_slice(b"END\r\n");
+}
+
+/// Appends `bytes` to `out`; into an empty `out` they move, uncopied (a destination's answer
+/// comes with room for the `END` a get's answer ends with).
+fn append(out: &mut Vec<u8>, bytes: Vec<u8>) {
+    if out.is_empty() {
+        *out = bytes;
+    } else {
+        out.extend_from_slice(&bytes);
+    }
 }
 
 /// Whether a quiet request's answer is one the client asked not to see: everything for

@@ -195,10 +195,15 @@ impl Reply {
 /// The requests a parsed client request stands for (one per key), or `None` for requests
 /// the router answers itself (`stats`, `version`, `mn`, …).
 pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
-    let one = |op, key: &[u8], exptime, quiet, body| {
-        let prefix_len = prefix_len(key);
-        vec![Request { op, key: key.to_vec(), prefix_len, exptime, quiet, body }]
+    let request = |op, key: &[u8], exptime, quiet, body| Request {
+        op,
+        key: key.to_vec(),
+        prefix_len: prefix_len(key),
+        exptime,
+        quiet,
+        body,
     };
+    let one = |op, key: &[u8], exptime, quiet, body| vec![request(op, key, exptime, quiet, body)];
     Some(match parsed {
         Parsed::Get(get) => {
             let op = match (get.cas, get.touch.is_some()) {
@@ -208,7 +213,9 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
                 (true, true) => Op::Gats,
             };
             let exptime = get.touch.unwrap_or(0);
-            get.keys.clone().map(|key| one(op, key, exptime, false, Body::None).remove(0)).collect()
+            let mut keys = Vec::with_capacity(get.count);
+            keys.extend(get.keys.clone().map(|key| request(op, key, exptime, false, Body::None)));
+            keys
         }
         Parsed::Store(store) => {
             let (op, extra) = store.cmd.op();

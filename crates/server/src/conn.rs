@@ -500,7 +500,8 @@ impl Conn {
         }
         match self.parser.parse(input) {
             Parse::Incomplete => Outcome::Incomplete,
-            Parse::Done { request, consumed } => {
+            // Borrowed in place: moved out, the request was copied first.
+            Parse::Done { ref request, consumed } => {
                 Outcome::Handled { consume: consumed, flow: cx.execute(request, out) }
             }
             Parse::Error { reply, consume, forget } => {

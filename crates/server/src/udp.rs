@@ -85,7 +85,7 @@ fn answer_text(cx: &mut Context<'_>, mut body: &[u8], out: &mut Vec<u8>) {
     let mut parser = Parser::new(cx.shared.settings.max_item_bytes);
     while !body.is_empty() {
         match parser.parse(body) {
-            Parse::Done { request, consumed } => {
+            Parse::Done { ref request, consumed } => {
                 cx.execute(request, out);
                 body = &body[consumed..];
             }

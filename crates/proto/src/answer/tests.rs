@@ -83,6 +83,11 @@ fn answers_of_each_shape() {
     assert_eq!(read(b"STORED\r\nextra", Shape::Line).unwrap(), b"STORED\r\n");
     assert_eq!(read(b"VALUE k 0 2 9\r\nhi\r\nEND\r\n", Shape::Values).unwrap(), b"VALUE k 0 2 9\r\nhi\r\n");
     assert_eq!(read(b"END\r\n", Shape::Values).unwrap(), b"");
+    // A key is bytes: one that is not UTF-8 frames like any other.
+    assert_eq!(
+        read(b"VALUE k\xff 0 2\r\nhi\r\nEND\r\n", Shape::Values).unwrap(),
+        b"VALUE k\xff 0 2\r\nhi\r\n"
+    );
     assert_eq!(read(b"LVALUE k 5 0 0\r\n\r\nEND\r\n", Shape::Values).unwrap(), b"LVALUE k 5 0 0\r\n\r\n");
     assert_eq!(read(b"SERVER_ERROR busy\r\n", Shape::Values).unwrap(), b"SERVER_ERROR busy\r\n");
     assert_eq!(read(b"VA 2 f1\r\nhi\r\n", Shape::Meta).unwrap(), b"VA 2 f1\r\nhi\r\n");

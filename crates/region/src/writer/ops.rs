@@ -198,7 +198,9 @@ impl Writer {
 
     /// [`Writer::read`] under `key`'s hash from [`Writer::hash`]; `prefetched`: the caller has
     /// started loading the key's index with [`Writer::prefetch_index`] (a multiget's keys
-    /// placed ahead), so the lookup does not start it again.
+    /// placed ahead), so the lookup does not start it again. Inline, so that a caller in
+    /// another crate (the server's read path) calls the lookup itself, not a wrapper.
+    #[inline]
     pub fn read_hashed(
         &self,
         key: &[u8],
@@ -236,7 +238,7 @@ impl Writer {
     /// Marks the slot read (the accessed bit, if it still holds `word`), stamps its segment as
     /// used (for `lru`), and moves its access time on, at most every [`ACCESS_UPDATE_INTERVAL`]
     /// seconds (`last_access` is its current one).
-    #[inline]
+    #[inline(always)]
     pub(super) fn bump(&self, bucket: usize, slot: usize, word: u64, last_access: u32) {
         if let Some(item) = self.region.layout.slot(word) {
             self.stamp_segment(item.segment);

@@ -32,7 +32,7 @@ struct Found {
 }
 
 /// Executes one meta command.
-pub fn execute(cx: &mut Context<'_>, m: Meta<'_>, out: &mut Vec<u8>) {
+pub fn execute(cx: &mut Context<'_>, m: &Meta<'_>, out: &mut Vec<u8>) {
     Counters::bump(&cx.counters.cmd_meta);
     // A base64 key is decoded into stack scratch (no allocation per command), zeroed only
     // when there is one to decode.
@@ -45,10 +45,10 @@ pub fn execute(cx: &mut Context<'_>, m: Meta<'_>, out: &mut Vec<u8>) {
     };
     match m.cmd {
         MetaCmd::Noop => reply(out, b"MN"),
-        MetaCmd::Get => get(cx, &m, key, out),
-        MetaCmd::Set => set(cx, &m, key, out),
-        MetaCmd::Delete => delete(cx, &m, key, out),
-        MetaCmd::Arithmetic => arithmetic(cx, &m, key, out),
+        MetaCmd::Get => get(cx, m, key, out),
+        MetaCmd::Set => set(cx, m, key, out),
+        MetaCmd::Delete => delete(cx, m, key, out),
+        MetaCmd::Arithmetic => arithmetic(cx, m, key, out),
         MetaCmd::Debug => debug(cx, key, out),
     }
 }

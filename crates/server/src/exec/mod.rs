@@ -103,28 +103,29 @@ impl<'a> Context<'a> {
         self.shared.tenants.clock()
     }
 
-    /// Executes one request, appending its answer (if any) to `out`.
-    pub fn execute(&mut self, request: Request<'_>, out: &mut Vec<u8>) -> Flow {
+    /// Executes one request, appending its answer (if any) to `out`. The request is borrowed
+    /// where the parser left it: passed by value (over 200 bytes) it was copied into each call.
+    pub fn execute(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Flow {
         // Every request takes an answer, as every memcached request takes a response object.
         if !self.hold_answers(1, out) {
             return Flow::Abort;
         }
         if self.shared.upstream.is_some() {
-            if let Some(flow) = near::intercept(self, &request, out) {
+            if let Some(flow) = near::intercept(self, request, out) {
                 return flow;
             }
         }
-        match request {
-            Request::Get(get) => text::get(self, get, out),
-            Request::Store(store) => match store.cmd {
-                StoreCmd::LeaseSet(token) => lease::set(self, &store, token, out),
+        match *request {
+            Request::Get(ref get) => text::get(self, get, out),
+            Request::Store(ref store) => match store.cmd {
+                StoreCmd::LeaseSet(token) => lease::set(self, store, token, out),
                 _ => text::store(self, store, out),
             },
             Request::Delete { key, hold, noreply } => text::delete(self, key, hold, noreply, out),
             Request::LeaseGet { key, stale } => lease::get(self, key, stale, out),
             Request::Arith { incr, key, delta, noreply } => text::arith(self, incr, key, delta, noreply, out),
             Request::Touch { key, exptime, noreply } => text::touch(self, key, exptime, noreply, out),
-            Request::Meta(m) => meta::execute(self, m, out),
+            Request::Meta(ref m) => meta::execute(self, m, out),
             // A stream needs a connection to stream to.
             Request::LruCrawler(_) | Request::Watch(_) if self.conn == NO_CONNECTION => reply(out, b"ERROR"),
             Request::LruCrawler(command) => return crawler::execute(self, command, out),
@@ -133,7 +134,7 @@ impl<'a> Context<'a> {
                 reply(out, b"ERROR cannot pipeline other commands before watch")
             }
             Request::Watch(kinds) => return Flow::Watch(kinds),
-            other => return admin::execute(self, other, out),
+            _ => return admin::execute(self, request.clone(), out),
         }
         Flow::Continue
     }

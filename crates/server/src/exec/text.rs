@@ -84,7 +84,7 @@ fn prefetch_item(cx: &Context<'_>, ahead: &Ahead<'_>, n: usize) {
 }
 
 /// `get`/`gets`/`gat`/`gats`: a `VALUE` block per key found, then `END`.
-pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
+pub fn get(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
     // Each key past the first takes an answer of its own, as in memcached.
     if !cx.hold_answers(get.count.saturating_sub(1), out) {
         reply(out, b"SERVER_ERROR out of memory writing get response");
@@ -93,11 +93,11 @@ pub fn get(cx: &mut Context<'_>, get: Get<'_>, out: &mut Vec<u8>) {
     // The hot-key sampler's countdown is taken once for all the keys.
     let mut hot = cx.shared.hotkeys.sampler();
     if get.count > 1 {
-        multiget(cx, &get, &mut hot, out);
+        multiget(cx, get, &mut hot, out);
     } else if let Some(key) = get.keys.clone().next() {
         // A single key has nothing to overlap its memory misses with: no prefetching ahead.
         let placed = cx.place(key);
-        get_one(cx, &get, &mut hot, (key, &placed), out);
+        get_one(cx, get, &mut hot, (key, &placed), out);
     }
     drop(hot);
     out.extend_from_slice(b"END\r\n");
@@ -162,7 +162,7 @@ fn get_one(
 }
 
 /// The storage commands.
-pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
+pub fn store(cx: &mut Context<'_>, s: &Store<'_>, out: &mut Vec<u8>) {
     let (c, shared) = (cx.counters, cx.shared);
     // Append and prepend keep the item's expiry.
     let keeps_expiry = matches!(s.cmd, StoreCmd::Append | StoreCmd::Prepend);
@@ -182,7 +182,7 @@ pub fn store(cx: &mut Context<'_>, s: Store<'_>, out: &mut Vec<u8>) {
         StoreCmd::Cas(unique) => w.cas(s.key, s.data, s.flags, s.exptime, unique),
         StoreCmd::LeaseSet(_) => unreachable!("Context::execute hands lease-set to lease::set"),
     };
-    log_store(cx, &s, &result);
+    log_store(cx, s, &result);
     // Whole lines, each appended at once.
     let answer: &[u8] = match result {
         Ok(Stored::Stored) => {
