@@ -198,14 +198,13 @@ impl OwnerMetaGet {
         }
         let (mut flags, mut cas, mut only_asked) = (None, None, true);
         for word in words {
-            let number = || std::str::from_utf8(&word[1..]).ok();
             let keep = match word.first() {
                 Some(b'f') => {
-                    flags = number().and_then(|n| n.parse().ok());
+                    flags = shoal_proto::answer::number(&word[1..]);
                     !self.added[1]
                 }
                 Some(b'c') => {
-                    cas = number().and_then(|n| n.parse().ok());
+                    cas = shoal_proto::answer::number(&word[1..]);
                     !self.added[2]
                 }
                 Some(b'k' | b's' | b'O') => true,

@@ -33,6 +33,29 @@ impl Request {
         &self.key[self.prefix_len..]
     }
 
+    /// A meta command's flags as they are sent on (tokens separated by a space, without `q`);
+    /// empty for any other command.
+    pub fn meta_flags(&self) -> &[u8] {
+        match &self.body {
+            Body::Meta { flags, .. } => flags,
+            _ => &[],
+        }
+    }
+
+    /// This meta command with the flag tokens of `more` (each after a space) after its own.
+    pub fn with_meta_flags_added(&self, more: &[u8]) -> Request {
+        let mut request = self.clone();
+        if let Body::Meta { flags, .. } = &mut request.body {
+            for token in more.split(|&b| b == b' ').filter(|token| !token.is_empty()) {
+                if !flags.is_empty() {
+                    flags.push(b' ');
+                }
+                flags.extend_from_slice(token);
+            }
+        }
+        request
+    }
+
     /// Whether the key can be sent in a text command (a base64 key may decode to spaces or
     /// control bytes, or to more than memcached's `KEY_MAX` bytes).
     pub fn has_text_key(&self) -> bool {

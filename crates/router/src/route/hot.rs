@@ -218,7 +218,7 @@ impl HotPool {
             Op::Get | Op::Gets => set.is_hot(request.routed_key()),
             // A meta get spreads when a copy answers its flags as the owner would.
             Op::MetaGet => {
-                set.is_hot(request.routed_key()) && meta_get_spreads(flag_tokens(&meta_flags(request)))
+                set.is_hot(request.routed_key()) && meta_get_spreads(flag_tokens(request.meta_flags()))
             }
             op if op.is_read() || op == Op::FlushAll => false,
             _ => set.writes_spread(request.routed_key(), Instant::now()),
@@ -433,9 +433,12 @@ fn copy_owners_item(
 /// item added (`shoal_route::hot::OwnerMetaGet`), a hit copied as a get's is, and the client
 /// answered as its own `mg` would have been (the added flags taken out again).
 async fn read_owner_meta(hot: &HotPool, copy: &Child, owner: &Child, request: &Request, ctx: &Ctx) -> Reply {
-    let flags = meta_flags(request);
-    let ask = OwnerMetaGet::new(flag_tokens(&flags));
-    let Some(asked) = with_flags_added(request, &ask) else { return owner.execute(request, ctx).await };
+    let ask = OwnerMetaGet::new(flag_tokens(request.meta_flags()));
+    let mut added = Vec::new();
+    ask.append_flags(&mut added);
+    // The client's `q` is the router's to apply to the answer, as before this read.
+    let mut asked = request.with_meta_flags_added(&added);
+    asked.quiet = false;
     let found = owner.execute(&asked, ctx).await;
     let Reply::Answer(answer) = &found else { return found };
     let Some(end) = answer.windows(2).position(|w| w == b"\r\n") else { return found };
@@ -452,30 +455,9 @@ async fn read_owner_meta(hot: &HotPool, copy: &Child, owner: &Child, request: &R
     Reply::Answer(answer)
 }
 
-/// A meta request's flags as a server is sent them (`Request` keeps them to itself, so they
-/// are read back from its line, `mg <key> <flags>\r\n`).
-fn meta_flags(request: &Request) -> Vec<u8> {
-    let wire = request.encode(true);
-    let line = wire.strip_suffix(b"\r\n").unwrap_or(&wire);
-    line.splitn(3, |&b| b == b' ').nth(2).unwrap_or_default().to_vec()
-}
-
 /// Meta flags' tokens.
 fn flag_tokens(flags: &[u8]) -> impl Iterator<Item = &[u8]> {
     flags.split(|&b| b == b' ').filter(|token| !token.is_empty())
-}
-
-/// The `mg` `request` with the flags `ask` adds, made as a client's request is: its line with
-/// them appended, parsed (`None` if that fails, which a request the router parsed cannot).
-fn with_flags_added(request: &Request, ask: &OwnerMetaGet) -> Option<Request> {
-    let mut wire = request.encode(true);
-    wire.truncate(wire.len().checked_sub(2)?);
-    ask.append_flags(&mut wire);
-    wire.extend_from_slice(b"\r\n");
-    match shoal_proto::Parser::new(0).parse(&wire) {
-        shoal_proto::Parse::Done { request, .. } => crate::request::split(&request)?.pop(),
-        _ => None,
-    }
 }
 
 /// A get or gets of a hot key a transition moves ([`Plan::ReadCopyMoved`]): as [`read_copy`]
@@ -668,9 +650,10 @@ mod tests {
 
         // The owner is asked with the flags of the item added (`q` stays the router's).
         let request = parsed(b"mg /r/c/mg:hot v Oab q\r\n");
-        assert_eq!(meta_flags(&request), b"v Oab");
-        let ask = OwnerMetaGet::new(flag_tokens(&meta_flags(&request)));
-        let asked = with_flags_added(&request, &ask).unwrap();
+        assert_eq!(request.meta_flags(), b"v Oab");
+        let mut added = Vec::new();
+        OwnerMetaGet::new(flag_tokens(request.meta_flags())).append_flags(&mut added);
+        let asked = request.with_meta_flags_added(&added);
         assert_eq!(asked.encode(true), b"mg /r/c/mg:hot v Oab f c\r\n");
         assert_eq!(asked.encode(false), b"mg mg:hot v Oab f c\r\n");
     }
