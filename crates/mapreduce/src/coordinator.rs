@@ -126,6 +126,9 @@ impl<'a> Coordinator<'a> {
     /// coordinator that died; `true` if so. A coordinator calls this as it leaves, so workers
     /// leave too.
     pub fn finish(region: &JobRegion) -> Result<bool, MrError> {
+        // Read before looking at the jobs: a slot another coordinator takes after this changes
+        // the word, and the mark below then fails rather than send that job's workers away.
+        let seen = region.finished_word();
         for j in 0..JOB_SLOTS {
             match region.job_state(j)? {
                 JobState::Free => break,
@@ -137,8 +140,7 @@ impl<'a> Coordinator<'a> {
                 }
             }
         }
-        region.set_finished();
-        Ok(true)
+        Ok(region.mark_finished_unless_taken_since(seen))
     }
 
     /// Waits for job `j` (of `app`, which this coordinator published) to finish; returns its

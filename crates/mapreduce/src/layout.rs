@@ -18,7 +18,7 @@
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHOALMRJ");
 /// Version of the layout described here. Workers and coordinators refuse any other. 3: a job
 /// slot being prepared carries its coordinator's pid in its state word.
-pub const LAYOUT_VERSION: u64 = 3;
+pub const LAYOUT_VERSION: u64 = 4;
 /// Bytes reserved for the header.
 pub const HEADER_BYTES: u64 = 4096;
 /// Jobs a region can ever hold (a job slot is not reused: its reduce outputs stay readable).
@@ -66,7 +66,9 @@ pub mod header {
     pub const TASKS_NEXT: u64 = 64;
     /// Wall-clock milliseconds at creation: leases count from here, in 32 bits.
     pub const EPOCH_MS: u64 = 72;
-    /// 1 once every job is done and the last coordinator left.
+    /// Bit 0: set once every job is done and the last coordinator left. The bits above it
+    /// count the job slots taken, so a coordinator that marks the region finished can tell
+    /// that no slot was taken since it looked at the jobs (`JobRegion::mark_finished_unless_taken_since`).
     pub const FINISHED: u64 = 80;
     /// The pid of the coordinator that created the region (workers wait for its first job).
     pub const CREATOR: u64 = 88;

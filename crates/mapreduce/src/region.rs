@@ -26,6 +26,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Areas of at least this many bytes are written and read through the region's file.
 const BULK_BYTES: usize = 256 << 10;
+/// The finished word's bit 0 (`header::FINISHED`): every job done and the last coordinator gone.
+const FINISHED_BIT: u64 = 1;
+/// What taking a job slot adds to the finished word (the bits above `FINISHED_BIT` count them).
+const SLOT_TAKEN: u64 = 2;
 
 /// The life of a job entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,7 +145,7 @@ impl JobRegion {
         if next < geometry.arena_offset {
             return Err(corrupt(format!("arena pointer {next} lies before the arena")));
         }
-        if !allow_finished && word(header::FINISHED) != 0 {
+        if !allow_finished && word(header::FINISHED) & FINISHED_BIT != 0 {
             return Err(MrError::Finished(path.to_path_buf()));
         }
         let epoch_ms = word(header::EPOCH_MS);
@@ -211,12 +215,34 @@ impl JobRegion {
 
     /// Whether every job is done and the last coordinator left.
     pub fn finished(&self) -> bool {
-        self.word(header::FINISHED).load(Ordering::Acquire) != 0
+        self.word(header::FINISHED).load(Ordering::Acquire) & FINISHED_BIT != 0
     }
 
     /// Marks the region finished: workers leave and new ones refuse to attach.
+    #[cfg(test)]
     pub(crate) fn set_finished(&self) {
-        self.word(header::FINISHED).store(1, Ordering::Release);
+        self.word(header::FINISHED).fetch_or(FINISHED_BIT, Ordering::SeqCst);
+    }
+
+    /// The finished word as it is now: read it before looking at the jobs, then pass it to
+    /// `mark_finished_unless_taken_since`.
+    pub(crate) fn finished_word(&self) -> u64 {
+        self.word(header::FINISHED).load(Ordering::SeqCst)
+    }
+
+    /// Marks the region finished unless a job slot was taken since `seen` was read (that job
+    /// may be one the looker did not see: its coordinator needs the workers to stay); `true`
+    /// if the region is finished now.
+    pub(crate) fn mark_finished_unless_taken_since(&self, seen: u64) -> bool {
+        match self.word(header::FINISHED).compare_exchange(
+            seen,
+            seen | FINISHED_BIT,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => true,
+            Err(now) => now == seen | FINISHED_BIT,
+        }
     }
 
     /// Milliseconds since the region was created, as every process sees them (wall clock: a
@@ -431,7 +457,10 @@ impl JobRegion {
                     .is_ok()
             {
                 self.job(j, job::OWNER).store(pid, Ordering::Relaxed);
-                self.word(header::FINISHED).store(0, Ordering::Release);
+                // One more slot taken, and the region open again: a coordinator that looked
+                // at the jobs before this cannot mark it finished any more.
+                let reopen = |word: u64| Some((word & !FINISHED_BIT).wrapping_add(SLOT_TAKEN));
+                let _ = self.word(header::FINISHED).fetch_update(Ordering::SeqCst, Ordering::SeqCst, reopen);
                 return Ok(j);
             }
         }
@@ -536,6 +565,27 @@ pub(crate) mod tests {
         assert!(again.area(b).unwrap().is_empty());
         assert!(matches!(again.area(8), Err(MrError::Corrupt { .. })));
         assert!(matches!(JobRegion::create(&p.0, 8 << 20, 8 << 20, 100), Err(MrError::Io { .. })));
+    }
+
+    #[test]
+    fn a_job_slot_taken_while_a_leaving_coordinator_looks_at_the_jobs_keeps_the_region_open() {
+        let p = TempPath::new("finish-race");
+        let r = JobRegion::create(&p.0, 8 << 20, 8 << 20, 100).unwrap();
+        // A leaving coordinator reads the word and finds every slot free; before it marks the
+        // region, another coordinator takes a slot (the order the old finish raced on).
+        let seen = r.finished_word();
+        let j = r.take_job_slot().unwrap();
+        assert!(!r.mark_finished_unless_taken_since(seen), "the new job's workers must stay");
+        assert!(!r.finished());
+        assert!(!crate::Coordinator::finish(&r).unwrap(), "its coordinator lives");
+        // Its job done, the region is marked; a slot taken after that opens it again.
+        r.job(j, crate::layout::job::STATE).store(JobState::Done as u64, Ordering::Relaxed);
+        assert!(crate::Coordinator::finish(&r).unwrap());
+        assert!(r.finished() && JobRegion::attach(&p.0, false).is_err());
+        let seen = r.finished_word();
+        r.take_job_slot().unwrap();
+        assert!(!r.finished(), "a new job reopens a finished region, as before");
+        assert!(!r.mark_finished_unless_taken_since(seen));
     }
 
     #[test]
