@@ -5,13 +5,11 @@
 use crate::keys::{KeyChooser, KeySpace};
 use crate::protocol::{Protocol, RequestKind};
 use crate::random::Rng;
+use shoal_proto::MAX_VALUE_BYTES;
 use std::fmt;
 use std::ops::Range;
 use std::str::FromStr;
 use std::sync::Arc;
-
-/// The largest value memcached can store (its `-I` item size limit at most).
-pub const MAX_VALUE_BYTES: usize = 1 << 30;
 
 /// Sizes of the values sets write (`--value-size`): one size, or uniform over `MIN-MAX`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

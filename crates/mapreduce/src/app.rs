@@ -5,6 +5,7 @@
 
 use crate::error::MrError;
 use crate::input::Input;
+pub use crate::input::InputRef;
 use crate::records::Emit;
 
 /// How an app's input may be cut into map splits.
@@ -27,18 +28,6 @@ pub struct Rendered {
 
 /// Records of a finished job, sorted by key.
 pub type Records = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// A job's input as a region refers to it (see [`Jobs::put_input`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InputRef {
-    /// Offset of the input's bytes: in the region, or in the file `file` names.
-    pub offset: u64,
-    /// Their length.
-    pub len: u64,
-    /// 0: the bytes lie in the region; else the area of the reference to the input file
-    /// workers read in place.
-    pub file: u64,
-}
 
 /// Runs jobs for an app's [`App::drive`]: the coordinator implements it.
 pub trait Jobs {

@@ -16,7 +16,6 @@
 //!                       (non-blocking) ─► Source::File ─► pread, identity checked again
 //! ```
 
-use crate::app::InputRef;
 use crate::error::MrError;
 use crate::region::JobRegion;
 use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
@@ -25,6 +24,18 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+/// A job's input as a region refers to it (see [`crate::Jobs::put_input`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputRef {
+    /// Offset of the input's bytes: in the region, or in the file `file` names.
+    pub offset: u64,
+    /// Their length.
+    pub len: u64,
+    /// 0: the bytes lie in the region; else the area of the reference to the input file
+    /// workers read in place.
+    pub file: u64,
+}
 
 /// A job's input as `shoal mr run` is given it.
 pub struct Input {

@@ -8,9 +8,9 @@
 
 use super::{Parsed, Reply, UnexpectedReply};
 use crate::keys::Key;
-use crate::workload::MAX_VALUE_BYTES;
 // The wire's constants are the protocol crate's, which the server parses with.
 use shoal_proto::binary::{opcode, Status, HEADER_LEN, REQUEST_MAGIC, RESPONSE_MAGIC};
+use shoal_proto::MAX_VALUE_BYTES;
 
 /// The statuses replies are matched on, as numbers.
 const STATUS_SUCCESS: u16 = Status::Success as u16;
