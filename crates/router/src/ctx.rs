@@ -49,8 +49,9 @@ impl Ctx {
     pub async fn send(&self, dest: usize, request: &Request, keep_routing_prefix: bool) -> Reply {
         let address = &self.sender.destinations[dest].address;
         if self.spool && self.spools(request) {
-            let bytes = request.encode(keep_routing_prefix);
-            return match self.spools.append(address, &bytes) {
+            let (spools, to, bytes) =
+                (Arc::clone(&self.spools), address.clone(), request.encode(keep_routing_prefix));
+            return match off_worker(move || spools.append(&to, &bytes)).await {
                 Ok(()) => Reply::Answer(b"DELETED\r\n".to_vec()),
                 Err(e) => Reply::Error(ErrorKind::Connect, format!("spool for {address}: {e}")),
             };
@@ -71,7 +72,9 @@ impl Ctx {
         let missed =
             matches!(reply.error_kind(), Some(ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Tko));
         if missed && changes(request.op) {
-            if let Err(e) = self.spools.append_missed(address, &invalidation(request, keep_routing_prefix)) {
+            let (spools, to, record) =
+                (Arc::clone(&self.spools), address.clone(), invalidation(request, keep_routing_prefix));
+            if let Err(e) = off_worker(move || spools.append_missed(&to, &record)).await {
                 return Reply::Error(
                     ErrorKind::SpoolFull,
                     format!("{address} is down and missed this change, which its spool could not keep: {e}"),
@@ -80,6 +83,17 @@ impl Ctx {
         }
         reply
     }
+}
+
+/// Runs a spool append off this worker. The router's spools fsync before an append returns
+/// (a change a down destination missed must survive a `kill -9` before the client hears
+/// back), and a worker is one single-threaded runtime: a slow flush run on it would stall
+/// every connection it serves, requests to healthy destinations among them. On a blocking
+/// thread only the request whose answer needs the flush waits for it.
+async fn off_worker(append: impl FnOnce() -> std::io::Result<()> + Send + 'static) -> std::io::Result<()> {
+    tokio::task::spawn_blocking(append)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(format!("the spool's append stopped: {e}"))))
 }
 
 /// Whether `op` changes or removes its key (what a destination that missed it must delete).
@@ -103,6 +117,43 @@ pub(crate) fn invalidation(request: &Request, keep_routing_prefix: bool) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slow_flush_stalls_only_the_append_waiting_for_it_not_its_worker() {
+        use shoal_spool::{Durability, Syncer};
+        use std::sync::{Condvar, Mutex};
+        let dir = std::env::temp_dir().join(format!("shoal-router-ctx-{}", std::process::id()));
+        // A disk whose flush waits until the test lets it go.
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let held = Arc::clone(&gate);
+        let syncer = Syncer::new(move |_| {
+            let (open, turned) = &*held;
+            let guard = open.lock().unwrap();
+            let (_guard, waited) =
+                turned.wait_timeout_while(guard, std::time::Duration::from_secs(60), |open| !*open).unwrap();
+            assert!(!waited.timed_out(), "the test never let the flush go");
+            Ok(())
+        });
+        let spools =
+            Spools::open_durable(&dir, 1 << 20, "test", Durability::EveryAppend, syncer, None).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let appending = {
+                let spools = Arc::clone(&spools);
+                tokio::spawn(off_worker(move || spools.append_missed("127.0.0.1:1", b"delete k\r\n")))
+            };
+            // The worker serves other tasks while the flush is held: this one runs to the end.
+            let other = tokio::spawn(async { tokio::task::yield_now().await });
+            tokio::time::timeout(std::time::Duration::from_secs(30), other).await.unwrap().unwrap();
+            assert!(!appending.is_finished(), "the append waits for its flush");
+            *gate.0.lock().unwrap() = true;
+            gate.1.notify_all();
+            let appended = tokio::time::timeout(std::time::Duration::from_secs(30), appending).await;
+            appended.expect("the append ends once its flush does").unwrap().unwrap();
+        });
+        assert!(spools.is_behind("127.0.0.1:1"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_missed_change_is_spooled_as_a_delete_of_its_key() {
