@@ -8,14 +8,19 @@ two-region fault harness"). Data flow, per host with a near cache (a1 a2 | b1 b2
             the region's database
     invalidator A (a0) --deletes, a spool per destination--> routers a1 a2, near caches a1 a2
     invalidator B (b0) --deletes, once the replica replayed--> routers b1 b2, near caches b1 b2
-        (to each near cache's invalidation listener: it drops its copy and forwards nothing)
+        (to each near cache's invalidation listener: it drops its copy and forwards nothing;
+        each delete twice: at once, and again once both routers of the region acknowledged it)
 
 The near caches' invalidation listeners (`--invalidation-listen`, port 11312) are listed at their
-region's invalidator (`destinations`), the only source of deletes in this harness; the routers do
-not list them (`"near_caches"`), which would deliver each invalidation to them twice more. The
-scenario (scenario.py) builds the near caches with `near_argv`, kills and pauses
-them like any process, and reads their counters with `NearCounters` while the run lasts; the
-control run sends them no deletes.
+region's invalidator as `--near` (`invalidator_args`): a near cache whose miss refetched through a
+router before the pool's copy was deleted would keep the old value, and the invalidator's second
+delivery, sent only after the routers acknowledged the delete, removes it. The routers do not
+list them (`"near_caches"`): the invalidators are the only source of changes here besides the
+readers' fills, and with them every fill through a router (hundreds a second) would be a spool
+append per near cache on the router's answer path, for deletes correctness here does not need.
+The scenario (scenario.py) builds the near caches with `near_argv`, kills and pauses them like
+any process, and reads their counters with `NearCounters` while the run lasts; the control run
+sends them no deletes.
 """
 
 import sys
@@ -59,10 +64,18 @@ def address(host):
     return f"{host.ip}:{NEAR_PORT}"
 
 
-def destinations(hosts, deliver):
-    """The invalidator's `-d` arguments for the near caches on `hosts` (none when not `deliver`)."""
-    listener = [f"{host.ip}:{NEAR_INVALIDATION_PORT}" for host in hosts]
-    return [arg for a in listener for arg in ("-d", a)] if deliver else []
+def listeners(hosts):
+    """The invalidation listeners of the near caches on `hosts`."""
+    return [f"{host.ip}:{NEAR_INVALIDATION_PORT}" for host in hosts]
+
+
+def invalidator_args(hosts, deliver):
+    """The invalidator's `--near` arguments for the near caches on `hosts` (none when not
+    `deliver`): each delete sent at once and again once the invalidator's routers acknowledged it."""
+    return [arg for a in listeners(hosts) for arg in ("--near", a)] if deliver else []
+
+
+
 
 
 class NearCounters:

@@ -14,9 +14,9 @@ fails, times out, is TKO or catching up is read from the region's Gutter, whose 
 
 With `near` (issue #28 item 3; near.py): a near cache on a1 a2 b1 b2 (`shoal server --upstream`
 the host's router, its region in the host's /dev/shm), read by a reader of its own on that host
-(near_worker.py), listed at its region's invalidator (a spool of its own) unless `near_deletes`
-is off (the control: its copies then go stale), and killed, warm-restarted and paused like the
-other processes.
+(near_worker.py), listed at its region's invalidator (`--near`: each delete at once and again
+once the region's routers acknowledged it) unless `near_deletes` is off (the control: its
+copies then go stale), and killed, warm-restarted and paused like the other processes.
 """
 
 import json
@@ -108,10 +108,10 @@ class Cluster:
             for name in nearcache.NEAR_HOSTS:
                 self.nears.append(self.proc(f"near {name}", h[name], nearcache.near_argv(
                     h[name], f"{h[name].ip}:{ROUTER_PORT}", self.rejoin_hold), nearcache.NEAR_PORT))
-        # Each region's near caches are destinations of its invalidator (near.py).
+        # Each region's near caches are its invalidator's `--near` (near.py).
         listed = self.near and self.near_deletes
-        near_a = nearcache.destinations([h[n] for n in nearcache.NEAR_HOSTS if n[0] == "a"], listed)
-        near_b = nearcache.destinations([h[n] for n in nearcache.NEAR_HOSTS if n[0] == "b"], listed)
+        near_a = nearcache.invalidator_args([h[n] for n in nearcache.NEAR_HOSTS if n[0] == "a"], listed)
+        near_b = nearcache.invalidator_args([h[n] for n in nearcache.NEAR_HOSTS if n[0] == "b"], listed)
         ack = ["--ack-rule", "off"] if self.control else []
         # Invalidator B delivers through both region B routers; the control run's through b1's
         # alone, so that its kill loses what is sent meanwhile (a kill of one of two routers

@@ -3,7 +3,8 @@
 with writes through PostgreSQL. `run(...)` is what tests/near/test_near_zipf.py and
 bench/near-zipf.py call; the hosts, PostgreSQL and the checker are tests/cluster's (imported).
 
-    db   PostgreSQL + `shoal invalidator` (-d router, -d c1's near cache, -d c2's near cache)
+    db   PostgreSQL + `shoal invalidator` (-d router, --near c1's near cache, --near c2's: each
+         delete at once and again once the router acknowledged it)
          + writers: UPDATE a Zipf-drawn row and name its key in the same transaction
     s1 s2 s3  `shoal server` (the pool)      p  `shoal router` (PoolRoute over s1 s2 s3)
     c1 c2     `shoal server --upstream p` (the near cache, on the host's own /dev/shm)
@@ -170,7 +171,9 @@ class NearZipf:
                     "--upstream-timeout", "5000", "--metrics-listen", f"{ip}:{METRICS_PORT}",
                     "--invalidation-listen", f"{ip}:{INVALIDATION_PORT}", *self.warm(name)],
                     SERVER_PORT, "near cache")
-                destinations += ["-d", f"{ip}:{INVALIDATION_PORT}"]
+                # `--near`: sent again once the router took the delete (a near cache that
+                # refetched the old value from the pool before it did is cleaned then).
+                destinations += ["--near", f"{ip}:{INVALIDATION_PORT}"]
         self.proc("invalidator", h["db"], [
             str(SHOAL), "invalidator", "--postgres", self.pg.conninfo, *destinations,
             "--state-dir", str(self.work / "invalidator"), "--metrics-listen", f"{h['db'].ip}:{METRICS_PORT}"],

@@ -4,6 +4,13 @@
 //! spool is the invalidator's promise: the commit-log position moves past a transaction only
 //! once its deletes are in every destination's spool.
 //!
+//! A near cache (`--near`) gets each delete twice: at once from its own spool, as any
+//! destination, and again from a second spool (`<spools>/near-second/`) whose records are
+//! sent only once every other destination (the region's routers) has acknowledged the same
+//! deletes. A near cache's miss refetches through a router from the pool: before the pool's
+//! copy is deleted that fetch brings the old value back, and only a delete sent after the
+//! pool's can remove it (docs/design/invalidation.md, "Near caches").
+//!
 //! A destination a delivery failed to (unreachable, too slow, or refusing) is *behind* until
 //! its spool drains, as a router's destination that missed a change is
 //! (docs/design/faults.md): the invalidator sends no reads, so it only says so — on standard
@@ -71,6 +78,19 @@ pub struct DestinationStats {
     pub fell_behind: AtomicU64,
 }
 
+/// How far behind a near cache's second delivery is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecondBacklog {
+    /// The near cache's invalidation listener.
+    pub address: String,
+    /// Deletes in its second spool, not acknowledged yet.
+    pub owed: u64,
+    /// Of those, the deletes still waiting for a destination to acknowledge them.
+    pub waiting: u64,
+    /// How long the oldest of those has waited (zero when none waits).
+    pub waiting_for: Duration,
+}
+
 /// How deletes are sent.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -97,72 +117,119 @@ pub struct Options {
     pub cold_hold: u32,
     /// Told of every acknowledgement (for the stall watch).
     pub progress: Arc<Progress>,
+    /// Near caches' invalidation listeners: each delete sent at once and again once every
+    /// destination has acknowledged it (keys without `prefix`).
+    pub near: Vec<String>,
 }
 
 /// Where deletes go and how they are doing.
 pub struct Delivery {
     spools: Arc<Spools>,
+    /// The near caches' second deliveries, each record held until every destination has
+    /// acknowledged its deletes.
+    second: Arc<Spools>,
+    /// Routers (or servers) and cold destinations, then near caches.
     destinations: Vec<String>,
     options: Options,
     /// `--ack-rule off`: send once and forget, no spool (one connection per destination).
     fire_and_forget: Option<Mutex<HashMap<String, std::net::TcpStream>>>,
     /// Numbers by destination address.
     pub stats: Arc<HashMap<String, DestinationStats>>,
+    /// The near caches' second deliveries' numbers, by address.
+    pub second_stats: Arc<HashMap<String, DestinationStats>>,
+}
+
+/// An observer counting acknowledged deletes and their lag into `stats`, and telling `progress`.
+fn observer(stats: Arc<HashMap<String, DestinationStats>>, progress: Arc<Progress>) -> shoal_spool::Observer {
+    Arc::new(move |address: &str, delivered: Delivered| {
+        progress.delivered();
+        let Some(stats) = stats.get(address) else { return };
+        stats.delivered.fetch_add(u64::from(delivered.answers), Ordering::Relaxed);
+        if delivered.stamp > 0 {
+            let lag = now_micros().saturating_sub(delivered.stamp).max(1);
+            let mut histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
+            let histogram = histogram.get_or_insert_with(|| {
+                Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+            });
+            let _ = histogram.record(lag.min(3_600_000_000));
+        }
+    })
 }
 
 impl Delivery {
-    /// Spools for `destinations` in `dir`, sending as `options` say.
+    /// Spools for `destinations` and `options.near` in `dir` (the near caches' second
+    /// deliveries in `dir/near-second`), sending as `options` say.
     pub fn open(dir: &Path, destinations: &[String], options: Options) -> Result<Delivery, String> {
-        let stats: Arc<HashMap<String, DestinationStats>> =
-            Arc::new(destinations.iter().map(|d| (d.clone(), DestinationStats::default())).collect());
-        let observed = stats.clone();
-        let progress = options.progress.clone();
-        let observer = Arc::new(move |address: &str, delivered: Delivered| {
-            progress.delivered();
-            let Some(stats) = observed.get(address) else { return };
-            stats.delivered.fetch_add(u64::from(delivered.answers), Ordering::Relaxed);
-            if delivered.stamp > 0 {
-                let lag = now_micros().saturating_sub(delivered.stamp).max(1);
-                let mut histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
-                let histogram = histogram.get_or_insert_with(|| {
-                    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
-                });
-                let _ = histogram.record(lag.min(3_600_000_000));
-            }
-        });
+        let all: Vec<String> = destinations.iter().chain(&options.near).cloned().collect();
+        let stats_of = |addresses: &[String]| -> Arc<HashMap<String, DestinationStats>> {
+            Arc::new(addresses.iter().map(|d| (d.clone(), DestinationStats::default())).collect())
+        };
+        let (stats, second_stats) = (stats_of(&all), stats_of(&options.near));
         let durability = if options.durable { Durability::Grouped } else { Durability::Unflushed };
+        let opened = |e: std::io::Error, dir: &Path| format!("spool directory {}: {e}", dir.display());
         let spools = Spools::open_durable(
             dir,
             options.max_bytes,
             "shoal invalidator",
             durability,
             options.syncer.clone(),
-            Some(observer),
+            Some(observer(stats.clone(), options.progress.clone())),
         )
-        .map_err(|e| format!("spool directory {}: {e}", dir.display()))?;
+        .map_err(|e| opened(e, dir))?;
+        // Second deliveries an earlier run left wait for everything the destinations' spools
+        // hold now (their records of those deletes were written first).
+        let ends = destinations
+            .iter()
+            .map(|d| spools.end_mark(d))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| opened(e, dir))?;
+        let second_dir = dir.join("near-second");
+        let second = Spools::open_after(
+            &second_dir,
+            options.max_bytes,
+            "shoal invalidator (second deliveries to near caches)",
+            durability,
+            options.syncer.clone(),
+            Some(observer(second_stats.clone(), options.progress.clone())),
+            ends,
+        )
+        .map_err(|e| opened(e, &second_dir))?;
         Ok(Delivery {
             spools,
-            destinations: destinations.to_vec(),
+            second,
+            destinations: all,
             fire_and_forget: options.fire_and_forget.then(|| Mutex::new(HashMap::new())),
             options,
             stats,
+            second_stats,
         })
     }
 
     /// Puts the deletes of `commits` into every destination's spool, in order (written, not
-    /// flushed: each destination's thread sends them at once); waits (telling the operator)
-    /// while a spool is full. Returns the deletes spooled per destination and the mark of each
-    /// destination's last record ([`Delivery::safe`] says when all are flushed or
+    /// flushed: each destination's thread sends them at once), then each near cache's two
+    /// (the second held until every destination has acknowledged them); waits (telling the
+    /// operator) while a spool is full. Returns the deletes spooled per destination and the
+    /// mark of each spool's last record ([`Delivery::safe`] says when all are flushed or
     /// acknowledged), or `Err` once `stop` is set while waiting.
     pub fn spool(&self, commits: &[Commit], stop: &AtomicBool) -> Result<(usize, Vec<Mark>), ()> {
-        let plain = self.records(commits, 0);
+        let prefix = &self.options.prefix;
+        let plain = self.records(commits, prefix, 0);
         let held = if self.options.cold.is_empty() {
             Vec::new()
         } else {
-            self.records(commits, self.options.cold_hold)
+            self.records(commits, prefix, self.options.cold_hold)
         };
-        let records_for =
-            |destination: &String| if self.options.cold.contains(destination) { &held } else { &plain };
+        // A near cache's listener takes bare keys: the routing prefix is the routers'.
+        let near = if self.options.near.is_empty() { Vec::new() } else { self.records(commits, "", 0) };
+        let records_for = |destination: &String| {
+            if self.options.near.contains(destination) {
+                &near
+            } else if self.options.cold.contains(destination) {
+                &held
+            } else {
+                &plain
+            }
+        };
         let deletes = plain.iter().map(|r| r.1 as usize).sum();
         if let Some(connections) = &self.fire_and_forget {
             let mut connections = connections.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,35 +242,25 @@ impl Delivery {
             }
             return Ok((deletes, Vec::new()));
         }
-        let mut marks = Vec::with_capacity(self.destinations.len());
+        // Every destination's spool (the near caches' first), the routers' before the near
+        // caches' second spools, whose records wait for the routers' marks.
+        let mut marks = Vec::with_capacity(self.destinations.len() + self.options.near.len());
         for destination in &self.destinations {
-            let stats = &self.stats[destination];
-            for (requests, answers, stamp) in records_for(destination) {
-                let mut warned = false;
-                loop {
-                    let e = match self.spools.append_batch(destination, requests, *answers, *stamp) {
-                        Ok(mark) => {
-                            marks.retain(|m: &Mark| m.address() != destination);
-                            marks.push(mark);
-                            break;
-                        }
-                        Err(e) => e,
-                    };
-                    if !warned {
-                        eprintln!(
-                            "shoal invalidator: {e}; the commit log is held (nothing is lost) until it \
-                             drains; raise --backlog-max-mb or bring {destination} back"
-                        );
-                        warned = true;
-                    }
-                    stats.full.store(true, Ordering::Relaxed);
-                    if stop.load(Ordering::Relaxed) {
-                        return Err(());
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                stats.full.store(false, Ordering::Relaxed);
-            }
+            let records = records_for(destination);
+            marks.extend(append_all(
+                &self.spools,
+                &self.stats[destination],
+                destination,
+                records,
+                &[],
+                stop,
+            )?);
+        }
+        let routers: Vec<Mark> =
+            marks.iter().filter(|m| !self.options.near.iter().any(|n| n == m.address())).cloned().collect();
+        for near in &self.options.near {
+            let stats = &self.second_stats[near];
+            marks.extend(append_all(&self.second, stats, near, records_for(near), &routers, stop)?);
         }
         Ok((deletes, marks))
     }
@@ -216,15 +273,15 @@ impl Delivery {
     }
 
     /// The records for `commits`: `(requests, answers, stamp)`, at most `batch_keys` deletes
-    /// each, with a hold-off of `hold` seconds (0: none).
-    fn records(&self, commits: &[Commit], hold: u32) -> Vec<(Vec<u8>, u32, u64)> {
+    /// each, every key after `prefix`, with a hold-off of `hold` seconds (0: none).
+    fn records(&self, commits: &[Commit], prefix: &str, hold: u32) -> Vec<(Vec<u8>, u32, u64)> {
         let hold = if hold > 0 { format!(" hold {hold}") } else { String::new() };
         let mut records = Vec::new();
         let mut requests = Vec::new();
         let (mut answers, mut stamp) = (0u32, u64::MAX);
         for commit in commits {
             for key in &commit.keys {
-                let prefix = self.options.prefix.as_bytes();
+                let prefix = prefix.as_bytes();
                 for target in [
                     Some(key.as_bytes().to_vec()),
                     self.options.remote_markers.then(|| remote_marker_key(key.as_bytes())),
@@ -263,15 +320,33 @@ impl Delivery {
             .collect()
     }
 
-    /// Spool flushes done by the group syncer.
+    /// How far behind each near cache's second delivery is.
+    pub fn second_backlog(&self) -> Vec<SecondBacklog> {
+        let depths = self.second.depths();
+        self.options
+            .near
+            .iter()
+            .map(|near| {
+                let (waiting, oldest) = self.second.held_back(near).unwrap_or((0, None));
+                SecondBacklog {
+                    address: near.clone(),
+                    owed: depths.iter().find(|(a, _)| a == near).map_or(0, |(_, n)| *n),
+                    waiting,
+                    waiting_for: oldest.unwrap_or(Duration::ZERO),
+                }
+            })
+            .collect()
+    }
+
+    /// Spool flushes done by the group syncers.
     pub fn syncs(&self) -> u64 {
-        self.spools.syncs.load(Ordering::Relaxed)
+        self.spools.syncs.load(Ordering::Relaxed) + self.second.syncs.load(Ordering::Relaxed)
     }
 
     /// Deliveries a destination answered with something other than an acknowledgement (they
     /// are sent again).
     pub fn refusals(&self) -> u64 {
-        self.spools.refused.load(Ordering::Relaxed)
+        self.spools.refused.load(Ordering::Relaxed) + self.second.refused.load(Ordering::Relaxed)
     }
 
     /// Whether `destination` is behind: a delivery to it failed (or a spool an earlier run
@@ -343,6 +418,46 @@ impl Delivery {
     }
 }
 
+/// Appends `records` to `destination`'s spool in `spools`, each held until `after` is
+/// acknowledged (none: sent at once), `stats` saying while it is full. The last record's
+/// mark, or `Err` once `stop` is set while waiting.
+fn append_all(
+    spools: &Arc<Spools>,
+    stats: &DestinationStats,
+    destination: &str,
+    records: &[(Vec<u8>, u32, u64)],
+    after: &[Mark],
+    stop: &AtomicBool,
+) -> Result<Option<Mark>, ()> {
+    let mut last = None;
+    for (requests, answers, stamp) in records {
+        let mut warned = false;
+        loop {
+            let e = match spools.append_after(destination, requests, *answers, *stamp, after.to_vec()) {
+                Ok(mark) => {
+                    last = Some(mark);
+                    break;
+                }
+                Err(e) => e,
+            };
+            if !warned {
+                eprintln!(
+                    "shoal invalidator: {e}; the commit log is held (nothing is lost) until it \
+                     drains; raise --backlog-max-mb or bring {destination} back"
+                );
+                warned = true;
+            }
+            stats.full.store(true, Ordering::Relaxed);
+            if stop.load(Ordering::Relaxed) {
+                return Err(());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stats.full.store(false, Ordering::Relaxed);
+    }
+    Ok(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,18 +473,21 @@ mod tests {
             Commit { keys: vec!["c".into(), "d".into()], micros: Some(40), lsn: 0 },
             Commit { keys: vec!["e".into()], micros: None, lsn: 0 },
         ];
-        let records = delivery.records(&commits, 0);
+        let records = delivery.records(&commits, "/*/*/", 0);
         let shape: Vec<_> = records.iter().map(|r| (r.1, r.2)).collect();
         assert_eq!(shape, [(3, 40), (2, 40)]);
         assert_eq!(records[0].0, b"delete /*/*/a\r\ndelete /*/*/b\r\ndelete /*/*/c\r\n");
-        assert_eq!(delivery.records(&commits[2..], 0).iter().map(|r| r.2).collect::<Vec<_>>(), [0]);
-        assert_eq!(delivery.records(&commits[2..], 2)[0].0, b"delete /*/*/e hold 2\r\n");
+        assert_eq!(delivery.records(&commits[2..], "/*/*/", 0).iter().map(|r| r.2).collect::<Vec<_>>(), [0]);
+        assert_eq!(delivery.records(&commits[2..], "/*/*/", 2)[0].0, b"delete /*/*/e hold 2\r\n");
         // With remote markers, each key's marker is deleted right after it.
         drop(delivery);
         let marked =
             Delivery::open(&dir, &["127.0.0.1:1".into()], Options { remote_markers: true, ..options })
                 .unwrap();
-        assert_eq!(marked.records(&commits[2..], 0)[0].0, b"delete /*/*/e\r\ndelete /*/*/__shoal_rm:e\r\n");
+        assert_eq!(
+            marked.records(&commits[2..], "/*/*/", 0)[0].0,
+            b"delete /*/*/e\r\ndelete /*/*/__shoal_rm:e\r\n"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -116,7 +116,44 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
     );
     registry.register("destination_fell_behind", "times the destination fell behind", fell_behind);
     registry.register("lag_seconds", "commit to acknowledged delete, since start", lag);
+    register_second(&mut registry, delivery);
     shoal_metrics::text(&registry)
+}
+
+/// The near caches' second deliveries (`--near`): how far behind each is.
+fn register_second(registry: &mut Registry, delivery: &Delivery) {
+    let owed = Family::<Labels, Gauge>::default();
+    let waiting = Family::<Labels, Gauge>::default();
+    let waiting_seconds = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let delivered = Family::<Labels, Counter>::default();
+    for second in delivery.second_backlog() {
+        let labels = vec![("near".to_string(), second.address.clone())];
+        owed.get_or_create(&labels).set(second.owed as i64);
+        waiting.get_or_create(&labels).set(second.waiting as i64);
+        waiting_seconds.get_or_create(&labels).set(second.waiting_for.as_secs_f64());
+        let stats = &delivery.second_stats[&second.address];
+        delivered.get_or_create(&labels).inc_by(stats.delivered.load(Ordering::Relaxed));
+    }
+    registry.register(
+        "near_second_owed_deletes",
+        "deletes a near cache is owed a second time (sent again once every destination acknowledged them)",
+        owed,
+    );
+    registry.register(
+        "near_second_waiting_deletes",
+        "of those, the deletes still waiting for a destination to acknowledge them",
+        waiting,
+    );
+    registry.register(
+        "near_second_waiting_seconds",
+        "how long the oldest delete waiting for the destinations has waited (0 while none does)",
+        waiting_seconds,
+    );
+    registry.register(
+        "near_second_delivered",
+        "deletes the near cache acknowledged a second time",
+        delivered,
+    );
 }
 
 /// The `/status` JSON.
@@ -155,5 +192,15 @@ pub fn status(delivery: &Delivery, counters: &Counters) -> serde_json::Value {
         "unconfirmed_batches": counters.unconfirmed.load(Ordering::Relaxed),
         "problems": counters.problems().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         "destinations": destinations,
+        "near_second": delivery.second_backlog().into_iter().map(|second| {
+            let stats = &delivery.second_stats[&second.address];
+            serde_json::json!({
+                "address": second.address,
+                "owed": second.owed,
+                "waiting": second.waiting,
+                "waiting_seconds": second.waiting_for.as_secs_f64(),
+                "delivered": stats.delivered.load(Ordering::Relaxed),
+            })
+        }).collect::<Vec<_>>(),
     })
 }

@@ -26,6 +26,7 @@
 //! passes a refused delete, so a restarted process sends it again (with the records after it
 //! that were taken already: sent twice, harmless).
 
+use super::after::GATE_POLL;
 use super::{
     read_offset, record_at, write_offset, Activity, Delivered, Spool, Spools, GATHER_RECORDS, RETRY_EVERY,
 };
@@ -228,7 +229,11 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
         }
         let mut next = cursor;
         let mut damaged = None;
-        while batch.len() < GATHER_RECORDS && answers < GATHER_ANSWERS {
+        // A gated spool (after.rs) sends nothing past what its gate released: a boundary
+        // between records, in the file's positions.
+        let open_to =
+            spool.gate.as_ref().map(|g| g.release().saturating_sub(spool.base.load(Ordering::Acquire)));
+        while batch.len() < GATHER_RECORDS && answers < GATHER_ANSWERS && open_to.is_none_or(|o| next < o) {
             match record_at(&mut reader, next) {
                 Ok(Some(record)) => {
                     answers += u64::from(record.answers);
@@ -249,13 +254,21 @@ pub(crate) fn deliver(spools: &Spools, spool: &Spool) {
             }
             let file = spool.file.lock().unwrap_or_else(|p| p.into_inner());
             let length = file.metadata().map(|m| m.len()).unwrap_or(0);
-            if length != cursor {
+            let gated = open_to.is_some_and(|o| cursor >= o) && length > cursor;
+            if length != cursor && !gated {
                 continue; // an append seen half-written; whole now (it was made under the lock)
             }
+            // Held by the gate: the marks it waits for are other spools', looked at again soon.
+            let longest = if gated { GATE_POLL } else { RETRY_EVERY };
             if let Some((due, _)) = retries.front() {
                 spool.set_activity(Activity::Holding);
-                let wait = due.saturating_duration_since(now).clamp(Duration::from_millis(1), RETRY_EVERY);
+                let wait = due.saturating_duration_since(now).clamp(Duration::from_millis(1), longest);
                 let _ = spool.wake.wait_timeout(file, wait);
+                continue;
+            }
+            if gated {
+                spool.set_activity(Activity::Gated);
+                let _ = spool.wake.wait_timeout(file, GATE_POLL);
                 continue;
             }
             if cursor > 0 {

@@ -48,7 +48,11 @@
 //! set aside before is overwritten) with an error naming it, and the destination starts a new
 //! spool. The bytes of a record cut short by a kill mid-append (no caller was told it was
 //! taken) are appended to `<file>.torn`, said so.
+//!
+//! Spools opened with [`Spools::open_after`] send each record only once other spools' marks
+//! given with it are acknowledged (after.rs: the invalidator's second delivery to a near cache).
 
+mod after;
 mod delivery;
 mod sync;
 
@@ -92,6 +96,9 @@ pub enum Activity {
     Resting,
     /// Only deletes the destination refused are left, waiting to be sent again.
     Holding,
+    /// What is left waits for other destinations to acknowledge the same deletes
+    /// ([`Spools::open_after`]).
+    Gated,
 }
 
 impl std::fmt::Display for Activity {
@@ -101,6 +108,7 @@ impl std::fmt::Display for Activity {
             Activity::Sending => "sending or waiting for answers",
             Activity::Resting => "waiting to try again after a failed delivery",
             Activity::Holding => "holding refused deletes until their next try",
+            Activity::Gated => "holding deletes until the other destinations have acknowledged them",
         })
     }
 }
@@ -132,6 +140,9 @@ struct Spool {
     acked: AtomicU64,
     /// The file, for the group syncer (a second handle: it syncs without the appends' lock).
     sync_file: File,
+    /// What holds its records back until other spools' are acknowledged
+    /// ([`Spools::open_after`]; `None`: sent at once).
+    gate: Option<after::Gate>,
 }
 
 impl Spool {
@@ -169,6 +180,9 @@ pub struct Spools {
     pub files_refused: AtomicU64,
     /// Spools that are behind (so that asking costs no lock while none is).
     behind: AtomicU64,
+    /// [`Spools::open_after`]: every spool is gated, and what an earlier run left in one waits
+    /// for these marks.
+    after: Option<Vec<Mark>>,
 }
 
 impl std::fmt::Debug for Spools {
@@ -216,6 +230,19 @@ impl Spools {
         syncer: Syncer,
         observer: Option<Observer>,
     ) -> std::io::Result<Arc<Spools>> {
+        Self::open_gated(dir, max_bytes, owner, durability, syncer, observer, None)
+    }
+
+    /// [`Spools::open_durable`], gated when `after` is given ([`Spools::open_after`]).
+    fn open_gated(
+        dir: &Path,
+        max_bytes: u64,
+        owner: &'static str,
+        durability: Durability,
+        syncer: Syncer,
+        observer: Option<Observer>,
+        after: Option<Vec<Mark>>,
+    ) -> std::io::Result<Arc<Spools>> {
         std::fs::create_dir_all(dir)?;
         let spools = Arc::new(Spools {
             dir: dir.to_path_buf(),
@@ -232,6 +259,7 @@ impl Spools {
             full: AtomicU64::new(0),
             files_refused: AtomicU64::new(0),
             behind: AtomicU64::new(0),
+            after,
         });
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
@@ -354,6 +382,18 @@ impl Spools {
         answers: u32,
         stamp: u64,
     ) -> std::io::Result<Mark> {
+        self.append_record(address, requests, answers, stamp, Vec::new())
+    }
+
+    /// Appends one record, held back until `after` is acknowledged if the spool is gated.
+    fn append_record(
+        self: &Arc<Self>,
+        address: &str,
+        requests: &[u8],
+        answers: u32,
+        stamp: u64,
+        after: Vec<Mark>,
+    ) -> std::io::Result<Mark> {
         let spool = self.spool(address)?;
         let mut file = spool.file.lock().unwrap_or_else(|p| p.into_inner());
         let length = file.metadata()?.len();
@@ -375,6 +415,11 @@ impl Spools {
             return Err(e);
         }
         let end = spool.base.load(Ordering::Acquire) + length + record.len() as u64;
+        if let Some(gate) = &spool.gate {
+            // Queued under the appends' lock, so gate entries are in the file's order; the
+            // delivery thread, which may already see the record, sends nothing past the gate.
+            gate.hold(end, u64::from(answers), after);
+        }
         match self.durability {
             Durability::EveryAppend => {
                 self.syncer.sync(&file)?;
@@ -417,36 +462,36 @@ impl Spools {
         let path = self.dir.join(file_name(address));
         std::fs::write(path.with_extension("address"), address)?;
         let file = OpenOptions::new().create(true).read(true).append(true).open(&path)?;
+        let length = file.metadata()?.len();
+        // An offset past the end was left by an older build that truncated before resetting it.
+        let offset = Some(read_offset(&path)).filter(|&o| o <= length).unwrap_or(0);
+        if offset != read_offset(&path) {
+            write_offset(&path, offset)?;
+        }
+        let (answers, end) = complete_records(&path, offset);
+        // A record cut short by a kill mid-append would swallow the next one: drop its bytes
+        // (nobody was told it was taken) before anything is appended after them.
+        if length > end {
+            file.set_len(end)?;
+        }
         let sync_file = file.try_clone()?;
         let spool = Arc::new(Spool {
             address: address.to_string(),
             path,
             file: Mutex::new(file),
             wake: Condvar::new(),
-            pending: AtomicU64::new(0),
+            pending: AtomicU64::new(answers),
             behind: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             held: AtomicU64::new(0),
             activity: Mutex::new((Activity::Idle, Instant::now())),
             base: AtomicU64::new(0),
             synced: AtomicU64::new(0),
-            acked: AtomicU64::new(0),
+            acked: AtomicU64::new(offset),
             sync_file,
+            // What an earlier run left waits for the marks given at open.
+            gate: self.after.as_deref().map(|after| after::Gate::new(offset, end, answers, after)),
         });
-        let length = spool.file.lock().unwrap_or_else(|p| p.into_inner()).metadata()?.len();
-        // An offset past the end was left by an older build that truncated before resetting it.
-        let offset = Some(read_offset(&spool.path)).filter(|&o| o <= length).unwrap_or(0);
-        if offset != read_offset(&spool.path) {
-            write_offset(&spool.path, offset)?;
-        }
-        let (answers, end) = complete_records(&spool.path, offset);
-        // A record cut short by a kill mid-append would swallow the next one: drop its bytes
-        // (nobody was told it was taken) before anything is appended after them.
-        if length > end {
-            spool.file.lock().unwrap_or_else(|p| p.into_inner()).set_len(end)?;
-        }
-        spool.pending.store(answers, Ordering::Relaxed);
-        spool.acked.store(offset, Ordering::Release);
         map.insert(address.to_string(), spool.clone());
         let spools = self.clone();
         let delivering = spool.clone();

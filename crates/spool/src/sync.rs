@@ -81,6 +81,12 @@ impl Mark {
         self.spool.synced.load(Ordering::Acquire).max(self.spool.acked.load(Ordering::Acquire)) >= self.end
     }
 
+    /// Whether the record (and everything before it in its spool) is acknowledged by its
+    /// destination: flushed is not enough ([`Spools::open_after`]).
+    pub fn is_acknowledged(&self) -> bool {
+        self.spool.acked.load(Ordering::Acquire) >= self.end
+    }
+
     /// The destination's address.
     pub fn address(&self) -> &str {
         &self.spool.address
