@@ -25,6 +25,12 @@
 //! holds the log's position — the database keeps the rest — and says so, in the log and in
 //! `/metrics`. A destination a delivery failed to is *behind* until its spool drains (said in
 //! the log, `/metrics` and `/status`; docs/design/faults.md).
+//!
+//! **Near caches** (`--near`, issue #28) get each delete twice: at once, and again from a
+//! second spool once every destination has acknowledged it (delivery.rs), so a near cache
+//! that refetched the old value from the pool before the pool's delete is cleaned again; the
+//! second spools are held to the same rule (and what a killed run owed is sent after a
+//! restart, once the destinations' spools drain), and `/status` says how far behind they are.
 
 mod decoding;
 mod delivery;
@@ -61,7 +67,8 @@ use std::time::Duration;
         SQLite:     INSERT INTO shoal_outbox (keys) VALUES ('user:7 feed:7')\n\
         (the Rust and Python clients have helpers). Examples:\n  \
         shoal invalidator --postgres 'host=db user=app dbname=app' --destination router-a:5000 --destination router-b:5000\n  \
-        shoal invalidator --sqlite app.db --destination 127.0.0.1:11211"
+        shoal invalidator --sqlite app.db --destination 127.0.0.1:11211\n  \
+        shoal invalidator --postgres 'host=db user=app dbname=app' -d router-a:5000 --near app-1:11312 --near app-2:11312"
 )]
 pub struct InvalidatorArgs {
     /// PostgreSQL to follow (a libpq connection string); needs wal_level=logical.
@@ -98,6 +105,13 @@ pub struct InvalidatorArgs {
     /// possibly stale copy cannot be added (repeatable).
     #[arg(long = "cold-destination", value_name = "ADDRESS")]
     pub cold_destinations: Vec<String>,
+    /// A near cache's invalidation listener (`shoal server --upstream … --invalidation-listen`):
+    /// each delete is sent to it at once, and again once every --destination and
+    /// --cold-destination has acknowledged it (a near cache that refetched through a router
+    /// before the pool's copy was deleted would otherwise keep the old value); keys go
+    /// without --prefix (repeatable; two spools each).
+    #[arg(long = "near", value_name = "ADDRESS")]
+    pub near: Vec<String>,
     /// The hold-off of deletes to cold destinations, in seconds (Facebook uses 2).
     #[arg(long, default_value_t = 2)]
     pub cold_hold: u32,
@@ -190,6 +204,12 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
     for destination in &destinations {
         shoal_route::Server::parse(destination).map_err(|e| format!("--destination {destination}: {e}"))?;
     }
+    for near in &args.near {
+        shoal_route::Server::parse(near).map_err(|e| format!("--near {near}: {e}"))?;
+        if destinations.contains(near) {
+            return Err(format!("--near {near} is a --destination too: give it once, as --near"));
+        }
+    }
     let followed = match (&args.postgres, &args.sqlite) {
         (Some(_), _) => format!("PostgreSQL slot {}", args.slot),
         (None, Some(path)) => format!("the outbox of {}", path.display()),
@@ -224,6 +244,7 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
             cold: args.cold_destinations.clone(),
             cold_hold: args.cold_hold,
             progress: progress.clone(),
+            near: args.near.clone(),
         },
     )?);
     if ack_rule {
@@ -265,6 +286,15 @@ fn pause_after(failures: u32, first: Duration, cap: Duration) -> Duration {
 /// The first pause after a failure to read the commit log, and the longest.
 const REREAD_FIRST: Duration = Duration::from_millis(20);
 const REREAD_CAP: Duration = Duration::from_millis(500);
+/// The longest pause while the database refuses connections (a link cut by a proxy that closes
+/// its port, a restart): a refused connect costs nothing, so the log is read again within
+/// 100 ms of the port opening rather than up to 500 ms after it (issue #26).
+const REFUSED_CAP: Duration = Duration::from_millis(100);
+
+/// Whether a reconnect failed because the connection was refused (nothing listens).
+fn refused(fault: &Fault) -> bool {
+    matches!(fault, Fault::Transient(why) if why.contains("Connection refused"))
+}
 
 /// Opens the source, waiting out a database that is not up yet.
 fn open_source(
@@ -332,14 +362,16 @@ impl Handing<'_> {
     ) -> Result<bool, Fault> {
         self.progress.enter(watch::Stage::Spooling, in_hand);
         if !self.ack_rule {
+            self.progress.enter(watch::Stage::Confirming, 0);
             self.source.confirm(upto)?;
+            self.progress.enter(watch::Stage::Spooling, in_hand);
             *self.counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
         }
         let Ok((deletes, marks)) = self.delivery.spool(commits, self.stop) else { return Ok(false) };
         if self.ack_rule {
             self.unconfirmed.push_back((upto.clone(), marks));
             self.counters.unconfirmed.store(self.unconfirmed.len() as u64, Ordering::Relaxed);
-            confirm_safe(self.source, self.counters, self.unconfirmed)?;
+            confirm_safe(self.source, self.counters, self.progress, self.unconfirmed)?;
         }
         self.counters.transactions.fetch_add(commits.len() as u64, Ordering::Relaxed);
         self.counters.deletes.fetch_add(deletes as u64, Ordering::Relaxed);
@@ -352,10 +384,12 @@ impl Handing<'_> {
 fn confirm_safe(
     source: &mut dyn Source,
     counters: &Counters,
+    progress: &watch::Progress,
     unconfirmed: &mut Unconfirmed,
 ) -> Result<(), Fault> {
     let safe = unconfirmed.iter().take_while(|(_, marks)| Delivery::safe(marks)).count();
     let Some((upto, _)) = safe.checked_sub(1).and_then(|last| unconfirmed.get(last)) else { return Ok(()) };
+    progress.enter(watch::Stage::Confirming, 0);
     source.confirm(upto)?;
     *counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
     unconfirmed.drain(..safe);
@@ -377,11 +411,12 @@ fn follow(
     let mut replica = args.wait_for_replica.as_deref().map(replica::ReplicaGate::new);
     let mut failing: Option<String> = None;
     let mut failures = 0;
+    let mut cap = REREAD_CAP;
     let mut unconfirmed = Unconfirmed::new();
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
         let step = (|| -> Result<(), Fault> {
-            confirm_safe(&mut *source, counters, &mut unconfirmed)?;
+            confirm_safe(&mut *source, counters, progress, &mut unconfirmed)?;
             progress.enter(watch::Stage::Reading, 0);
             let batch = source.read(args.read_changes, idle)?;
             let in_hand = batch.commits.iter().map(|c| c.keys.len()).sum();
@@ -410,7 +445,7 @@ fn follow(
             let mut from = 0;
             while from < batch.commits.len() {
                 hand.progress.enter(watch::Stage::Replica, in_hand);
-                let replayed = gate.wait_for(batch.commits[from].lsn, stop)?;
+                let replayed = gate.wait_for(batch.commits[from].lsn, stop, &mut || hand.source.tend())?;
                 let n = batch.commits[from..].iter().take_while(|c| c.lsn <= replayed).count().max(1);
                 let last = &batch.commits[from + n - 1];
                 let done = if from + n == batch.commits.len() {
@@ -443,10 +478,11 @@ fn follow(
                     failing = Some(why);
                 }
                 failures += 1;
-                std::thread::sleep(pause_after(failures, REREAD_FIRST, REREAD_CAP));
+                std::thread::sleep(pause_after(failures, REREAD_FIRST, cap));
                 match source.reconnect() {
                     Err(Fault::Fatal(why)) => return Err(why),
-                    Err(Fault::Transient(_)) | Ok(()) => {}
+                    Err(fault) => cap = if refused(&fault) { REFUSED_CAP } else { REREAD_CAP },
+                    Ok(()) => cap = REREAD_CAP,
                 }
             }
         }
@@ -456,8 +492,21 @@ fn follow(
 
 #[cfg(test)]
 mod tests {
-    use super::pause_after;
+    use super::{pause_after, refused, Fault};
     use std::time::Duration;
+
+    #[test]
+    fn a_refused_connect_is_told_from_other_faults() {
+        let fault = |why: &str| Fault::Transient(why.to_string());
+        assert!(refused(&fault(
+            "connecting to PostgreSQL at host=db port=5432: Connection refused (os error 111)"
+        )));
+        assert!(refused(&fault(
+            "PostgreSQL replication connection: connect: Connection refused (os error 111)"
+        )));
+        assert!(!refused(&fault("PostgreSQL did not answer within 2.0 s")));
+        assert!(!refused(&Fault::Fatal("Connection refused".into())), "a fatal fault is not retried at all");
+    }
 
     #[test]
     fn the_pause_after_failures_starts_short_doubles_and_stops_at_its_cap() {

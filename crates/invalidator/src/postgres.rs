@@ -17,17 +17,36 @@
 //! one reading this slot ([`Postgres::end_old_walsender`]). Nothing is lost: the new stream
 //! starts at the confirmed position, which only the caller's confirmations move.
 //!
+//! A reconnect costs the slower of its two connections, not their sum (issue #26):
+//!
+//! ```text
+//!   reconnect ─┬─► Stream::start (replication connection, START_REPLICATION) ─► rows decode
+//!              │      └ "slot is active": end the old walsender once the SQL side is there, retry
+//!              └─► thread: SQL connect ─► check_slot ──────────────► joined before any row is
+//!                                                                    handed on (visibility)
+//! ```
+//!
+//! The first connection of a process checks (or makes) the slot before its stream starts. While
+//! a replica region's batch waits for its replica, [`Source::tend`] keeps the stream read and,
+//! if it was lost, starts it again on a thread (the looks at the replica go on meanwhile), so a
+//! cut is over before the replica is back. The connections' details: `connecting.rs`.
+//!
 //! A slot that disappears is never recreated silently: the commits made while it was gone
 //! were not seen, so the caches may hold stale values. A marker file in the state directory
 //! remembers that the slot was made; `--recreate-slot` is the operator's "I flushed the caches".
 
+mod connecting;
+
+pub use connecting::{config_of, CONNECT_WITHIN};
+
 use crate::decoding::{self, Row};
-use crate::replication::{lsn_text, Stream};
+use crate::replication::{lsn_text, slot_in_use, Stream};
 use crate::rules::Rule;
 use crate::snapshots::Keeper;
 use crate::source::{keys_of_message, Batch, Commit, Fault, Position, Problem, Source};
 use crate::watch::{Progress, Stage};
-use postgres::{Client, NoTls, SimpleQueryMessage};
+use connecting::{check_slot, connect, server_of, sql_config_of, transient, why, OnThread, SQL_WITHIN};
+use postgres::{Client, SimpleQueryMessage};
 use shoal_client::invalidation::POSTGRES_PREFIX;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,38 +58,6 @@ const VISIBLE_WITHIN: Duration = Duration::from_secs(10);
 
 /// How long the stream may send nothing before the primary is asked whether it should have.
 const QUIET_LOOK: Duration = Duration::from_secs(5);
-
-/// How long a connection to PostgreSQL may take to open when the connection string gives no
-/// `connect_timeout`: without one, a connect whose first packet a cut link dropped waits out
-/// the kernel's retransmissions (minutes), long after the link is back.
-pub const CONNECT_WITHIN: Duration = Duration::from_secs(2);
-
-/// `conninfo` parsed, with [`CONNECT_WITHIN`] unless it sets its own `connect_timeout`.
-pub fn config_of(conninfo: &str) -> Result<postgres::Config, String> {
-    let mut config: postgres::Config =
-        conninfo.parse().map_err(|e| format!("--postgres {conninfo:?}: {e}"))?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_WITHIN);
-    }
-    Ok(config)
-}
-
-/// How long what the SQL connection sends may go unacknowledged by the server's TCP before the
-/// connection fails (`tcp_user_timeout`, unless the connection string sets one). The kernel
-/// acknowledges, so a loaded server does not trip it; a link cut mid-query does, where the query
-/// would otherwise wait out TCP's retransmission back-off, seconds past the link's return
-/// (issue #26: region B's deletes held 5.6 s "until their transactions are visible" after a
-/// 4.9 s cut of the primary's host).
-const UNACKNOWLEDGED_WITHIN: Duration = Duration::from_secs(1);
-
-/// [`config_of`] for the SQL connection (with [`UNACKNOWLEDGED_WITHIN`]).
-fn sql_config_of(conninfo: &str) -> Result<postgres::Config, String> {
-    let mut config = config_of(conninfo)?;
-    if config.get_tcp_user_timeout().is_none() {
-        config.tcp_user_timeout(UNACKNOWLEDGED_WITHIN);
-    }
-    Ok(config)
-}
 
 /// A replication slot's commit log.
 pub struct Postgres {
@@ -89,76 +76,82 @@ pub struct Postgres {
     /// While the stream sends nothing: since when, and the last look at the primary (its
     /// newest transaction id, `xmax`, and when), for [`Postgres::quiet_stream`].
     quiet: Option<Quiet>,
-    /// The walsender of the last stream started (or being started), ended on reconnect if it
-    /// still reads the slot.
-    walsender: Option<i32>,
+    /// The walsenders that may still hold the slot: the stream's own, and any of a stream given
+    /// up or of a start that failed midway not ended yet; ended on reconnect if one still reads
+    /// the slot.
+    walsenders: Vec<i32>,
     /// The thread that moves the slot's restart point every second (`snapshots.rs`).
     _snapshots: Option<Keeper>,
     /// The last reconnect, until its stream's first row: when it began, when the stream
     /// started, and how much WAL lay between the slot's restart point and its confirmed position.
     restarted: Option<Restart>,
+    /// The SQL connection being opened (and the slot checked) on a thread of its own while the
+    /// stream starts and decodes: taken by the first use of the client.
+    opening: Option<Opening>,
+    /// While a held batch waits: when the last reconnect was tried, and how many failed in a row.
+    tending: (Option<Instant>, u32),
+    /// The stream being started by [`Source::tend`].
+    starting: Option<Starting>,
+    /// Whether the slot was found (or made) over the SQL connection once in this process: from
+    /// then on a reconnect starts the stream without waiting for the SQL connection.
+    slot_seen: bool,
 }
 
-/// A reconnect whose stream has sent nothing yet: when it began, and how long after that its
-/// SQL connection was open, the old walsender ended and the stream started.
+/// A reconnect whose stream has sent nothing yet: when its first try began, how many tries
+/// there were and when the last began, and how long after the first the last try's stream
+/// started, its SQL connection was open with the slot checked, and the old walsender was ended
+/// (`None`: not needed, or not yet).
 struct Restart {
     began: Instant,
-    steps: Vec<Duration>,
+    tries: u32,
+    last: Duration,
+    stream: Duration,
+    sql: Option<Duration>,
+    ended: Option<Duration>,
     backlog: Option<i64>,
+}
+
+/// How long a reconnect keeps starting the stream while the old walsender still holds the slot.
+const SLOT_FREE_WITHIN: Duration = Duration::from_secs(5);
+
+/// The SQL connection of a reconnect, opened on a thread: it connects and checks the slot
+/// ([`check_slot`]) while the stream starts, so that a reconnect costs the slower of the two,
+/// not their sum (issue #26: 1.63 s inside one reconnect after a WAN cut, most of it before
+/// the stream started).
+type Opening = OnThread<Result<(Client, Option<i64>), Fault>>;
+
+/// What an [`Opening`] gave (`None`: nothing within [`SQL_WITHIN`], or its thread ended).
+fn sql_opened(done: Option<Result<(Client, Option<i64>), Fault>>) -> Result<(Client, Option<i64>), Fault> {
+    done.unwrap_or_else(|| {
+        Err(Fault::Transient(format!(
+            "PostgreSQL: the SQL connection did not open within {} s",
+            SQL_WITHIN.as_secs()
+        )))
+    })
+}
+
+/// A stream being started on a thread ([`Source::tend`]'s reconnect): the start, and its
+/// walsender's process id.
+type Starting = OnThread<(Result<Stream, String>, Option<i32>)>;
+
+/// What a [`Starting`] gave (`None`: nothing within [`SQL_WITHIN`], or its thread ended).
+fn stream_started(
+    done: Option<(Result<Stream, String>, Option<i32>)>,
+) -> (Result<Stream, String>, Option<i32>) {
+    done.unwrap_or_else(|| {
+        (
+            Err(format!(
+                "PostgreSQL: the replication stream did not start within {} s",
+                SQL_WITHIN.as_secs()
+            )),
+            None,
+        )
+    })
 }
 
 /// A silence of the stream: since when, the last look at the primary (its `xmax`, and when),
 /// and whether it was said.
 type Quiet = (Instant, Option<(u64, Instant)>, bool);
-
-fn transient(what: &str) -> impl Fn(postgres::Error) -> Fault + '_ {
-    move |e| Fault::Transient(format!("PostgreSQL: {what}: {}", why(&e)))
-}
-
-/// Why a PostgreSQL call failed: the server's message, or the error and its causes (for a
-/// connection that failed, tokio-postgres says only "error connecting to server"; its source
-/// says why, e.g. "Connection refused (os error 111)").
-fn why(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => db.message().to_string(),
-        None => chain(e),
-    }
-}
-
-/// An error and its causes: `outer: inner: …`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.ends_with(&more) {
-            text = format!("{text}: {more}");
-        }
-        cause = c.source();
-    }
-    text
-}
-
-/// Where a connection string points, for messages: `host=db port=5432` (not the password).
-fn server_of(conninfo: &str) -> String {
-    let Ok(config) = conninfo.parse::<postgres::Config>() else {
-        return format!("{conninfo:?} (not a connection string)");
-    };
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|host| match host {
-            postgres::config::Host::Tcp(name) => name.clone(),
-            postgres::config::Host::Unix(dir) => dir.display().to_string(),
-        })
-        .collect();
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    let or_default = |list: Vec<String>, default: &str| match list.is_empty() {
-        true => default.to_string(),
-        false => list.join(","),
-    };
-    format!("host={} port={}", or_default(hosts, "/var/run/postgresql"), or_default(ports, "5432"))
-}
 
 impl Postgres {
     /// Connects, and creates the slot on first use (see the module's note on dropped slots).
@@ -189,9 +182,13 @@ impl Postgres {
             recreate,
             progress: None,
             quiet: None,
-            walsender: None,
+            walsenders: Vec::new(),
             _snapshots: None,
             restarted: None,
+            opening: None,
+            tending: (None, 0),
+            starting: None,
+            slot_seen: false,
         };
         source.reconnect()?;
         if let Some(every) = snapshot_every {
@@ -200,60 +197,23 @@ impl Postgres {
         Ok(source)
     }
 
+    /// The SQL connection, waiting for the one being opened if need be.
     fn client(&mut self) -> Result<&mut Client, Fault> {
+        if let Some(opening) = self.opening.take() {
+            self.opened(sql_opened(opening.wait(SQL_WITHIN)))?;
+        }
         self.client.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))
     }
 
-    /// Makes sure the slot exists and is ours to read; the WAL between its restart point and its
-    /// confirmed position, in bytes (what a stream started now decodes again before its first
-    /// new row; `None` for a slot just made).
-    fn ensure_slot(&mut self) -> Result<Option<i64>, Fault> {
-        let slot = self.slot.clone();
-        let (marker, recreate) = (self.marker.clone(), self.recreate);
-        let client = self.client()?;
-        let row = client
-            .query_opt(
-                "SELECT plugin, slot_type, (confirmed_flush_lsn - restart_lsn)::bigint FROM pg_replication_slots \
-                 WHERE slot_name = $1",
-                &[&slot],
-            )
-            .map_err(transient("look up the replication slot"))?;
-        match row {
-            Some(row) => {
-                let (plugin, kind): (Option<String>, String) = (row.get(0), row.get(1));
-                if kind != "logical" || plugin.as_deref() != Some("test_decoding") {
-                    return Err(Fault::Fatal(format!(
-                        "replication slot {slot} exists but is a {kind} slot with plugin {plugin:?}; \
-                         give the invalidator a slot of its own with --slot"
-                    )));
-                }
-                Ok(row.get(2))
-            }
-            None if marker.exists() && !recreate => Err(Fault::Fatal(format!(
-                "replication slot {slot} was dropped after this invalidator created it ({}): the \
-                 commits made since were not seen, so caches may hold stale values. Flush every \
-                 cluster (`flush_all` through each router), then start again with --recreate-slot",
-                marker.display()
-            ))),
-            None => {
-                let level: String =
-                    client.query_one("SHOW wal_level", &[]).map_err(transient("read wal_level"))?.get(0);
-                if level != "logical" {
-                    return Err(Fault::Fatal(format!(
-                        "PostgreSQL runs with wal_level={level}; logical decoding needs wal_level=logical \
-                         (set it in postgresql.conf and restart PostgreSQL)"
-                    )));
-                }
-                client
-                    .execute("SELECT pg_create_logical_replication_slot($1, 'test_decoding')", &[&slot])
-                    .map_err(transient("create the replication slot"))?;
-                std::fs::write(&marker, format!("{slot}\n")).map_err(|e| {
-                    Fault::Fatal(format!("cannot record the slot in {}: {e}", marker.display()))
-                })?;
-                eprintln!("shoal invalidator: created logical replication slot {slot}");
-                Ok(None)
-            }
+    /// Takes the opened SQL connection (and the slot's backlog, for the reconnect's steps).
+    fn opened(&mut self, opened: Result<(Client, Option<i64>), Fault>) -> Result<(), Fault> {
+        let (client, backlog) = opened?;
+        self.client = Some(client);
+        self.slot_seen = true;
+        if let Some(restart) = self.restarted.as_mut() {
+            (restart.sql, restart.backlog) = (Some(restart.began.elapsed()), backlog);
         }
+        Ok(())
     }
 
     /// Waits until every transaction of `xids` (decoded commits) is visible to a new snapshot,
@@ -309,7 +269,7 @@ impl Postgres {
     fn current_snapshot(&mut self) -> Result<String, String> {
         if self.client.is_none() {
             let config = sql_config_of(&self.conninfo)?;
-            self.client = Some(config.connect(NoTls).map_err(|e| chain(&e))?);
+            self.client = Some(connect(&config, &server_of(&self.conninfo)).map_err(|f| f.to_string())?);
         }
         let client = self.client.as_mut().expect("connected above");
         // The simple protocol: one round trip (a replica region's invalidator asks over the WAN).
@@ -387,12 +347,12 @@ impl Postgres {
 
 impl Source for Postgres {
     fn read(&mut self, max: usize, wait: std::time::Duration) -> Result<Batch, Fault> {
-        let stream =
-            self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
-        let rows = stream.rows(wait, max).map_err(Fault::Transient)?;
+        let rows = self.live_stream()?.rows(wait, max).map_err(Fault::Transient)?;
         if rows.is_empty() {
             self.quiet_stream()?;
         } else {
+            // Nothing is handed on before the SQL connection of a reconnect has checked the slot.
+            self.client()?;
             self.quiet = None;
             self.say_restarted();
         }
@@ -451,58 +411,213 @@ impl Source for Postgres {
         let Position::Lsn(lsn, past) = upto else {
             return Err(Fault::Fatal(format!("a PostgreSQL slot cannot confirm {upto}")));
         };
+        // A stream being started is not waited for: the confirmation fails, and the reconnect
+        // reads again from the position confirmed before (nothing is confirmed past it).
         let stream =
             self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
         stream.confirm(lsn + u64::from(*past)).map_err(Fault::Transient)
+    }
+
+    fn tend(&mut self) -> Result<(), Fault> {
+        if let Some(stream) = self.stream.as_mut() {
+            let Err(why) = stream.tend() else { return Ok(()) };
+            eprintln!("shoal invalidator: {why}; reconnecting while the batch waits for the replica");
+            (self.stream, self.open, self.quiet, self.tending) = (None, None, None, (None, 0));
+        }
+        if let Some(starting) = self.starting.take() {
+            let Some(done) = starting.ready() else {
+                self.starting = Some(starting);
+                return Ok(());
+            };
+            let (started, pid) = stream_started(done);
+            match self.started(started, pid) {
+                Ok(stream) => self.install(stream),
+                Err(why) => {
+                    if slot_in_use(&why) {
+                        self.end_old_walsenders_when_connected()?;
+                    }
+                    self.tending = (Some(Instant::now()), self.tending.1 + 1);
+                }
+            }
+            return Ok(());
+        }
+        // Tried again after 20 ms, doubling to 500 ms, as the main loop does.
+        let (tried, failures) = self.tending;
+        let pause = crate::pause_after(failures, crate::REREAD_FIRST, crate::REREAD_CAP);
+        if tried.is_some_and(|at| at.elapsed() < pause) {
+            return Ok(());
+        }
+        if self.client.is_none() && self.opening.is_none() {
+            self.opening = Some(self.spawn_opening()?);
+        }
+        // On a thread: a connect through a link still cut waits out its timeout, and the
+        // replica the batch waits for must be watched meanwhile (it may be back first).
+        self.restarted.get_or_insert_with(Restart::new).try_again();
+        let (conninfo, slot) = (self.conninfo.clone(), self.slot.clone());
+        self.starting = Some(OnThread::spawn("invalidator-stream", move || {
+            let mut pid = None;
+            (Stream::start(&conninfo, &slot, &mut pid), pid)
+        }));
+        Ok(())
     }
 
     fn set_progress(&mut self, progress: Arc<Progress>) {
         self.progress = Some(progress);
     }
 
+    /// Starts the stream and, beside it on a thread, the SQL connection: the stream needs only
+    /// the slot, and its first rows wait for the SQL connection only where they need it (the
+    /// slot checked, commits visible). The first connection of a process checks (or makes) the
+    /// slot before the stream starts.
     fn reconnect(&mut self) -> Result<(), Fault> {
-        (self.client, self.stream, self.open, self.quiet) = (None, None, None, None);
-        let began = Instant::now();
-        self.restarted = None;
-        let config = sql_config_of(&self.conninfo).map_err(Fault::Fatal)?;
-        let client = config.connect(NoTls).map_err(|e| {
-            use std::error::Error;
-            // The cause alone: "error connecting to server" adds nothing to what is said first.
-            let cause = e.source().filter(|_| e.as_db_error().is_none()).map_or_else(|| why(&e), chain);
-            Fault::Transient(format!("connecting to PostgreSQL at {}: {cause}", server_of(&self.conninfo)))
-        })?;
-        self.client = Some(client);
-        let connected = began.elapsed();
-        let backlog = self.ensure_slot()?;
-        self.end_old_walsender()?;
-        let slot_free = began.elapsed();
-        // The SQL connection manages the slot and waits for commits to be visible; changes
-        // come over the stream.
-        self.stream =
-            Some(Stream::start(&self.conninfo, &self.slot, &mut self.walsender).map_err(Fault::Transient)?);
-        self.restarted = Some(Restart { began, steps: vec![connected, slot_free, began.elapsed()], backlog });
+        (self.client, self.stream, self.open, self.quiet, self.opening, self.starting) =
+            (None, None, None, None, None, None);
+        self.restarted.get_or_insert_with(Restart::new).try_again();
+        let opening = self.spawn_opening()?;
+        if self.slot_seen {
+            self.opening = Some(opening);
+        } else {
+            self.opened(sql_opened(opening.wait(SQL_WITHIN)))?;
+        }
+        let stream = self.start_stream()?;
+        self.install(stream);
         Ok(())
     }
 }
 
+impl Restart {
+    fn new() -> Restart {
+        let began = Instant::now();
+        Restart {
+            began,
+            tries: 0,
+            last: Duration::ZERO,
+            stream: Duration::ZERO,
+            sql: None,
+            ended: None,
+            backlog: None,
+        }
+    }
+
+    /// Another try begins: the steps said are its own.
+    fn try_again(&mut self) {
+        (self.tries, self.last) = (self.tries + 1, self.began.elapsed());
+        (self.sql, self.ended) = (None, None);
+    }
+}
+
 impl Postgres {
+    /// The SQL connection opened (and the slot checked) on a thread.
+    fn spawn_opening(&self) -> Result<Opening, Fault> {
+        let config = sql_config_of(&self.conninfo).map_err(Fault::Fatal)?;
+        let (server, slot, marker, recreate) =
+            (server_of(&self.conninfo), self.slot.clone(), self.marker.clone(), self.recreate);
+        Ok(OnThread::spawn("invalidator-sql", move || {
+            let mut client = connect(&config, &server)?;
+            let backlog = check_slot(&mut client, &slot, &marker, recreate)?;
+            Ok((client, backlog))
+        }))
+    }
+
+    /// Starts the stream from the slot's confirmed position. While the walsender of a stream
+    /// given up still holds the slot, it is ended once the SQL connection is there, and the
+    /// start tried again after 20 ms, doubling to 500 ms (for up to [`SLOT_FREE_WITHIN`]).
+    fn start_stream(&mut self) -> Result<Stream, Fault> {
+        let deadline = Instant::now() + SLOT_FREE_WITHIN;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut pid = None;
+            let started = Stream::start(&self.conninfo, &self.slot, &mut pid);
+            let why = match self.started(started, pid) {
+                Ok(stream) => return Ok(stream),
+                Err(why) => why,
+            };
+            if !slot_in_use(&why) || Instant::now() >= deadline {
+                // PostgreSQL refused the stream (a slot that is gone, say): the SQL connection's
+                // check says why, if it can. A connection that failed is not waited for: the
+                // SQL side may hang as long as the link is down.
+                if let Some(opening) = self.opening.take().filter(|_| why.contains("(SQLSTATE ")) {
+                    self.opened(sql_opened(opening.wait(SQL_WITHIN)))?;
+                }
+                return Err(Fault::Transient(why));
+            }
+            self.end_old_walsenders_when_connected()?;
+            std::thread::sleep(crate::pause_after(tries, crate::REREAD_FIRST, crate::REREAD_CAP));
+        }
+    }
+
+    /// The stream to read, waiting for one being started ([`Source::tend`]'s, begun while a
+    /// batch waited for the replica).
+    fn live_stream(&mut self) -> Result<&mut Stream, Fault> {
+        if let Some(starting) = self.starting.take() {
+            let (started, pid) = stream_started(starting.wait(SQL_WITHIN));
+            let stream = self.started(started, pid).map_err(Fault::Transient)?;
+            self.install(stream);
+        }
+        self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))
+    }
+
+    /// Reads `stream` from now on (its walsender noted by [`Postgres::started`]).
+    fn install(&mut self, stream: Stream) {
+        self.stream = Some(stream);
+        self.tending = (None, 0);
+        if let Some(restart) = self.restarted.as_mut() {
+            restart.stream = restart.began.elapsed();
+        }
+    }
+
+    /// Notes the walsender of a start (`pid`): once the stream started, it is the one to end
+    /// after this stream is given up, and the earlier ones no longer hold the slot; after a
+    /// start that failed past the start-up, other than for a slot in use, it may hold the slot.
+    fn started(&mut self, started: Result<Stream, String>, pid: Option<i32>) -> Result<Stream, String> {
+        match (&started, pid) {
+            (Ok(_), _) => self.walsenders = pid.into_iter().collect(),
+            (Err(why), Some(pid)) if !slot_in_use(why) => self.walsenders.push(pid),
+            (Err(_), _) => {}
+        }
+        started
+    }
+
+    /// Ends the walsenders of the streams given up once the SQL connection being opened is
+    /// there (not waiting for it), noting when for the reconnect's steps.
+    fn end_old_walsenders_when_connected(&mut self) -> Result<(), Fault> {
+        if let Some(done) = self.opening.as_ref().and_then(OnThread::ready) {
+            self.opening = None;
+            self.opened(sql_opened(done))?;
+        }
+        if self.client.is_none() || self.walsenders.is_empty() {
+            return Ok(());
+        }
+        for pid in std::mem::take(&mut self.walsenders) {
+            self.end_old_walsender(pid)?;
+        }
+        if let Some(restart) = self.restarted.as_mut() {
+            restart.ended = Some(restart.began.elapsed());
+        }
+        Ok(())
+    }
+
     /// Says, once per reconnect, how long the new stream took to its first row and what it
     /// decoded again (issue #26: where the time after a cut goes). The time is the Unix time,
     /// to line it up with a fault's log.
     fn say_restarted(&mut self) {
-        let Some(Restart { began, steps, backlog }) = self.restarted.take() else { return };
+        let Some(Restart { began, tries, last, stream, sql, ended, backlog }) = self.restarted.take() else {
+            return;
+        };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         eprintln!(
             "shoal invalidator: the restarted stream's first row came {:.0} ms after the reconnect began \
-             (connected at {:.0} ms, the slot free at {:.0} ms, the stream started at {:.0} ms; {} kB of WAL \
-             decoded again from the slot's restart point; unix time {unix:.3})",
+             ({tries} tries, the last begun at {:.0} ms; the stream started at {:.0} ms, the SQL connection open with the slot checked at {}{}; {} kB \
+             of WAL decoded again from the slot's restart point; unix time {unix:.3})",
             ms(began.elapsed()),
-            ms(steps[0]),
-            ms(steps[1]),
-            ms(steps[2]),
+            ms(last),
+            ms(stream),
+            sql.map_or_else(|| "?".to_string(), |d| format!("{:.0} ms", ms(d))),
+            ended.map_or_else(String::new, |d| format!(", the old walsender ended at {:.0} ms", ms(d))),
             backlog.map_or_else(|| "?".to_string(), |b| (b / 1000).to_string()),
         );
     }
@@ -511,8 +626,7 @@ impl Postgres {
     /// a second for it to go): a walsender whose connection was cut holds the slot until it
     /// notices, and the new stream's start would fail with "slot … is active" meanwhile. A
     /// process id that now reads another slot, or none, is left alone.
-    fn end_old_walsender(&mut self) -> Result<(), Fault> {
-        let Some(pid) = self.walsender.take() else { return Ok(()) };
+    fn end_old_walsender(&mut self, pid: i32) -> Result<(), Fault> {
         let slot = self.slot.clone();
         let ended = self
             .client()?

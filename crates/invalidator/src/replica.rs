@@ -34,9 +34,16 @@ impl ReplicaGate {
     /// say) is asked again every [`RETRY_REPLICA`] with the batch held: the commit log is not
     /// read again, so deletes go out as soon as it answers (the fault harness's replica
     /// restarts, docs/design/faults.md).
-    pub fn wait_for(&mut self, lsn: u64, stop: &AtomicBool) -> Result<u64, Fault> {
+    /// `tend` is called at every look (the commit log's [`crate::source::Source::tend`]).
+    pub fn wait_for(
+        &mut self,
+        lsn: u64,
+        stop: &AtomicBool,
+        tend: &mut dyn FnMut() -> Result<(), Fault>,
+    ) -> Result<u64, Fault> {
         let mut failing: Option<String> = None;
         while !stop.load(Ordering::Relaxed) {
+            tend()?;
             match self.replayed() {
                 Ok(replayed) if replayed >= lsn => {
                     if failing.is_some() {

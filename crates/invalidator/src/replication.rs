@@ -15,10 +15,19 @@
 //!
 //! A stream that goes silent is asked whether it is alive: after [`PROBE_AFTER`] with nothing
 //! received, a standby status update asking for a reply (its last byte 1; the walsender answers
-//! with a keepalive at once). Nothing within [`ANSWER_WITHIN`] of that question fails the stream,
-//! so that the caller reconnects rather than wait out TCP's retransmission back-off on a link
-//! that was cut (issue #26); the walsender's process id (given to [`Stream::start`]'s caller) lets it end the
-//! old walsender, which holds the slot until it notices itself.
+//! with a keepalive at once), asked again every [`PROBE_AFTER`] while nothing comes. When
+//! [`UNANSWERED_MAX`] questions in a row went unanswered (nothing at all received: about 5 s of
+//! silence), the stream fails, so that the caller reconnects rather than wait out TCP's
+//! retransmission back-off on a link that was cut (issue #26); the walsender's process id (given
+//! to [`Stream::start`]'s caller) lets it end the old walsender, which holds the slot until it
+//! notices itself. Counted in questions, not in time since the first: each is asked by a look
+//! of our own, so a stall of this process (it is not scheduled, the machine stops) is one
+//! question, not a dead stream. Not 1 s as before: on a loaded machine PostgreSQL left both
+//! invalidators' keep-alives unanswered for 1.5-3 s with no fault near (while ending a
+//! walsender took it 1-2 s), and each such give-up cost a reconnect and seconds of stale reads;
+//! answers after 3.0 s of silence were seen beside two fault runs and four CPU burners. 5 s is
+//! also what the fault harness gives its replica's own stream (`wal_receiver_timeout`), so a cut
+//! behind a proxy, which only this question notices, is not noticed later than the replica does.
 
 use bytes::BytesMut;
 use postgres::config::Host;
@@ -34,11 +43,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const POSTGRES_EPOCH_MICROS: u64 = 946_684_800_000_000;
 /// How often the flush position is reported even when nothing is asked.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
-/// How long the stream may send nothing before it is asked for a reply.
+/// How long the stream may send nothing before it is asked for a reply, and how long each
+/// question is given before the next.
 pub const PROBE_AFTER: Duration = Duration::from_millis(500);
-/// How long a question may go unanswered (with nothing else received) before the stream is
-/// given up as dead.
-pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+/// How many questions in a row may go unanswered (nothing at all received) before the stream
+/// is given up as dead: the last one is given [`PROBE_AFTER`] too, so a dead stream is given up
+/// after about `(UNANSWERED_MAX + 1) × PROBE_AFTER` of silence.
+pub const UNANSWERED_MAX: u32 = 9;
+/// How long a write to the walsender may block (a peer that stopped reading).
+const WRITE_WITHIN: Duration = Duration::from_secs(2);
+/// An answer that comes only after this many questions is said: the 1 s bound before gave
+/// such a stream up as cut (its silence was 1.5 s at the third question).
+const SAID_AFTER: u32 = 3;
+
+/// The most [`Stream::tend`] takes in without the rows being read.
+const HOLD_MAX: usize = 16 << 20;
 
 /// A socket to PostgreSQL.
 enum Socket {
@@ -96,8 +115,9 @@ pub struct Stream {
     sent: u64,
     /// When bytes last arrived.
     heard: Instant,
-    /// When a status update asking for a reply was sent, while nothing has arrived since.
-    asked: Option<Instant>,
+    /// While nothing has arrived since the first question: when the last status update asking
+    /// for a reply was sent, and how many were.
+    asked: Option<(Instant, u32)>,
     /// The walsender's process id (the startup's `BackendKeyData`).
     walsender: Option<i32>,
     /// How long a message of the start-up exchange may take.
@@ -149,8 +169,7 @@ impl Stream {
         };
         if let Socket::Tcp(s) = &stream.socket {
             // A write to a peer that stopped reading fails rather than blocks.
-            s.set_write_timeout(Some(ANSWER_WITHIN.max(Duration::from_secs(2))))
-                .map_err(io_failure("set a timeout"))?;
+            s.set_write_timeout(Some(WRITE_WITHIN)).map_err(io_failure("set a timeout"))?;
         }
         stream.socket.set_read_timeout(Some(answer_within)).map_err(io_failure("set a timeout"))?;
         let user = config
@@ -250,7 +269,7 @@ impl Stream {
             Ok(0) => Err("PostgreSQL closed the replication connection".into()),
             Ok(n) => {
                 self.buffer.extend_from_slice(&chunk[..n]);
-                (self.heard, self.asked) = (Instant::now(), None);
+                self.heard_now();
                 Ok(true)
             }
             // A read with a timeout fails with EINTR when the process is stopped and continued
@@ -357,25 +376,60 @@ impl Stream {
         Ok(rows)
     }
 
-    /// After a silence of [`PROBE_AFTER`], asks the walsender for a reply; fails when the
-    /// question has gone [`ANSWER_WITHIN`] without anything arriving.
+    /// After a silence of [`PROBE_AFTER`], asks the walsender for a reply, and again every
+    /// [`PROBE_AFTER`] while nothing arrives; fails when [`UNANSWERED_MAX`] questions went
+    /// unanswered and the last one had its [`PROBE_AFTER`] too.
     fn keep_alive(&mut self) -> Result<(), Failure> {
-        match self.asked {
-            Some(asked) if asked.elapsed() >= ANSWER_WITHIN => Err(format!(
-                "PostgreSQL replication connection: nothing received for {:.1} s, and no answer to a \
-                 keep-alive within {:.1} s (walsender {}): given up as cut",
-                self.heard.elapsed().as_secs_f64(),
-                ANSWER_WITHIN.as_secs_f64(),
-                self.walsender.map_or_else(|| "unknown".to_string(), |pid| pid.to_string())
-            )),
-            Some(_) => Ok(()),
-            None if self.heard.elapsed() >= PROBE_AFTER => {
-                self.status(true)?;
-                self.asked = Some(Instant::now());
-                Ok(())
-            }
-            None => Ok(()),
+        let (last, unanswered) = self.asked.unwrap_or((self.heard, 0));
+        if last.elapsed() < PROBE_AFTER {
+            return Ok(());
         }
+        if unanswered >= UNANSWERED_MAX {
+            return Err(format!(
+                "PostgreSQL replication connection: nothing received for {:.1} s, and no answer to a \
+                 keep-alive asked {unanswered} times {:.1} s apart (walsender {}): given up as cut",
+                self.heard.elapsed().as_secs_f64(),
+                PROBE_AFTER.as_secs_f64(),
+                self.walsender.map_or_else(|| "unknown".to_string(), |pid| pid.to_string())
+            ));
+        }
+        self.status(true)?;
+        self.asked = Some((Instant::now(), unanswered + 1));
+        Ok(())
+    }
+
+    /// Bytes arrived: the stream is alive. An answer that came only after [`SAID_AFTER`]
+    /// questions is said, the evidence for [`UNANSWERED_MAX`].
+    fn heard_now(&mut self) {
+        if let Some((_, unanswered)) = self.asked.filter(|&(_, unanswered)| unanswered >= SAID_AFTER) {
+            eprintln!(
+                "shoal invalidator: the replication stream answered after {:.1} s of silence ({unanswered} \
+                 keep-alives asked; walsender {})",
+                self.heard.elapsed().as_secs_f64(),
+                self.walsender.map_or_else(|| "unknown".to_string(), |pid| pid.to_string())
+            );
+        }
+        (self.heard, self.asked) = (Instant::now(), None);
+    }
+
+    /// Keeps the stream alive while the caller holds rows back (a replica region's batch
+    /// waiting for its replica, `replica.rs`): takes what has arrived into the buffer without
+    /// parsing it (up to [`HOLD_MAX`]; the next [`Stream::rows`] reads it), reports the flush
+    /// position every [`STATUS_EVERY`], and asks for a reply after a silence, failing as
+    /// [`Stream::rows`] does when none comes: a link cut meanwhile is noticed while the batch
+    /// waits, not after it (issue #26).
+    pub fn tend(&mut self) -> Result<(), Failure> {
+        if self.buffer.len() < HOLD_MAX {
+            self.read_more(None)?;
+        } else {
+            // A full buffer is a stream that talks: nothing to ask.
+            self.heard_now();
+        }
+        self.keep_alive()?;
+        if self.last_status.elapsed() >= STATUS_EVERY {
+            self.status(false)?;
+        }
+        Ok(())
     }
 
     /// The furthest WAL position the server has said it sent (rows and keepalives).
@@ -404,6 +458,12 @@ impl Stream {
         self.last_status = Instant::now();
         self.send(&frame)
     }
+}
+
+/// Whether [`Stream::start`] failed because another connection still reads the slot
+/// (`object_in_use`: "replication slot … is active for PID …").
+pub fn slot_in_use(failure: &str) -> bool {
+    failure.ends_with("(SQLSTATE 55006)")
 }
 
 /// The `M` (message) field of an ErrorResponse, with its SQLSTATE.

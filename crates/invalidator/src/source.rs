@@ -111,6 +111,13 @@ pub trait Source: Send {
     fn confirm(&mut self, upto: &Position) -> Result<(), Fault>;
     /// Reconnects after a transient fault.
     fn reconnect(&mut self) -> Result<(), Fault>;
+    /// Called often while a read batch is held (waiting for a replica): keeps the log's
+    /// connection alive and, when it was lost, reconnects, so that the next read finds a new
+    /// one (nothing read again is lost or skipped: a reconnect reads from the confirmed
+    /// position). Only a fault that needs an operator is returned.
+    fn tend(&mut self) -> Result<(), Fault> {
+        Ok(())
+    }
     /// Where to say what a read is waiting for (a source that waits inside `read` says so).
     fn set_progress(&mut self, _progress: std::sync::Arc<crate::watch::Progress>) {}
 }

@@ -32,6 +32,9 @@ pub enum Stage {
     /// Appending a batch to the spools (written, flushed later by the group syncer), or
     /// waiting for a full one.
     Spooling,
+    /// Telling the database how far the log has been read (its deletes are all spooled):
+    /// a wait here is the database's, not the spools'.
+    Confirming,
 }
 
 /// Where the invalidator is, shared by the main loop, the spools' observer and the watcher.
@@ -91,6 +94,9 @@ fn reader_text(stage: Stage, since: Instant, deletes: usize) -> String {
             "the log reader is writing {deletes} deletes to the spools ({held:.1} s: a full spool, or a disk too \
              slow to take a write)"
         ),
+        Stage::Confirming => {
+            format!("the log reader is confirming its position to the database ({held:.1} s: a database slow to answer)")
+        }
     }
 }
 
@@ -161,5 +167,6 @@ mod tests {
         assert!(reader_text(Stage::Replica, since, 2).contains("replica has replayed"));
         assert!(reader_text(Stage::Spooling, since, 1).contains("full spool"));
         assert!(reader_text(Stage::Reading, since, 0).contains("waiting for changes"));
+        assert!(reader_text(Stage::Confirming, since, 0).contains("confirming its position"));
     }
 }
