@@ -91,7 +91,7 @@ pub struct MetaFlags<'a> {
 }
 
 /// The bit of a flag letter in [`MetaFlags::present`].
-fn bit(flag: u8) -> Option<u64> {
+const fn bit(flag: u8) -> Option<u64> {
     match flag {
         b'A'..=b'Z' => Some(1 << (flag - b'A')),
         b'a'..=b'z' => Some(1 << (26 + flag - b'a')),
@@ -99,10 +99,29 @@ fn bit(flag: u8) -> Option<u64> {
     }
 }
 
+/// A set of flag letters, for [`MetaFlags::has_any`] (other bytes are left out).
+pub const fn flag_set(letters: &[u8]) -> u64 {
+    let (mut set, mut i) = (0, 0);
+    while i < letters.len() {
+        if let Some(b) = bit(letters[i]) {
+            set |= b;
+        }
+        i += 1;
+    }
+    set
+}
+
 impl<'a> MetaFlags<'a> {
     /// Whether flag letter `flag` was given.
     pub fn has(&self, flag: u8) -> bool {
         bit(flag).is_some_and(|b| self.present & b != 0)
+    }
+
+    /// Whether any flag of `set` ([`flag_set`]) was given: one test where an answer would
+    /// otherwise walk the flags for letters that are not there.
+    #[inline]
+    pub fn has_any(&self, set: u64) -> bool {
+        self.present & set != 0
     }
 
     /// Reads the flag tokens as memcached's pre-parse does: a repeated or unknown flag stops
@@ -184,6 +203,26 @@ impl<'a> MetaFlags<'a> {
     }
 }
 
+/// Flags that take no token and need no check.
+const PLAIN: u64 = flag_set(b"kstcfvhluqxIPL");
+
+/// Counts `tokens`, and if each is one letter of [`PLAIN`], none twice (the commonest lines,
+/// `mg <key> v`, `mg <key> s t v`), gives the flags they set: what [`MetaFlags::parse`]
+/// would make of them, read in the pass that counts them.
+fn plain_flags(tokens: Tokens<'_>) -> (usize, Option<u64>) {
+    let (mut count, mut present, mut plain) = (0, 0u64, true);
+    for token in tokens {
+        count += 1;
+        let b = match token {
+            [letter] => bit(*letter).unwrap_or(0) & PLAIN,
+            _ => 0,
+        };
+        plain &= b != 0 && present & b == 0;
+        present |= b;
+    }
+    (count, plain.then_some(present))
+}
+
 /// Parses a meta command line (and the data block of `ms`).
 pub(crate) fn parse<'a>(at: &Line<'a>, command: &'a [u8], mut args: Tokens<'a>) -> Parse<'a> {
     let cmd = match command[1] {
@@ -219,7 +258,8 @@ pub(crate) fn parse<'a>(at: &Line<'a>, command: &'a [u8], mut args: Tokens<'a>) 
     if !valid_key(key) {
         return error(BAD_FORMAT);
     }
-    let count = 2 + args.clone().count();
+    let (rest, plain) = plain_flags(args.clone());
+    let count = 2 + rest;
     let set = cmd == MetaCmd::Set;
     if set && count == 2 {
         return error(BAD_FORMAT);
@@ -242,12 +282,15 @@ pub(crate) fn parse<'a>(at: &Line<'a>, command: &'a [u8], mut args: Tokens<'a>) 
     // Once its size is known, a refused `ms` still has its data block swallowed.
     let consume = if set { at.through_block(len) } else { at.end };
     let order = args.clone();
-    let flags = match MetaFlags::parse(args, key) {
-        Ok(flags) => flags,
-        Err(_) if matches!(cmd, MetaCmd::Delete | MetaCmd::Arithmetic) => {
-            return Parse::error("CLIENT_ERROR invalid or duplicate flag", consume)
-        }
-        Err(reply) => return Parse::error(reply, consume),
+    let flags = match plain {
+        Some(present) => MetaFlags { present, ..MetaFlags::default() },
+        None => match MetaFlags::parse(args, key) {
+            Ok(flags) => flags,
+            Err(_) if matches!(cmd, MetaCmd::Delete | MetaCmd::Arithmetic) => {
+                return Parse::error("CLIENT_ERROR invalid or duplicate flag", consume)
+            }
+            Err(reply) => return Parse::error(reply, consume),
+        },
     };
     if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE) {
         return Parse::error("CLIENT_ERROR opaque token too long", consume);
@@ -314,6 +357,40 @@ mod tests {
         let m = meta(b"mg YWJj b v\r\n");
         assert_eq!(m.key(&mut [0; KEY_MAX]), b"abc");
         assert_eq!(meta(b"mg k\r\n").key(&mut [0; KEY_MAX]), b"k");
+    }
+
+    #[test]
+    fn plain_flags_read_as_the_flag_parser_reads_them() {
+        let mut words: Vec<String> = (b'A'..=b'z').map(|b| (b as char).to_string()).collect();
+        words.extend(["vv", "T5", "b", "Oab", "?", "k2"].map(String::from));
+        let mut plain = 0;
+        for a in &words {
+            for b in &words {
+                let line = format!("{a} {b}");
+                let (count, flags) = plain_flags(Tokens::new(line.as_bytes()));
+                assert_eq!(count, 2, "{line}");
+                if let Some(present) = flags {
+                    plain += 1;
+                    let parsed = MetaFlags::parse(Tokens::new(line.as_bytes()), b"k");
+                    assert_eq!(parsed, Ok(MetaFlags { present, ..MetaFlags::default() }), "{line}");
+                }
+            }
+        }
+        // Every ordered pair of two different plain letters, and nothing else.
+        assert_eq!(plain, 14 * 13);
+        assert_eq!(plain_flags(Tokens::new(b"")), (0, Some(0)));
+    }
+
+    #[test]
+    fn a_set_of_flags_is_any_of_its_letters() {
+        let written = flag_set(b"Okc");
+        assert_eq!(written, flag_set(b"cOk?9"), "bytes that name no flag are left out");
+        assert!(!meta(b"mg k v q\r\n").flags.has_any(written));
+        for one in ["O1", "k", "c"] {
+            let line = format!("mg k v {one}\r\n");
+            assert!(meta(line.as_bytes()).flags.has_any(written), "{one}");
+        }
+        assert!(!meta(b"mg k c\r\n").flags.has_any(flag_set(b"")));
     }
 
     #[test]

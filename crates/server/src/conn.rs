@@ -257,6 +257,9 @@ impl Conn {
             conn_state::MWRITE
         } else if !self.heard {
             conn_state::NEW_CMD
+        } else if pending.is_empty() && self.swallow == 0 {
+            // The commonest case, decided without searching.
+            conn_state::READ
         } else if self.swallow > 0
             || (self.protocol == Protocol::Binary && pending.len() >= shoal_proto::binary::HEADER_LEN)
             || (self.protocol != Protocol::Binary && pending.contains(&b'\n'))
@@ -440,6 +443,12 @@ impl Conn {
                     } else {
                         self.swallow = consume - available;
                         self.start = self.end;
+                    }
+                    if self.start == self.end && *budget > 0 && self.dump.is_none() && self.watcher.is_none()
+                    {
+                        // All consumed (the usual end of a batch): the next round's checks
+                        // would say so too.
+                        break Stopped::Input;
                     }
                 }
             }

@@ -20,6 +20,7 @@
 use shoal_proto::hotkeys::{encode_hotkeys, HotKey};
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -44,19 +45,48 @@ const MIN_RATE: f64 = 0.0005;
 /// Forward decay's weights grow as e^(t/τ): the table is renormalised when they pass e^this.
 const RENORMALISE_AFTER: f64 = 64.0;
 
-/// One tracked key. `count` and `error` are in forward-decayed units (see [`SpaceSaving`]).
+/// One tracked key. Its count lives in its heap slot ([`Slot`]), where the heap compares it.
 struct Entry {
     key: Vec<u8>,
-    /// What Space-Saving counts for the key: at least its true count, at most `error` above.
-    count: f64,
+    /// [`tracked_hash`] of the key: what the index finds it by.
+    hash: u64,
     /// The count the key inherited when it took the slot of the least counted one.
     error: f64,
 }
 
-impl Entry {
-    /// The count the key certainly has.
-    fn guaranteed(&self) -> f64 {
-        self.count - self.error
+/// A place in the heap: a key's count, kept beside its entry's index so a step of the heap
+/// reads one array.
+#[derive(Clone, Copy)]
+struct Slot {
+    /// What Space-Saving counts for the key: at least its true count, at most `error` above.
+    count: f64,
+    entry: usize,
+}
+
+/// The hash the sketch indexes a key by: xxh3 (the regions' hash) with a fixed seed, taken
+/// only on a counted read, and one hash a read where SipHash over the key took three.
+fn tracked_hash(key: &[u8]) -> u64 {
+    shoal_region::key_hash(key, 0x0068_6f74_6b65_7973) // "hotkeys"
+}
+
+/// A `HashMap` hasher for keys that are already hashes ([`tracked_hash`]): it passes them on.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed here; anything else is folded in all the same.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
     }
 }
 
@@ -66,10 +96,12 @@ pub struct SpaceSaving {
     capacity: usize,
     lifetime: f64,
     entries: Vec<Entry>,
-    /// A binary min-heap of entry indexes by count; `position[entry]` is its place in it.
-    heap: Vec<usize>,
+    /// A binary min-heap of the entries by count; `position[entry]` is its place in it.
+    heap: Vec<Slot>,
     position: Vec<usize>,
-    index: HashMap<Vec<u8>, usize>,
+    /// Entries by [`tracked_hash`]. A key whose 64-bit hash a different tracked key holds
+    /// (about one counted read in 10¹⁶ with 1 024 keys tracked) is not counted.
+    index: HashMap<u64, usize, BuildHasherDefault<Prehashed>>,
     /// The time at which a weight of 1 is added as 1; later weights are scaled up from it.
     landmark: f64,
 }
@@ -83,7 +115,7 @@ impl SpaceSaving {
             entries: Vec::with_capacity(capacity),
             heap: Vec::with_capacity(capacity),
             position: Vec::with_capacity(capacity),
-            index: HashMap::with_capacity(capacity),
+            index: HashMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default()),
             landmark: 0.0,
         }
     }
@@ -97,29 +129,33 @@ impl SpaceSaving {
             self.renormalise(now);
         }
         let weight = weight * ((now - self.landmark) / self.lifetime).exp();
-        if let Some(&at) = self.index.get(key) {
-            self.entries[at].count += weight;
-            self.sift_down(self.position[at]);
+        let hash = tracked_hash(key);
+        if let Some(&at) = self.index.get(&hash) {
+            if self.entries[at].key != key {
+                return; // another key of the same hash holds the place (see `index`)
+            }
+            let place = self.position[at];
+            self.heap[place].count += weight;
+            self.sift_down(place);
         } else if self.entries.len() < self.capacity {
             let at = self.entries.len();
-            self.entries.push(Entry { key: key.to_vec(), count: weight, error: 0.0 });
-            self.index.insert(key.to_vec(), at);
+            self.entries.push(Entry { key: key.to_vec(), hash, error: 0.0 });
+            self.index.insert(hash, at);
             self.position.push(self.heap.len());
-            self.heap.push(at);
+            self.heap.push(Slot { count: weight, entry: at });
             self.sift_up(self.heap.len() - 1);
         } else {
             // The least counted key gives its slot up; the newcomer inherits its count as error.
-            // Its two copies of the key are overwritten in place: no allocation once warm.
-            let at = self.heap[0];
-            let least = &mut self.entries[at];
-            let (mut indexed, _) = self.index.remove_entry(&least.key).expect("every tracked key is indexed");
-            for copy in [&mut indexed, &mut least.key] {
-                copy.clear();
-                copy.extend_from_slice(key);
-            }
-            least.error = least.count;
-            least.count += weight;
-            self.index.insert(indexed, at);
+            // Its key is overwritten in place: no allocation once warm.
+            let least = self.heap[0];
+            let entry = &mut self.entries[least.entry];
+            self.index.remove(&entry.hash);
+            entry.key.clear();
+            entry.key.extend_from_slice(key);
+            entry.hash = hash;
+            entry.error = least.count;
+            self.heap[0].count += weight;
+            self.index.insert(hash, least.entry);
             self.sift_down(0);
         }
     }
@@ -128,11 +164,16 @@ impl SpaceSaving {
     /// requests per second.
     pub fn top(&self, k: usize, now: f64) -> Vec<HotKey> {
         let scale = (-(now - self.landmark) / self.lifetime).exp() / self.lifetime;
-        let mut ranked: Vec<&Entry> = self.entries.iter().collect();
-        ranked.sort_by(|a, b| b.guaranteed().total_cmp(&a.guaranteed()).then_with(|| a.key.cmp(&b.key)));
+        // Each key with the count it certainly has.
+        let mut ranked: Vec<(&[u8], f64)> = self
+            .heap
+            .iter()
+            .map(|s| (&self.entries[s.entry].key[..], s.count - self.entries[s.entry].error))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         ranked
             .into_iter()
-            .map(|e| HotKey { key: e.key.clone(), rate: e.guaranteed() * scale })
+            .map(|(key, guaranteed)| HotKey { key: key.to_vec(), rate: guaranteed * scale })
             .take_while(|h| h.rate >= MIN_RATE)
             .take(k)
             .collect()
@@ -141,21 +182,23 @@ impl SpaceSaving {
     /// Moves the landmark to `now`, scaling every count down to it (their order is unchanged).
     fn renormalise(&mut self, now: f64) {
         let scale = (-(now - self.landmark) / self.lifetime).exp();
+        for slot in &mut self.heap {
+            slot.count *= scale;
+        }
         for e in &mut self.entries {
-            e.count *= scale;
             e.error *= scale;
         }
         self.landmark = now;
     }
 
     fn count_at(&self, place: usize) -> f64 {
-        self.entries[self.heap[place]].count
+        self.heap[place].count
     }
 
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
-        self.position[self.heap[a]] = a;
-        self.position[self.heap[b]] = b;
+        self.position[self.heap[a].entry] = a;
+        self.position[self.heap[b].entry] = b;
     }
 
     fn sift_up(&mut self, mut place: usize) {
@@ -166,15 +209,15 @@ impl SpaceSaving {
     }
 
     fn sift_down(&mut self, mut place: usize) {
+        let len = self.heap.len();
         loop {
-            let (left, right) = (2 * place + 1, 2 * place + 2);
-            let mut least = place;
-            for child in [left, right] {
-                if child < self.heap.len() && self.count_at(child) < self.count_at(least) {
-                    least = child;
-                }
+            let left = 2 * place + 1;
+            if left >= len {
+                return;
             }
-            if least == place {
+            let right = left + 1;
+            let least = if right < len && self.count_at(right) < self.count_at(left) { right } else { left };
+            if self.count_at(least) >= self.count_at(place) {
                 return;
             }
             self.swap(place, least);
@@ -218,9 +261,7 @@ impl Sampler<'_> {
     /// Counts a read of `key`, as [`HotKeys::record`].
     #[inline]
     pub fn record(&mut self, key: &[u8]) {
-        if self.keys.top == 0 {
-            return;
-        }
+        // With detection off the countdown starts where no request reaches 0.
         match self.left {
             0 | 1 => {
                 self.left = next_gap(self.keys.sample);
@@ -265,7 +306,7 @@ impl HotKeys {
     /// countdown once and gives it back when dropped, rather than once per key.
     #[inline]
     pub fn sampler(&self) -> Sampler<'_> {
-        let left = if self.top == 0 { 0 } else { COUNTDOWN.with(Cell::get) };
+        let left = if self.top == 0 { u32::MAX } else { COUNTDOWN.with(Cell::get) };
         Sampler { keys: self, left }
     }
 

@@ -397,7 +397,6 @@ impl<'a> Worker<'a> {
 
     fn run(mut self) {
         let mut events = Events::with_capacity(256);
-        let mut tokens = Vec::new();
         let idle = self.shared.settings.idle_timeout;
         let mut idle_checked = std::time::Instant::now();
         while !self.shared.stopping() {
@@ -415,28 +414,26 @@ impl<'a> Worker<'a> {
                 eprintln!("worker poll failed: {e}");
                 break;
             }
-            tokens.clear();
             for event in events.iter() {
-                tokens.push(event.token());
                 if event.is_read_closed() || event.is_error() {
                     if let Some(conn) = self.conns.get_mut(event.token().0).and_then(Option::as_mut) {
                         conn.hung_up();
                     }
                 }
             }
-            if tokens.len() > 1 {
+            if events.iter().nth(1).is_some() {
                 // Several connections ready: read them all before serving any (`read_ahead`).
-                for &token in &tokens {
-                    if let Some(conn) = self.conns.get_mut(token.0).and_then(Option::as_mut) {
+                for event in events.iter() {
+                    if let Some(conn) = self.conns.get_mut(event.token().0).and_then(Option::as_mut) {
                         conn.read_ahead(&mut self.cx);
                     }
                 }
             }
-            for &token in &tokens {
-                if token == WAKE {
+            for event in events.iter() {
+                if event.token() == WAKE {
                     self.take_arrivals();
                 } else {
-                    self.drive(token.0);
+                    self.drive(event.token().0);
                 }
             }
             for _ in 0..self.ready.len() {

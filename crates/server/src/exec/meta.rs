@@ -14,7 +14,7 @@ use super::ops::{ArithOp, ArithResult, DeleteOp, DeleteResult, SetResult, StoreO
 use super::{push_u64, reply, store_error, Context};
 use crate::config::Settings;
 use crate::counters::Counters;
-use shoal_proto::{encode_base64, Meta, MetaCmd, MetaFlags, StoreMode, KEY_MAX};
+use shoal_proto::{encode_base64, flag_set, Meta, MetaCmd, MetaFlags, StoreMode, KEY_MAX};
 use shoal_region::{absolute_expiry, touch_expiry, Change, ItemInfo, Mark, Marks, NewItem, Value, ValueSink};
 
 /// What `mg` found, after any change it made.
@@ -63,6 +63,12 @@ fn flags_out(
     out: &mut Vec<u8>,
     mut extra: impl FnMut(u8, &mut Vec<u8>),
 ) {
+    // The letters this or an `extra` writes (or, `T` and `N`, that change what `t` shows): a
+    // request with none of them (`mg <key> v`) has nothing to walk.
+    const ANSWERED: u64 = flag_set(b"OkstTNcflh");
+    if !m.flags.has_any(ANSWERED) {
+        return;
+    }
     for token in m.order.clone() {
         match token[0] {
             b'O' => {
