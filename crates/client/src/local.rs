@@ -38,21 +38,27 @@ pub const CONNECTION_CHECK: Duration = Duration::from_millis(50);
 
 /// A server's region, mapped read-only, and this client's hints area registered with it.
 pub struct Local {
-    reader: Reader,
+    lookups: Lookups,
     path: PathBuf,
     cookie: u64,
     generation: u64,
-    hints: HintsWriter,
     clock: u32,
     clock_moved: Instant,
     /// When the connection was last seen open.
     connection_checked: Instant,
+    /// Where a read copies its value: apart from [`Lookups`], so that a read borrows both at
+    /// once (no buffer taken out of the struct and put back for every key).
+    value: Vec<u8>,
+}
+
+/// What a lookup needs: the region, the hints area it counts in, and how to answer.
+struct Lookups {
+    reader: Reader,
+    hints: HintsWriter,
     /// Whether the server hands out CAS uniques (`-C` turns them off: every CAS reads 0).
     cas_enabled: bool,
     /// The server is a near cache (`--upstream`): a miss here is asked of it, which fetches it.
     near: bool,
-    /// Where a read copies its value.
-    value: Vec<u8>,
 }
 
 /// What `shm` said.
@@ -103,16 +109,13 @@ impl Local {
         let near = shoal_proto::answer::lines(settings).any(|line| line.starts_with(b"STAT near_upstream "));
         let (generation, clock) = (reader.generation(), reader.clock());
         Ok(Some(Local {
-            reader,
+            lookups: Lookups { reader, hints, cas_enabled, near },
             path: answer.path,
             cookie: answer.cookie,
             generation,
-            hints,
             clock,
             clock_moved: Instant::now(),
             connection_checked: Instant::now(),
-            cas_enabled,
-            near,
             value: Vec::new(),
         }))
     }
@@ -131,7 +134,7 @@ impl Local {
     /// [`Local::is_current`] judged at `now` (a batch reads the clock once for all its
     /// servers: each reading is a system clock call).
     pub fn is_current_at(&mut self, conn: &mut Connection, now: Instant) -> bool {
-        let r = &self.reader;
+        let r = &self.lookups.reader;
         if r.cookie() != self.cookie || r.generation() != self.generation || !r.writer_attached() {
             return false;
         }
@@ -160,17 +163,34 @@ impl Local {
     /// the next read reuses (so a batch of reads allocates nothing per key).
     #[inline]
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
-        let mut value = std::mem::take(&mut self.value);
-        let found = self.get_with(key, &mut value);
-        self.value = value;
+        let found = self.lookups.get_with(key, &mut self.value);
         Some(found?.map(|(flags, cas)| ItemRef { value: &self.value, flags, cas }))
     }
 
     /// The lookup under [`Local::get_ref`], the value going to `sink` (which may be handed
     /// torn copies that the lookup then retries: it is whole only on a hit): a hit's flags and
     /// CAS, `Some(None)` for a miss, `None` when the region could not answer (ask the server).
+    /// Generic over the sink, so that a plain vector's copy is inlined into the lookup rather
+    /// than called through a vtable (Python's gatherer comes as a trait object, and stays one).
     #[inline]
-    pub fn get_with(&mut self, key: &[u8], sink: &mut dyn ValueSink) -> Option<Option<(u32, u64)>> {
+    pub fn get_with<S: ValueSink + ?Sized>(
+        &mut self,
+        key: &[u8],
+        sink: &mut S,
+    ) -> Option<Option<(u32, u64)>> {
+        self.lookups.get_with(key, sink)
+    }
+
+    /// Whether the server is a near cache, whose misses are asked of it (it fetches them).
+    pub fn is_near(&self) -> bool {
+        self.lookups.near
+    }
+}
+
+impl Lookups {
+    /// [`Local::get_with`].
+    #[inline]
+    fn get_with<S: ValueSink + ?Sized>(&mut self, key: &[u8], sink: &mut S) -> Option<Option<(u32, u64)>> {
         let (lookup, location, hash) = self.reader.get_located(key, sink).ok()?;
         self.hints.record(&lookup, location, self.reader.clock());
         // Threshold 0 (no curve) samples nothing.
@@ -182,11 +202,6 @@ impl Local {
             _ if self.near => return None,
             _ => None,
         })
-    }
-
-    /// Whether the server is a near cache, whose misses are asked of it (it fetches them).
-    pub fn is_near(&self) -> bool {
-        self.near
     }
 }
 

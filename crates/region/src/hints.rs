@@ -267,7 +267,7 @@ impl HintsWriter {
     /// Counts a local lookup, and queues a hit's location for the server to mark as read,
     /// unless it was queued already in this second of the region's clock (`now`,
     /// [`Reader::clock`](crate::Reader::clock)).
-    #[inline]
+    #[inline(always)]
     pub fn record(&mut self, lookup: &Lookup, location: Option<Location>, now: u32) {
         // Only the counters this read moves (two or three of them) are stored, each as it
         // moves (indexes as in `HintCounts::to_array`).
@@ -299,15 +299,22 @@ impl HintsWriter {
         }
         if let (Lookup::Hit(_), Some(at)) = (lookup, location) {
             let place = ((at.bucket as u64) << 3) | at.slot as u64;
-            if self.marked_this_second(place, at.word & !SLOT_ACCESSED, now) {
-                return;
+            if !self.marked_this_second(place, at.word & !SLOT_ACCESSED, now) {
+                self.queue(place, at.word);
             }
-            let entry = OFF_RING + (self.head as usize % RING_ENTRIES) * ENTRY_BYTES;
-            self.map.u64_at(entry).store(place, Ordering::Relaxed);
-            self.map.u64_at(entry + 8).store(at.word, Ordering::Relaxed);
-            self.head += 1;
-            self.map.u64_at(OFF_HEAD).store(self.head, Ordering::Release);
         }
+    }
+
+    /// Queues the location of a hit (`place`, the slot's `word`) for the server to mark as
+    /// read. Out of line, as is the filter's reset: a repeated read, the common case, is
+    /// filtered out before, and the path inlined into every lookup stays short.
+    #[cold]
+    fn queue(&mut self, place: u64, word: u64) {
+        let entry = OFF_RING + (self.head as usize % RING_ENTRIES) * ENTRY_BYTES;
+        self.map.u64_at(entry).store(place, Ordering::Relaxed);
+        self.map.u64_at(entry + 8).store(word, Ordering::Relaxed);
+        self.head += 1;
+        self.map.u64_at(OFF_HEAD).store(self.head, Ordering::Release);
     }
 
     /// Queues a read of the key whose probe hash ([`crate::key_hash`], which the server's
@@ -328,8 +335,7 @@ impl HintsWriter {
     #[inline]
     fn marked_this_second(&mut self, place: u64, word: u64, now: u32) -> bool {
         if now != self.filter_second {
-            self.recent.fill((0, 0));
-            self.filter_second = now;
+            self.start_second(now);
         }
         // `place` leads with the bucket, a hash of the key: its low bits spread well.
         let entry = &mut self.recent[place as usize % FILTER_ENTRIES];
@@ -338,6 +344,13 @@ impl HintsWriter {
         }
         *entry = (place, word);
         false
+    }
+
+    /// Empties the filter for second `now` ([`HintsWriter::marked_this_second`]).
+    #[cold]
+    fn start_second(&mut self, now: u32) {
+        self.recent.fill((0, 0));
+        self.filter_second = now;
     }
 
     /// What was counted so far.

@@ -55,10 +55,10 @@ impl Reader {
     /// [`crate::hints::HintsWriter::record`]) and the key's probe hash ([`crate::key_hash`]:
     /// what the curve's sample is screened by, so a reader need not hash the key again).
     #[inline]
-    pub fn get_located(
+    pub fn get_located<S: ValueSink + ?Sized>(
         &self,
         key: &[u8],
-        value: &mut dyn ValueSink,
+        value: &mut S,
     ) -> Result<(Lookup, Option<Location>, u64), OpError> {
         let hash = self.region.hash(key);
         self.region.prefetch_second(&hash);

@@ -169,11 +169,6 @@ impl ValueSink for Vec<u8> {
     }
 }
 
-/// Lends an optional sink to one attempt of a lookup that may need it again.
-fn reborrow<'s>(sink: &'s mut Option<&mut dyn ValueSink>) -> Option<&'s mut dyn ValueSink> {
-    sink.as_mut().map(|s| &mut **s as &mut dyn ValueSink)
-}
-
 /// A mapped region with its validated layout.
 pub(crate) struct Region {
     pub map: Mapping,
@@ -319,7 +314,7 @@ impl Region {
     /// Copies the value of an item [`Region::read_item`] accepted into the vector `sink`
     /// gives for it (bounds: the header was checked to fit the segment).
     #[inline]
-    fn copy_value(&self, found: &Found, sink: &mut dyn ValueSink) {
+    fn copy_value<S: ValueSink + ?Sized>(&self, found: &Found, sink: &mut S) {
         let h = &found.header;
         let value_at = self.item_offset(found.slot) + h.key_offset() + h.key_len;
         let info = found.info();
@@ -409,12 +404,12 @@ impl Region {
     /// returns is then kept where it is used, not copied out through each layer (about 140
     /// instructions less a lookup: docs/BENCHMARKS.md, #29's fifth round).
     #[inline(always)]
-    pub fn scan_bucket(
+    pub fn scan_bucket<S: ValueSink + ?Sized>(
         &self,
         b: usize,
         key: &[u8],
         tag: u16,
-        value: Option<&mut dyn ValueSink>,
+        value: Option<&mut S>,
         access: AccessTimes<'_>,
     ) -> Option<Found> {
         let bucket = self.bucket(b);
@@ -448,11 +443,11 @@ impl Region {
     /// therefore re-checks that the first bucket did not change while the second was scanned;
     /// otherwise an item moving between the two scans could be missed.
     #[inline(always)]
-    pub fn find(
+    pub fn find<S: ValueSink + ?Sized>(
         &self,
         key: &[u8],
         hash: &KeyHash,
-        mut value: Option<&mut dyn ValueSink>,
+        mut value: Option<&mut S>,
         access: AccessTimes<'_>,
     ) -> Result<Option<Found>, OpError> {
         let mut patience = Patience::default();
@@ -469,7 +464,7 @@ impl Region {
                         backoff(&mut spins);
                         continue;
                     };
-                    let found = self.scan_bucket(b, key, hash.tag, reborrow(&mut value), access);
+                    let found = self.scan_bucket(b, key, hash.tag, value.as_deref_mut(), access);
                     if read_validate(version, begun) {
                         if found.is_some() {
                             return Ok(found);
@@ -515,7 +510,11 @@ impl Region {
     /// The second candidate bucket starts loading before the first is scanned, so a key in its
     /// second bucket costs one memory miss for the index, not two in a row.
     #[inline]
-    pub fn get(&self, key: &[u8], value: &mut dyn ValueSink) -> Result<(Lookup, Option<Found>), OpError> {
+    pub fn get<S: ValueSink + ?Sized>(
+        &self,
+        key: &[u8],
+        value: &mut S,
+    ) -> Result<(Lookup, Option<Found>), OpError> {
         let hash = self.hash(key);
         self.prefetch_second(&hash);
         self.get_hashed(key, &hash, value, None)
@@ -525,11 +524,11 @@ impl Region {
     /// for a caller that has started loading what the lookup will touch itself, and may have
     /// the slots' access times.
     #[inline(always)]
-    pub fn get_hashed(
+    pub fn get_hashed<S: ValueSink + ?Sized>(
         &self,
         key: &[u8],
         hash: &KeyHash,
-        value: &mut dyn ValueSink,
+        value: &mut S,
         access: AccessTimes<'_>,
     ) -> Result<(Lookup, Option<Found>), OpError> {
         crate::key::check_key(key)?;

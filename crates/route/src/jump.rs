@@ -37,12 +37,12 @@ pub fn jump_many(keys: &[u64], buckets: u32, out: &mut [u32]) {
     let n = i64::from(buckets);
     for (keys, out) in keys.chunks(LANES).zip(out.chunks_mut(LANES)) {
         // Per lane: the key's state, its bucket so far and the next candidate; lanes past
-        // the end of a short group start placed.
-        let mut key = [0u64; LANES];
-        key[..keys.len()].copy_from_slice(keys);
-        let mut b = [0i64; LANES];
-        let mut j = [n; LANES];
-        j[..keys.len()].fill(0);
+        // the end of a short group start placed. Filled lane by lane: a slice copy and fill
+        // of the group's length were calls to `memcpy` and `memset` for every group.
+        let (mut key, mut b, mut j) = ([0u64; LANES], [0i64; LANES], [n; LANES]);
+        for (l, &k) in keys.iter().enumerate() {
+            (key[l], j[l]) = (k, 0);
+        }
         loop {
             let mut stepping = false;
             for l in 0..LANES {

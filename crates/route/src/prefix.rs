@@ -54,6 +54,7 @@ impl<'a> Routed<'a> {
 }
 
 /// The bytes of `key` that choose its server: all of it, or what precedes the first `|#|`.
+#[inline]
 pub fn hash_part(key: &[u8]) -> &[u8] {
     // Only a `|` makes the bytes after it worth a look, and `|`s are found eight bytes at a
     // time (comparing every 3-byte window as a slice called memcmp per window, which cost a
@@ -71,20 +72,33 @@ pub fn hash_part(key: &[u8]) -> &[u8] {
 /// Where the first `|` (the hash stop's first byte) at or after `from` is in `key`.
 #[inline]
 fn find_bar(key: &[u8], from: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
+    let word_at = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes"));
     let mut at = from;
     while at + 8 <= key.len() {
-        // The bytes equal to `|` become zero; the lowest byte flagged here is the first zero
-        // byte (flags above a zero byte may be false, never below it).
-        let word =
-            u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes")) ^ (ONES * u64::from(b'|'));
-        let zero = word.wrapping_sub(ONES) & !word & (ONES << 7);
-        if zero != 0 {
-            return Some(at + zero.trailing_zeros() as usize / 8);
+        let bars = bar_bytes(word_at(at));
+        if bars != 0 {
+            return Some(at + bars.trailing_zeros() as usize / 8);
         }
         at += 8;
     }
+    if at < key.len() && key.len() >= 8 {
+        // The rest as one word ending where the key ends (a 12-byte key's last 4 bytes cost a
+        // step, not 4): its bytes before `at` were looked at already, and are masked off.
+        let start = key.len() - 8;
+        let bars = bar_bytes(word_at(start)) & (u64::MAX << (8 * (at - start)));
+        return (bars != 0).then(|| start + bars.trailing_zeros() as usize / 8);
+    }
     key[at..].iter().position(|&b| b == b'|').map(|p| at + p)
+}
+
+/// The top bit of each byte of `word` that is a `|`, and no other bit: exact per byte (no
+/// borrow runs from one byte into the next), so that bytes can be masked off.
+#[inline]
+fn bar_bytes(word: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let x = word ^ (0x0101_0101_0101_0101 * u64::from(b'|'));
+    // A byte's top bit ends up clear exactly when the byte of `x` is zero.
+    !(((x & LOW7) + LOW7) | x | LOW7)
 }
 
 #[cfg(test)]
@@ -104,6 +118,27 @@ mod tests {
         }
         assert_eq!(hash_part(b"user:1|#|x|#|y"), b"user:1");
         assert_eq!(hash_part(b"||#|"), b"|");
+    }
+
+    #[test]
+    fn finds_the_stop_at_every_place_of_longer_keys() {
+        // A lone `|` before or after the stop, at every place, in keys of bytes one bit from
+        // `|` (`}`, which a borrowing zero-byte test flags above a real one) or far from it.
+        let naive = |key: &[u8]| key.windows(3).position(|w| w == HASH_STOP).map_or(key.len(), |p| p);
+        for fill in [b'}', b'k'] {
+            for len in 3..=40usize {
+                for stop in 0..=len - 3 {
+                    for bar in 0..len {
+                        let mut key = vec![fill; len];
+                        key[bar] = b'|';
+                        key[stop..stop + 3].copy_from_slice(HASH_STOP);
+                        assert_eq!(hash_part(&key).len(), naive(&key), "{:?}", String::from_utf8_lossy(&key));
+                        key[stop + 1] = fill; // no stop: only bars
+                        assert_eq!(hash_part(&key).len(), naive(&key), "{:?}", String::from_utf8_lossy(&key));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

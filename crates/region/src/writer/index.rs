@@ -14,8 +14,10 @@ impl Writer {
         f: impl FnOnce(Option<&Found>),
     ) -> bool {
         let _locks = self.lock_buckets(hash);
-        let at =
-            hash.candidates().iter().find_map(|&b| self.region.scan_bucket(b, key, hash.tag, None, None));
+        let at = hash
+            .candidates()
+            .iter()
+            .find_map(|&b| self.region.scan_bucket::<Vec<u8>>(b, key, hash.tag, None, None));
         let ok = match expect {
             Expect::Any => true,
             Expect::Exactly(state) => at.as_ref().map(state_of) == state,

@@ -39,7 +39,7 @@ fn set(w: &Writer, key: &[u8]) {
 
 /// The segment `key`'s slot points into, if it has one.
 fn segment_of(w: &Writer, key: &[u8]) -> Option<usize> {
-    w.region.find(key, &w.region.hash(key), None, None).unwrap().map(|f| f.slot.segment)
+    w.region.find::<Vec<u8>>(key, &w.region.hash(key), None, None).unwrap().map(|f| f.slot.segment)
 }
 
 /// Whether `key` is there, its value checked (a writer read, which marks nothing).
