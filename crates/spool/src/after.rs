@@ -98,21 +98,6 @@ impl Spools {
         Self::open_gated(dir, max_bytes, owner, durability, syncer, observer, Some(after))
     }
 
-    /// [`Spools::append_batch`] of a record sent only once every mark in `after` is
-    /// acknowledged by its destination (at once on spools not opened with
-    /// [`Spools::open_after`] or with `after` empty). The [`Mark`] returned says when it is safe
-    /// (flushed or acknowledged), as any.
-    pub fn append_after(
-        self: &Arc<Self>,
-        address: &str,
-        requests: &[u8],
-        answers: u32,
-        stamp: u64,
-        after: Vec<Mark>,
-    ) -> std::io::Result<Mark> {
-        self.append_record(address, requests, answers, stamp, after)
-    }
-
     /// The mark of `address`'s spool's end now (its spool opened if it has none): acknowledged
     /// once everything written to it so far is.
     pub fn end_mark(self: &Arc<Self>, address: &str) -> std::io::Result<Mark> {

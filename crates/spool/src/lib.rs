@@ -382,11 +382,14 @@ impl Spools {
         answers: u32,
         stamp: u64,
     ) -> std::io::Result<Mark> {
-        self.append_record(address, requests, answers, stamp, Vec::new())
+        self.append_after(address, requests, answers, stamp, Vec::new())
     }
 
-    /// Appends one record, held back until `after` is acknowledged if the spool is gated.
-    fn append_record(
+    /// [`Spools::append_batch`] of a record sent only once every mark in `after` is
+    /// acknowledged by its destination (at once on spools not opened with
+    /// [`Spools::open_after`] or with `after` empty). The [`Mark`] returned says when it is safe
+    /// (flushed or acknowledged), as any.
+    pub fn append_after(
         self: &Arc<Self>,
         address: &str,
         requests: &[u8],
