@@ -1,18 +1,23 @@
-//! One worker's connection to one destination, run as a small event loop of its own (as
-//! twemproxy runs its server connections): requests are appended to one output buffer, written
-//! together, and answered in the order they were written.
+//! One worker's connection to one destination, run as a small event loop (as twemproxy runs
+//! its server connections): requests are appended to one output buffer, written together, and
+//! answered in the order they were written.
 //!
 //! ```text
 //!  client tasks ──send()──► out (encoded) + waiting (one slot per request, oldest first)
-//!                                │  wakes the connection task when `out` gets its first bytes
-//!  connection task: write out ──► destination ──► read into input ──► framer ──► slot answered,
-//!                   one timer at the oldest unanswered slot's deadline ──► slot timed out
+//!                                │  a lone request: its own waiter runs the loop's turns
+//!                                │  else: wakes the connection task when `out` gets its first bytes
+//!  a turn (the task's, or a lone waiter's): write out ──► destination ──► read into input
+//!        ──► framer ──► slot answered; an alarm (deadline.rs) at the oldest unanswered
+//!        slot's deadline ──► slot timed out
 //! ```
 //!
 //! Why not a task, channel and timer per request: those were most of the router's own CPU per
 //! request (docs/BENCHMARKS.md, issue #14). Here a request costs one slot, its encoding straight
-//! into `out` and a wake-up of the waiting client; a wake-up of the connection task serves every request that
-//! arrived since it last ran; and the timer is re-armed only when it fires.
+//! into `out` and a wake-up of the waiting client; a wake-up of the connection task serves
+//! every request that arrived since it last ran; and the alarm is re-armed only once it rang.
+//! A request alone on its connection (one client, or a quiet moment) costs less still: its
+//! waiter runs the turns itself, in its own task, so the answer needs no hand-off from the
+//! connection task, and no wake-up of either (issue #29).
 //!
 //! Invariants:
 //! - `waiting` holds every request written or to be written, in the order of `out`, until its
@@ -20,11 +25,23 @@
 //! - The first `expired` slots of `waiting` timed out: their waiters were answered with a
 //!   timeout already, and their answers are read and dropped when they come.
 //! - A slot is answered once; `Health::pending` counts slots not answered yet.
+//! - Whatever is left to do (bytes in `out`, slots in `waiting`) has a task that will run the
+//!   next turn: the task whose waker the last turn left with the stream's readiness and the
+//!   alarm. A waiter runs turns only while its slot is the only one (`Waiting::poll`); when
+//!   another request joins it, or it goes, the connection task is woken and takes over.
 //! - Once `closed`, nothing is added: the next request opens a new connection. A connection
 //!   whose queue is full while its oldest request has timed out is closed too; otherwise a
 //!   server that stopped answering on it, but answers new connections (and so the TKO probe),
 //!   would fail every request sent to it for as long as the connection stayed up.
+//! - Once a request on it timed out, the connection is `retired`: it takes no new request (the
+//!   next one opens a fresh connection) and closes once every request it holds is answered or
+//!   timed out. A stream that a cut link left in TCP's retransmission back-off delivers
+//!   nothing until its next retransmission, up to seconds after the link is back: requests
+//!   queued behind it would time out too, and with them the other requests of every client
+//!   batch they were in (issue #26: a cut of one server's host held the region's deletes to
+//!   every server, through both routers, until 1.2 s after the link returned).
 
+use crate::deadline::{self, Alarm};
 use crate::health::{probe, Health};
 use crate::request::{ErrorKind, Shape};
 use crate::stream::{connect, Stream};
@@ -58,6 +75,7 @@ pub struct Connection {
     address: String,
     connect_timeout: Duration,
     health: Arc<Health>,
+    max_value: usize,
     state: RefCell<State>,
 }
 
@@ -66,6 +84,21 @@ struct State {
     /// Request bytes not yet written; `out[..written]` are.
     out: Vec<u8>,
     written: usize,
+    queue: Queue,
+    /// The stream and what the loop keeps between turns, once connected.
+    io: Option<Io>,
+    /// The connection task's waker, once it has started.
+    task: Option<Waker>,
+    /// Whether the connection task ran the last turn (else a lone request's waiter did, and
+    /// the task must be woken to take over when that changes).
+    task_drives: bool,
+    closed: bool,
+    /// A request on it timed out: no new requests (see the module's invariants).
+    retired: bool,
+}
+
+/// The requests in flight.
+struct Queue {
     /// Requests in the order their answers will come.
     waiting: VecDeque<Rc<Slot>>,
     /// How many of the oldest slots timed out (see the module's invariants).
@@ -73,9 +106,14 @@ struct State {
     /// Answered slots, reused by the next requests once their waiters let go of them (no
     /// allocation per request).
     spare: Vec<Rc<Slot>>,
-    /// The connection task's waker, once it has run.
-    task: Option<Waker>,
-    closed: bool,
+}
+
+/// The connected stream, what was read from it, and the alarm at the oldest request's
+/// deadline.
+struct Io {
+    stream: Stream,
+    input: Input,
+    alarm: Option<Arc<Alarm>>,
 }
 
 /// One request waiting for its answer.
@@ -95,22 +133,36 @@ enum SlotState {
 }
 
 impl Slot {
-    fn answer(&self, answer: Answer) {
+    /// Answers the slot, waking its waiter unless it is `running` (a waiter answering its own
+    /// slot in its own turn would only be polled once more for nothing).
+    fn answer(&self, answer: Answer, running: &Waker) {
         let previous = std::mem::replace(&mut *self.state.borrow_mut(), SlotState::Answered(answer));
         if let SlotState::Waiting(Some(waker)) = previous {
-            waker.wake();
+            if !waker.will_wake(running) {
+                waker.wake();
+            }
         }
+    }
+
+    fn is_waiting(&self) -> bool {
+        matches!(*self.state.borrow(), SlotState::Waiting(_))
     }
 }
 
 /// A request's answer, once it comes (from [`Connection::send`]).
-pub struct Waiting(Rc<Slot>);
+pub struct Waiting {
+    connection: Rc<Connection>,
+    slot: Rc<Slot>,
+}
 
 impl Future for Waiting {
     type Output = Answer;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
-        let mut state = self.0.state.borrow_mut();
+        if self.slot.is_waiting() {
+            self.connection.run_alone(&self.slot, cx);
+        }
+        let mut state = self.slot.state.borrow_mut();
         match &mut *state {
             SlotState::Waiting(Some(waker)) if waker.will_wake(cx.waker()) => Poll::Pending,
             SlotState::Waiting(waker) => {
@@ -129,7 +181,13 @@ impl Future for Waiting {
 impl Drop for Waiting {
     fn drop(&mut self) {
         // An answer never taken (its client left) is not kept in a spare slot.
-        *self.0.state.borrow_mut() = SlotState::Taken;
+        let unanswered = self.slot.is_waiting();
+        *self.slot.state.borrow_mut() = SlotState::Taken;
+        if unanswered {
+            // This waiter may have been running the turns (the stream's readiness and the
+            // alarm wake it): the task takes over, to read the answer still to come.
+            self.connection.hand_over();
+        }
     }
 }
 
@@ -146,36 +204,41 @@ impl Connection {
             address: address.to_string(),
             connect_timeout,
             health,
+            max_value,
             state: RefCell::new(State {
                 out: Vec::with_capacity(READ_CHUNK),
                 written: 0,
-                waiting: VecDeque::new(),
-                expired: 0,
-                spare: Vec::new(),
+                queue: Queue { waiting: VecDeque::new(), expired: 0, spare: Vec::new() },
+                io: None,
                 task: None,
+                task_drives: true,
                 closed: false,
+                retired: false,
             }),
         });
-        tokio::task::spawn_local(connection.clone().run(max_value));
+        tokio::task::spawn_local(connection.clone().run());
         connection
     }
 
-    /// Whether the connection failed or closed (a request must open a new one).
+    /// Whether the connection failed, closed or retired (a request must open a new one).
     pub fn is_closed(&self) -> bool {
-        self.state.borrow().closed
+        let state = self.state.borrow();
+        state.closed || state.retired
     }
 
     /// Queues the request `encode` appends to the output buffer, whose answer has `shape`, to
     /// be answered within `timeout`; `None` when too many requests are in flight already.
     pub fn send(
-        &self,
+        connection: &Rc<Connection>,
         encode: impl FnOnce(&mut Vec<u8>),
         shape: Shape,
         timeout: Duration,
     ) -> Option<Waiting> {
-        let mut state = self.state.borrow_mut();
-        if state.waiting.len() >= MAX_IN_FLIGHT {
-            if state.expired > 0 {
+        let mut guard = connection.state.borrow_mut();
+        let state = &mut *guard;
+        let queue = &mut state.queue;
+        if queue.waiting.len() >= MAX_IN_FLIGHT {
+            if queue.expired > 0 {
                 // Full, and its oldest request timed out: the destination stopped answering on
                 // this connection. Closed, so that the next request opens a new one instead of
                 // failing here for as long as this one stays up.
@@ -192,7 +255,7 @@ impl Connection {
             timeout,
             state: RefCell::new(SlotState::Waiting(None)),
         };
-        let slot = match state.spare.pop() {
+        let slot = match queue.spare.pop() {
             Some(mut spare) => match Rc::get_mut(&mut spare) {
                 Some(unused) => {
                     *unused = fresh;
@@ -202,55 +265,88 @@ impl Connection {
             },
             None => Rc::new(fresh),
         };
-        state.waiting.push_back(slot.clone());
-        if state.out.is_empty() {
-            // The task writes whatever is in `out` when it runs; only the first request since
-            // it last wrote needs to wake it.
+        let alone = queue.waiting.is_empty() && state.io.is_some();
+        queue.waiting.push_back(slot.clone());
+        // Alone, the request's waiter runs the turns that write and answer it. Otherwise the
+        // task writes whatever is in `out` when it runs: only the first request since it last
+        // wrote needs to wake it, unless a lone waiter was running the turns until now.
+        if !alone && (state.out.is_empty() || !state.task_drives) {
             if let Some(task) = &state.task {
                 task.wake_by_ref();
             }
         }
         encode(&mut state.out);
-        self.health.pending.fetch_add(1, Ordering::Relaxed);
-        Some(Waiting(slot))
+        connection.health.pending.fetch_add(1, Ordering::Relaxed);
+        Some(Waiting { connection: connection.clone(), slot })
     }
 
-    /// The connection task: connects, then serves until the connection fails.
-    async fn run(self: Rc<Self>, max_value: usize) {
-        let mut stream = match connect(&self.address, self.connect_timeout).await {
+    /// The connection task: connects, then runs turns until the connection fails.
+    async fn run(self: Rc<Self>) {
+        let task = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+        self.state.borrow_mut().task = Some(task.clone());
+        let stream = match connect(&self.address, self.connect_timeout).await {
             Ok(stream) => stream,
             Err(e) => {
-                return self.fail(ErrorKind::Connect, format!("cannot connect to {}: {e}", self.address))
+                let why = format!("cannot connect to {}: {e}", self.address);
+                return self.fail(ErrorKind::Connect, why, &task);
             }
         };
-        let mut input = Input { buf: vec![0; READ_CHUNK], start: 0, end: 0, framer: Framer::default() };
-        let mut timer =
-            Timer { sleep: Box::pin(tokio::time::sleep(Duration::ZERO)), armed: false, polled: false };
-        let (kind, why) =
-            std::future::poll_fn(|cx| self.poll(cx, &mut stream, &mut input, &mut timer, max_value)).await;
-        self.fail(kind, format!("{}: {why}", self.address));
+        let input = Input { buf: vec![0; READ_CHUNK], start: 0, end: 0, framer: Framer::default() };
+        self.state.borrow_mut().io = Some(Io { stream, input, alarm: None });
+        let (kind, why) = std::future::poll_fn(|cx| {
+            let mut state = self.state.borrow_mut();
+            state.task_drives = true;
+            self.turn(&mut state, cx)
+        })
+        .await;
+        self.fail(kind, format!("{}: {why}", self.address), &task);
     }
 
-    /// One turn of the loop: write, read and answer, time out. Ready when the connection
-    /// failed, with why.
-    fn poll(
-        &self,
-        cx: &mut Context<'_>,
-        stream: &mut Stream,
-        input: &mut Input,
-        timer: &mut Timer,
-        max_value: usize,
-    ) -> Poll<(ErrorKind, String)> {
+    /// Runs a turn in the task of `slot`'s waiter while `slot` is the only request in flight
+    /// (there is nothing else to write or read); if the connection fails, fails it.
+    fn run_alone(&self, slot: &Rc<Slot>, cx: &mut Context<'_>) {
         let mut state = self.state.borrow_mut();
-        if state.closed {
-            let why = format!("{} requests in flight, the oldest timed out", state.waiting.len());
+        let queue = &state.queue;
+        let alone = queue.expired == 0
+            && queue.waiting.len() == 1
+            && Rc::ptr_eq(&queue.waiting[0], slot)
+            && state.io.is_some();
+        if !alone {
+            return;
+        }
+        state.task_drives = false;
+        if let Poll::Ready((kind, why)) = self.turn(&mut state, cx) {
+            // The task ends at its next turn, which finds the connection closed.
+            if let Some(task) = &state.task {
+                task.wake_by_ref();
+            }
+            drop(state);
+            self.fail(kind, format!("{}: {why}", self.address), cx.waker());
+        }
+    }
+
+    /// Wakes the connection task to run the next turn in place of a lone waiter that goes.
+    fn hand_over(&self) {
+        let state = self.state.borrow();
+        if !state.task_drives {
+            if let Some(task) = &state.task {
+                task.wake_by_ref();
+            }
+        }
+    }
+
+    /// One turn of the loop, run by the task `cx` wakes: write, read and answer, time out.
+    /// Ready when the connection failed, with why.
+    fn turn(&self, state: &mut State, cx: &mut Context<'_>) -> Poll<(ErrorKind, String)> {
+        let State { out, written, queue, io, task, closed, retired, .. } = state;
+        if *closed {
+            let why = format!("{} requests in flight, the oldest timed out", queue.waiting.len());
             return Poll::Ready((ErrorKind::Timeout, why));
         }
-        if !state.task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
-            state.task = Some(cx.waker().clone());
-        }
-        while state.written < state.out.len() {
-            let State { out, written, .. } = &mut *state;
+        let Some(Io { stream, input, alarm }) = io else {
+            return Poll::Pending; // connecting: the task runs the first turn once connected
+        };
+        while *written < out.len() {
             match stream.poll_write(cx, &out[*written..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready((ErrorKind::Connect, "connection closed".into())),
                 Poll::Ready(Ok(n)) => *written += n,
@@ -258,9 +354,9 @@ impl Connection {
                 Poll::Pending => break,
             }
         }
-        if state.written == state.out.len() {
-            state.out.clear();
-            state.written = 0;
+        if *written == out.len() {
+            out.clear();
+            *written = 0;
         }
         loop {
             input.make_room();
@@ -270,7 +366,7 @@ impl Connection {
                 }
                 Poll::Ready(Ok(n)) => {
                     input.end += n;
-                    if let Err(why) = self.answer(&mut state, input, max_value) {
+                    if let Err(why) = self.answer(queue, input, cx.waker()) {
                         return Poll::Ready((ErrorKind::Remote, why));
                     }
                 }
@@ -278,25 +374,34 @@ impl Connection {
                 Poll::Pending => break,
             }
         }
-        self.expire(cx, &mut state, timer);
+        if let Some(task) = task {
+            self.expire(queue, alarm, task, cx.waker());
+        }
+        *retired |= queue.expired > 0;
+        if *retired && queue.expired == queue.waiting.len() {
+            let why =
+                format!("retired after a request timed out ({} late answers not awaited)", queue.expired);
+            return Poll::Ready((ErrorKind::Timeout, why));
+        }
         Poll::Pending
     }
 
-    /// Hands every complete answer in `input` to its slot.
-    fn answer(&self, state: &mut State, input: &mut Input, max_value: usize) -> Result<(), String> {
+    /// Hands every complete answer in `input` to its slot (`running`: the waker of the task
+    /// running this turn).
+    fn answer(&self, queue: &mut Queue, input: &mut Input, running: &Waker) -> Result<(), String> {
         while input.start < input.end {
-            let Some(slot) = state.waiting.front() else {
+            let Some(slot) = queue.waiting.front() else {
                 return Err("answered a request it was not sent".into());
             };
             let bytes = &input.buf[input.start..input.end];
-            let limits = Limits::values(max_value);
+            let limits = Limits::values(self.max_value);
             let Some(frame) = input.framer.frame(bytes, slot.shape, &limits).map_err(|e| e.to_string())?
             else {
                 return Ok(()); // the rest of this answer is still on its way
             };
-            let slot = state.waiting.pop_front().expect("a front slot");
-            if state.expired > 0 {
-                state.expired -= 1; // its waiter gave up: the answer is dropped
+            let slot = queue.waiting.pop_front().expect("a front slot");
+            if queue.expired > 0 {
+                queue.expired -= 1; // its waiter gave up: the answer is dropped
             } else {
                 self.health.pending.fetch_sub(1, Ordering::Relaxed);
                 self.health.success();
@@ -304,63 +409,60 @@ impl Connection {
                 // then this very buffer (`proxy::append`).
                 let mut answer = Vec::with_capacity(frame.answer + b"END\r\n".len());
                 answer.extend_from_slice(&bytes[..frame.answer]);
-                slot.answer(Ok(answer));
+                slot.answer(Ok(answer), running);
             }
             // Kept while its waiter will take the answer (and then let go of the slot); a
             // slot whose waiter is gone goes, with whatever answer it holds.
-            if Rc::strong_count(&slot) > 1 && state.spare.len() < SPARE_SLOTS {
-                state.spare.push(slot);
+            if Rc::strong_count(&slot) > 1 && queue.spare.len() < SPARE_SLOTS {
+                queue.spare.push(slot);
             }
             input.start += frame.len;
         }
         Ok(())
     }
 
-    /// Answers every slot past its deadline with a timeout, and arms the timer for the next.
-    fn expire(&self, cx: &mut Context<'_>, state: &mut State, timer: &mut Timer) {
-        while let Some(next) = state.waiting.get(state.expired) {
-            if !timer.armed {
-                timer.sleep.as_mut().reset(next.deadline.into());
-                (timer.armed, timer.polled) = (true, false);
-            }
-            // Once polled, the timer wakes this task when it fires: until then, polling it
-            // again (every turn of the loop) would only register the same waker again.
-            if timer.polled && !timer.sleep.is_elapsed() {
-                return;
-            }
-            timer.polled = true;
-            if timer.sleep.as_mut().poll(cx).is_pending() {
-                return;
-            }
-            // Fired (perhaps for an earlier slot, since answered): time out what is due, then
-            // re-arm for the oldest slot that is not.
-            timer.armed = false;
-            let now = Instant::now();
-            while let Some(slot) = state.waiting.get(state.expired).filter(|s| s.deadline <= now) {
-                let why = format!("{} did not answer within {:?}", self.address, slot.timeout);
-                self.failed(slot, ErrorKind::Timeout, why);
-                state.expired += 1;
+    /// Answers every slot past its deadline with a timeout once the alarm rang, and arms it
+    /// (to wake the connection `task`) at the oldest unanswered slot's deadline.
+    fn expire(&self, queue: &mut Queue, alarm: &mut Option<Arc<Alarm>>, task: &Waker, running: &Waker) {
+        while let Some(next) = queue.waiting.get(queue.expired) {
+            match alarm.as_ref().map(|armed| armed.rung()) {
+                // Armed at the deadline of a slot as old as this one, or older (perhaps since
+                // answered): nothing is due before it rings.
+                Some(false) => return,
+                Some(true) => {
+                    // Rang: time out what is due, then arm for the oldest slot that is not.
+                    *alarm = None;
+                    let now = Instant::now();
+                    while let Some(slot) = queue.waiting.get(queue.expired).filter(|s| s.deadline <= now) {
+                        let why = format!("{} did not answer within {:?}", self.address, slot.timeout);
+                        self.failed(slot, ErrorKind::Timeout, why, running);
+                        queue.expired += 1;
+                    }
+                }
+                None => *alarm = Some(deadline::arm(next.deadline, task)),
             }
         }
     }
 
     /// Answers `slot` with an error and counts it towards TKO.
-    fn failed(&self, slot: &Slot, kind: ErrorKind, why: String) {
+    fn failed(&self, slot: &Slot, kind: ErrorKind, why: String, running: &Waker) {
         self.health.pending.fetch_sub(1, Ordering::Relaxed);
         if self.health.failure() {
             tokio::task::spawn_local(probe(self.address.clone(), self.connect_timeout, self.health.clone()));
         }
-        slot.answer(Err((kind, why)));
+        slot.answer(Err((kind, why)), running);
     }
 
     /// Closes the connection: every request still waiting fails with `why`.
-    fn fail(&self, kind: ErrorKind, why: String) {
+    fn fail(&self, kind: ErrorKind, why: String, running: &Waker) {
         let mut state = self.state.borrow_mut();
         state.closed = true;
         state.out = Vec::new();
-        let expired = std::mem::take(&mut state.expired);
-        for slot in state.waiting.drain(..).skip(expired) {
-            self.failed(&slot, kind, why.clone());
+        state.io = None;
+        let queue = &mut state.queue;
+        let expired = std::mem::take(&mut queue.expired);
+        for slot in queue.waiting.drain(..).skip(expired) {
+            self.failed(&slot, kind, why.clone(), running);
         }
     }
 }
@@ -392,12 +494,4 @@ impl Input {
             self.buf.resize(self.buf.len() + READ_CHUNK.max(self.buf.len() / 2), 0);
         }
     }
-}
-
-/// The one timer of a connection: armed at the oldest waiting request's deadline.
-struct Timer {
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    armed: bool,
-    /// Polled since it was armed (its waker registered).
-    polled: bool,
 }

@@ -35,9 +35,9 @@ impl Ctx {
         request.op == Op::Delete
     }
 
-    /// Whether destination `dest` is marked TKO.
-    pub fn is_tko(&self, dest: usize) -> bool {
-        self.sender.is_tko(dest)
+    /// How many of the destinations `dests` are marked TKO.
+    pub fn count_tko(&self, dests: impl IntoIterator<Item = usize>) -> usize {
+        self.sender.count_tko(dests)
     }
 
     /// Whether destination `dest` has invalidations to catch up on (it gets no reads).

@@ -127,9 +127,10 @@ impl Sender {
         links
     }
 
-    /// Whether destination `dest` is marked TKO.
-    pub fn is_tko(&self, dest: usize) -> bool {
-        self.links().by_dest[dest].health.is_tko()
+    /// How many of the destinations `dests` are marked TKO (the worker's links looked up once).
+    pub fn count_tko(&self, dests: impl IntoIterator<Item = usize>) -> usize {
+        let links = self.links();
+        dests.into_iter().filter(|&d| links.by_dest[d].health.is_tko()).count()
     }
 
     /// Sends the request `encode` writes, whose answer has `shape`, to destination `dest` and
@@ -155,7 +156,7 @@ impl Sender {
                     link.connection.insert(self.connection(&destination.address, destination.connect_timeout))
                 }
             };
-            match connection.send(encode, shape, destination.server_timeout) {
+            match Connection::send(connection, encode, shape, destination.server_timeout) {
                 Some(waiting) => waiting,
                 None => {
                     return Reply::Error(
@@ -182,5 +183,78 @@ impl Sender {
             Connection::open(address, connect_timeout, transport.health(address), transport.max_value_bytes);
         connections.insert(address.to_string(), connection.clone());
         connection
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::ErrorKind;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A destination that answers every `get` with `END`, except that its first connection
+    /// stops answering after its first request (as a stream a cut link left in TCP's
+    /// retransmission back-off does, while new connections are answered at once).
+    fn stalling_destination() -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let nth = counted.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut writer = stream.try_clone().unwrap();
+                    for (i, line) in BufReader::new(stream).lines().enumerate() {
+                        if line.is_err() || (nth == 0 && i > 0) {
+                            continue; // read, never answered
+                        }
+                        if writer.write_all(b"END\r\n").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, accepted)
+    }
+
+    #[test]
+    fn a_request_after_a_timeout_goes_over_a_fresh_connection_not_behind_the_stalled_one() {
+        let (address, accepted) = stalling_destination();
+        // Generous against a loaded machine: the test takes about 1.5 of them.
+        let timeout = Duration::from_secs(4);
+        let destination = Destination { address, server_timeout: timeout, connect_timeout: timeout };
+        let sender = Sender {
+            destinations: Arc::from(vec![destination]),
+            worker: Rc::new(Worker::new(Arc::new(Transport::new(1 << 20)))),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let replies = tokio::task::LocalSet::new().block_on(&runtime, async {
+            let get = || sender.exchange(0, |out| out.extend_from_slice(b"get k\r\n"), Shape::Values, false);
+            let first = get().await;
+            // A second request stalls; a third joins it halfway through its wait, and is still
+            // waiting when the second times out and the fourth is sent.
+            let third = async {
+                tokio::time::sleep(timeout / 2).await;
+                get().await
+            };
+            let second_then_fourth = async {
+                let second = get().await;
+                (second, get().await)
+            };
+            let (third, (second, fourth)) = futures::join!(third, second_then_fourth);
+            [first, second, third, fourth]
+        });
+        assert!(matches!(replies[0], Reply::Answer(_)), "answered on the first connection: {:?}", replies[0]);
+        for (n, reply) in [(2, &replies[1]), (3, &replies[2])] {
+            let timed_out = matches!(reply, Reply::Error(ErrorKind::Timeout, _));
+            assert!(timed_out, "request {n}, on the stalled connection, timed out: {reply:?}");
+        }
+        assert!(matches!(replies[3], Reply::Answer(_)), "the fourth request was answered: {:?}", replies[3]);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "over a second connection");
     }
 }

@@ -74,7 +74,7 @@ impl Health {
 pub(crate) async fn probe(address: String, connect_timeout: Duration, health: Arc<Health>) {
     use tokio::io::AsyncBufReadExt;
     loop {
-        tokio::time::sleep(PROBE_EVERY).await;
+        crate::deadline::sleep(PROBE_EVERY).await;
         let Ok(stream) = connect(&address, connect_timeout).await else { continue };
         let answered = async {
             let (read, mut write) = stream.halves();
@@ -83,7 +83,7 @@ pub(crate) async fn probe(address: String, connect_timeout: Duration, health: Ar
             BufReader::new(read).read_line(&mut line).await.ok()?;
             line.starts_with("VERSION").then_some(())
         };
-        if tokio::time::timeout(connect_timeout, answered).await.ok().flatten().is_some() {
+        if crate::deadline::timeout(connect_timeout, answered).await.flatten().is_some() {
             health.failures.store(0, Ordering::Relaxed);
             health.tko.store(false, Ordering::Relaxed);
             health.probing.store(false, Ordering::Relaxed);

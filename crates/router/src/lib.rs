@@ -18,8 +18,10 @@
 //!  changes' keys ──► near.rs: a delete per near cache of "near_caches", spooled before the
 //!                   client's answer, delivered by the spool's thread (never on the answer path)
 //!  transport: Sender::exchange (dest.rs) ──► the worker's one connection per destination
-//!             (connection.rs): an event loop that pipelines, answers in order; health.rs:
-//!             TKO, probes; stream.rs: TCP or unix
+//!             (connection.rs): an event loop that pipelines, answers in order (a request
+//!             alone on it runs the loop in its own task); deadline.rs: one thread that wakes
+//!             a connection whose oldest request's deadline passed; health.rs: TKO, probes;
+//!             stream.rs: TCP or unix
 //! ```
 //!
 //! The modules, each importing only modules below it (`scripts/module-cycles.py` checks):
@@ -33,7 +35,8 @@
 //!                                     └─► ctx (Ctx: how a handle sends; spools) ─► dest
 //!  transport, knowing destinations (addresses, timeouts) and nothing of routes:
 //!    dest (Destination, Sender, Worker, Transport) ─► connection ─► health (TKO, probe) ─► stream
-//!  request (one key's request and reply) under all of them
+//!  request (one key's request and reply) and deadline (alarms, sleep, timeout: the one
+//!  thread that keeps time for the workers, whose runtimes have no time driver) under all of them
 //! ```
 //!
 //! A configuration hands the transport a table of destinations; route handles name them by
@@ -42,6 +45,7 @@
 mod config;
 mod connection;
 mod ctx;
+mod deadline;
 mod dest;
 mod dispatch;
 mod health;
@@ -231,6 +235,7 @@ pub fn run(args: RouterArgs) -> Result<(), String> {
             .spawn(move || watch(&path, settle, &router, started_with))
             .map_err(|e| e.to_string())?;
     }
+    deadline::start().map_err(|e| format!("cannot start the deadline thread: {e}"))?;
     let mut workers = Vec::new();
     for i in 0..args.threads {
         let tcp = tcp.as_ref().map(|l| l.try_clone()).transpose().map_err(|e| e.to_string())?;
@@ -255,7 +260,9 @@ fn serve_worker(
     unix: Option<std::os::unix::net::UnixListener>,
     router: Arc<Router>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // No time driver (its work at every park is a request's cost): whatever waits for a time
+    // waits on the deadline thread (deadline.rs).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shoal router: a worker could not start: {e}");

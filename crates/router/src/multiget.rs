@@ -7,59 +7,64 @@
 use crate::dispatch::{routes_for, Dispatch, Routes};
 use crate::request::{Op, Reply, Request, Shape};
 use crate::route::Direct;
-use shoal_proto::answer::{blocks_at, ValueHeader};
+use shoal_proto::answer::blocks_at;
 use std::sync::atomic::Ordering;
 
-/// The keys of one multiget that go to one destination together.
-struct Batch {
-    to: Direct,
-    keys: Vec<usize>,
-}
+/// What [`get_many`] keeps of a key that goes along its route on its own, in place of a batch.
+const ALONE: usize = usize::MAX;
 
 /// Answers a multiget (`get`/`gets` of several keys) into `out`: hits in the order asked,
 /// then `END`.
 pub async fn get_many(keys: &[Request], dispatch: &Dispatch<'_>, out: &mut Vec<u8>) {
     let ctx = &dispatch.ctx;
-    let mut batches: Vec<Batch> = Vec::new();
-    let mut own = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
+    // The destinations of the batches, and each key's batch (or `ALONE`): two lists however
+    // many keys and batches (a list per batch was most of a multiget's allocations).
+    let mut batches: Vec<Direct> = Vec::new();
+    let mut batch_of: Vec<usize> = Vec::with_capacity(keys.len());
+    for key in keys {
         let direct = match routes_for(key, &dispatch.config) {
             Routes::One(Some(route)) => route.direct(key, ctx),
             _ => None,
         };
-        match direct {
-            Some(to) => match batches.iter_mut().find(|b| b.to == to) {
-                Some(batch) => batch.keys.push(i),
-                None => batches.push(Batch { to, keys: vec![i] }),
+        batch_of.push(match direct {
+            Some(to) => match batches.iter().position(|&b| b == to) {
+                Some(n) => n,
+                None => {
+                    batches.push(to);
+                    batches.len() - 1
+                }
             },
-            None => own.push(i),
-        }
+            None => ALONE,
+        });
     }
+    // The keys of batch `n` (or `ALONE`), in the order asked.
+    let batch_of = &batch_of;
+    let in_batch = move |n: usize| (0..keys.len()).filter(move |&i| batch_of[i] == n);
     let word: &[u8] = if keys[0].op == Op::Gets { b"gets" } else { b"get" };
-    let sent = futures::future::join_all(batches.iter().map(|batch| {
-        let line = |out: &mut Vec<u8>| {
+    let sent = futures::future::join_all(batches.iter().enumerate().map(|(n, &to)| {
+        let line = move |out: &mut Vec<u8>| {
             out.extend_from_slice(word);
-            for &i in &batch.keys {
+            for i in in_batch(n) {
                 out.push(b' ');
-                out.extend_from_slice(sent_key(&keys[i], batch.to));
+                out.extend_from_slice(sent_key(&keys[i], to));
             }
             out.extend_from_slice(b"\r\n");
         };
-        ctx.sender.exchange(batch.to.dest, line, Shape::Values, batch.to.fail_open)
+        ctx.sender.exchange(to.dest, line, Shape::Values, to.fail_open)
     }));
-    let alone = futures::future::join_all(own.iter().map(|&i| dispatch.route_one(&keys[i])));
+    let alone = futures::future::join_all(in_batch(ALONE).map(|i| dispatch.route_one(&keys[i])));
     let (answers, alone) = futures::future::join(sent, alone).await;
     // Each key's hit: (the answer it is in, where in it).
     let mut hits: Vec<Option<(usize, usize, usize)>> = vec![None; keys.len()];
     let mut errors = 0;
-    for (n, (batch, answer)) in batches.iter().zip(&answers).enumerate() {
+    for (n, (&to, answer)) in batches.iter().zip(&answers).enumerate() {
         match answer {
-            Reply::Answer(bytes) if !answer.is_error() => split(bytes, batch, keys, n, &mut hits),
-            _ => errors += batch.keys.len() as u64,
+            Reply::Answer(bytes) if !answer.is_error() => split(bytes, to, in_batch(n), keys, n, &mut hits),
+            _ => errors += in_batch(n).count() as u64,
         }
     }
     let mut alone_answers: Vec<Option<&[u8]>> = vec![None; keys.len()];
-    for (&i, reply) in own.iter().zip(&alone) {
+    for (i, reply) in in_batch(ALONE).zip(&alone) {
         match reply {
             Reply::Answer(a) if !reply.is_error() => alone_answers[i] = Some(a),
             _ => errors += 1,
@@ -96,24 +101,40 @@ fn sent_key(request: &Request, to: Direct) -> &[u8] {
 }
 
 /// Finds each `VALUE` block of a batch's answer (already checked whole by
-/// `shoal_proto::frame`) and gives it to the batch's next key of that name: a server answers
-/// hits in the order asked, so a key asked twice gets its two blocks in turn.
+/// `shoal_proto::frame`) and gives it to the batch's next key `asked` of that name: a server
+/// answers hits in the order asked, so a key asked twice gets its two blocks in turn.
 fn split(
     bytes: &[u8],
-    batch: &Batch,
+    to: Direct,
+    mut asked: impl Iterator<Item = usize>,
     keys: &[Request],
     n: usize,
     hits: &mut [Option<(usize, usize, usize)>],
 ) {
-    let mut next = 0;
     for (span, block) in blocks_at(bytes) {
-        let Some(header) = ValueHeader::parse(block.line) else { return };
-        while next < batch.keys.len() && sent_key(&keys[batch.keys[next]], batch.to) != header.key {
-            next += 1;
-        }
-        if let Some(&i) = batch.keys.get(next) {
+        let Some(key) = value_key(block.line) else { return };
+        // The keys before it that the server skipped were misses.
+        if let Some(i) = asked.find(|&i| sent_key(&keys[i], to) == key) {
             hits[i] = Some((n, span.start, span.end));
-            next += 1;
         }
+    }
+}
+
+/// The key of a `VALUE <key> <flags> <bytes> [<cas>]` line that `blocks_at` found whole: all a
+/// block is matched by (its numbers were read when the answer was framed).
+fn value_key(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.strip_prefix(b"VALUE ")?;
+    rest.split(|&b| b == b' ').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_line_gives_its_key() {
+        assert_eq!(value_key(b"VALUE user:1 0 5"), Some(&b"user:1"[..]));
+        assert_eq!(value_key(b"VALUE k 3 2 77"), Some(&b"k"[..]));
+        assert_eq!(value_key(b"LVALUE k 9 0 2"), None);
     }
 }

@@ -18,14 +18,14 @@ use crate::config::Config;
 use crate::ctx::Ctx;
 use crate::dest::{Sender, Worker};
 use crate::dispatch::Dispatch;
-use crate::request::{is_error_answer, split, Op, Reply, Request, Shape};
+use crate::request::{is_error_answer, split, Keys, Op, Reply, Request, Shape};
 use crate::state::Router;
 use shoal_proto::{Parse, Parser, Request as Parsed};
 use std::cell::RefCell;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// What a buffer lent for a read has room for at least.
@@ -38,20 +38,31 @@ const KEEP_CAPACITY: usize = 4 * READ_CHUNK;
 const KEEP_PENDING: usize = 16;
 
 /// A client's stream, TCP or a unix socket: waited on until readable, then read without
-/// blocking into whatever buffer is lent for the read.
+/// blocking into whatever buffer is lent for the read; answers written at once while the
+/// socket takes them.
 pub trait ClientStream: AsyncWrite + Unpin {
-    fn readable(&self) -> impl Future<Output = std::io::Result<()>>;
+    /// Ready once the stream is readable (the task's waker kept in the stream's one reader
+    /// slot: no list of waiters to join and leave, as `readable()` has, on every read).
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
+    /// Reads what is there into `buf`'s spare room. The readiness stays set after a read that
+    /// did not fill it: the next request is often there by the time this one is answered, and
+    /// is then read without waiting for the event loop (a read that finds nothing clears it).
     fn try_read_buf(&self, buf: &mut Vec<u8>) -> std::io::Result<usize>;
+    /// Writes what the socket takes now, without waiting.
+    fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize>;
 }
 
 macro_rules! client_stream {
     ($t:ty) => {
         impl ClientStream for $t {
-            fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
-                <$t>::readable(self)
+            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+                <$t>::poll_read_ready(self, cx)
             }
             fn try_read_buf(&self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
                 <$t>::try_read_buf(self, buf)
+            }
+            fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+                <$t>::try_write(self, bytes)
             }
         }
     };
@@ -95,7 +106,7 @@ impl Buffers {
 enum Answer {
     /// Keys routed; their replies are joined into one answer ending in `END` (`joined`: a
     /// get), or the one reply is the answer.
-    Routed { joined: bool, keys: Vec<Request> },
+    Routed { joined: bool, keys: Keys },
     /// `flush_all`, to every destination of the configuration; `OK` once all answered.
     FlushAll(Request),
     /// Bytes to send as they are.
@@ -119,13 +130,14 @@ pub async fn serve<S: ClientStream>(
     // connection holds no buffer between reads.
     let mut held: Option<Vec<u8>> = None;
     let limit = router.max_item_bytes + (64 << 10);
-    let mut skip = 0usize; // bytes of an oversized value still to swallow
-                           // What one read's requests are answered with, kept for the next read (no allocation per
-                           // request); a pipelined burst's long list is not kept.
+    // Bytes of an oversized value still to swallow.
+    let mut skip = 0usize;
+    // What one read's requests are answered with, kept for the next read (no allocation per
+    // request); a pipelined burst's long list is not kept.
     let mut pending: Vec<Answer> = Vec::new();
     let give_back = |buf: Option<Vec<u8>>| buf.into_iter().for_each(|b| buffers.give(b));
     loop {
-        if stream.readable().await.is_err() {
+        if std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await.is_err() {
             return give_back(held);
         }
         let mut buf = held.take().unwrap_or_else(|| buffers.take());
@@ -211,10 +223,24 @@ pub async fn serve<S: ClientStream>(
         }
         // After the pool answered, before the client is: spooled (a kill -9 keeps them).
         router.near.deliver(&dispatch.config.near_caches, &near_deletes, near_count);
-        if (!out.is_empty() && stream.write_all(&out).await.is_err()) || close {
+        if (!out.is_empty() && write_answer(&mut stream, &out).await.is_err()) || close {
             return give_back(held);
         }
     }
+}
+
+/// Writes `bytes` to the client: at once while the socket takes them (the usual whole
+/// answer needs no write future), the rest once it is writable again.
+async fn write_answer<S: ClientStream>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()> {
+    let written = match stream.try_write(bytes) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(e),
+    };
+    if written < bytes.len() {
+        stream.write_all(&bytes[written..]).await?;
+    }
+    Ok(())
 }
 
 /// Keeps `buf` as the connection's while it holds a request cut short; else gives it back.
@@ -262,7 +288,8 @@ fn route_lookup(keys: &[Request], config: &Config) -> Option<Vec<u8>> {
         hold: 0,
         noreply: false,
     })?
-    .pop()
+    .first()
+    .cloned()
     .map(|mut r| {
         r.op = op;
         r

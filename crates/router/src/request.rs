@@ -215,9 +215,28 @@ impl Reply {
     }
 }
 
+/// The per-key requests of one client request: the one of a single-key request kept inline
+/// (no list allocated per request), a multiget's in a list.
+#[derive(Debug)]
+pub enum Keys {
+    One(Request),
+    Many(Vec<Request>),
+}
+
+impl std::ops::Deref for Keys {
+    type Target = [Request];
+
+    fn deref(&self) -> &[Request] {
+        match self {
+            Keys::One(request) => std::slice::from_ref(request),
+            Keys::Many(requests) => requests,
+        }
+    }
+}
+
 /// The requests a parsed client request stands for (one per key), or `None` for requests
 /// the router answers itself (`stats`, `version`, `mn`, …).
-pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
+pub fn split(parsed: &Parsed<'_>) -> Option<Keys> {
     let request = |op, key: &[u8], exptime, quiet, body| Request {
         op,
         key: key.to_vec(),
@@ -226,7 +245,7 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
         quiet,
         body,
     };
-    let one = |op, key: &[u8], exptime, quiet, body| vec![request(op, key, exptime, quiet, body)];
+    let one = |op, key: &[u8], exptime, quiet, body| Keys::One(request(op, key, exptime, quiet, body));
     Some(match parsed {
         Parsed::Get(get) => {
             let op = match (get.cas, get.touch.is_some()) {
@@ -236,9 +255,14 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
                 (true, true) => Op::Gats,
             };
             let exptime = get.touch.unwrap_or(0);
-            let mut keys = Vec::with_capacity(get.count);
-            keys.extend(get.keys.clone().map(|key| request(op, key, exptime, false, Body::None)));
-            keys
+            let mut keys = get.keys.clone().map(|key| request(op, key, exptime, false, Body::None));
+            if get.count == 1 {
+                Keys::One(keys.next()?)
+            } else {
+                let mut many = Vec::with_capacity(get.count);
+                many.extend(keys);
+                Keys::Many(many)
+            }
         }
         Parsed::Store(store) => {
             let (op, extra) = store.cmd.op();
@@ -254,7 +278,7 @@ pub fn split(parsed: &Parsed<'_>) -> Option<Vec<Request>> {
         }
         Parsed::Touch { key, exptime, noreply } => one(Op::Touch, key, *exptime, *noreply, Body::Touch),
         Parsed::LeaseGet { key, stale } => one(Op::LeaseGet, key, 0, false, Body::LeaseGet { stale: *stale }),
-        Parsed::Meta(meta) => return meta_request(meta).map(|r| vec![r]),
+        Parsed::Meta(meta) => return meta_request(meta).map(Keys::One),
         _ => return None,
     })
 }
@@ -307,7 +331,7 @@ mod tests {
     fn requests(wire: &[u8]) -> Vec<Request> {
         let mut parser = Parser::new(1 << 20);
         match parser.parse(wire) {
-            Parse::Done { request, .. } => split(&request).expect("forwarded"),
+            Parse::Done { request, .. } => split(&request).expect("forwarded").to_vec(),
             other => panic!("{other:?}"),
         }
     }

@@ -96,7 +96,7 @@ impl Connections {
                 self.current.load(Ordering::Relaxed)
             );
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        crate::deadline::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
 

@@ -61,7 +61,7 @@ pub async fn connect(address: &str, timeout: Duration) -> std::io::Result<Stream
             Ok(Stream::Tcp(s))
         }
     };
-    tokio::time::timeout(timeout, attempt)
+    crate::deadline::timeout(timeout, attempt)
         .await
-        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+        .unwrap_or_else(|| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
 }

@@ -545,6 +545,47 @@ fn a_stalled_destination_times_out_and_its_late_answers_go_to_no_other_request()
 }
 
 #[test]
+fn a_request_given_up_alone_on_its_connection_has_its_late_answer_read_and_dropped() {
+    // AllFastestRoute answers from the first child to answer and gives up the other's request.
+    // Here that request is the only one on its connection, so its own waiter was running the
+    // connection's loop: once it goes, the connection's task must take over and read the late
+    // answer (the timeout, a minute, is not what ends the request), and hand it to no one.
+    let (quick, stalled) = (Server::shoal("given-up-0", 0, &[]), Server::shoal("given-up-1", 0, &[]));
+    direct(&quick).set(b"k", b"quick", 0, 0).unwrap();
+    direct(&stalled).set(b"k", b"stalled", 0, 0).unwrap();
+    direct(&stalled).set(b"k2", b"second", 0, 0).unwrap();
+    let config = format!(
+        r#"{{ "pools": {{ "Q": {{ "servers": ["{}"], "server_timeout": 60000 }},
+                        "S": {{ "servers": ["{}"], "server_timeout": 60000 }} }},
+             "routes": [ {{ "aliases": ["/q/q/"], "route": {{ "type": "AllFastestRoute", "children": [{}, {}] }} }},
+                         {{ "aliases": ["/s/s/"], "route": {} }} ] }}"#,
+        quick.address(),
+        stalled.address(),
+        pool_route("Q"),
+        pool_route("S"),
+        pool_route("S")
+    );
+    // One worker thread: every request to the stalled server shares one connection.
+    let router = Router::start_with_threads("given-up", &config, 1);
+    let mut c = router.client();
+    assert!(
+        eventually(30, || c.get(b"/s/s/k").is_ok_and(|v| v.is_some_and(|v| v.value == b"stalled"))),
+        "the router reaches the stalled-to-be server"
+    );
+    stalled.pause();
+    assert_eq!(c.get(b"/q/q/k").unwrap().unwrap().value, b"quick", "the fastest answer");
+    stalled.resume();
+    let line = || {
+        let stats = router.raw(b"stats\r\n", b"END\r\n");
+        let wanted = format!("STAT destination {} ", stalled.address());
+        stats.lines().find_map(|l| l.strip_prefix(&wanted).map(str::to_string)).unwrap_or_default()
+    };
+    assert!(eventually(30, || line().ends_with(" pending=0")), "the late answer is read: {}", line());
+    assert!(line().contains(" failed=0 "), "and counted as an answer, not a failure: {}", line());
+    assert_eq!(c.get(b"/s/s/k2").unwrap().unwrap().value, b"second", "handed to no later request");
+}
+
+#[test]
 fn a_destination_that_answers_garbage_fails_the_request_and_is_reconnected() {
     // Answers every request line with a line no memcached sends.
     let (address, accepted) = scripted_server(|_, _| Some(b"HELLO THERE\r\n".to_vec()));

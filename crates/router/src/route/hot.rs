@@ -617,7 +617,7 @@ mod tests {
 
     fn parsed(wire: &[u8]) -> Request {
         match shoal_proto::Parser::new(1 << 20).parse(wire) {
-            shoal_proto::Parse::Done { request, .. } => crate::request::split(&request).unwrap().remove(0),
+            shoal_proto::Parse::Done { request, .. } => crate::request::split(&request).unwrap()[0].clone(),
             other => panic!("{other:?}"),
         }
     }

@@ -340,11 +340,11 @@ pub fn null_reply(request: &Request) -> Reply {
 
 /// Whether more than half of a pool's servers are TKO.
 fn mostly_tko(children: &[Child], ctx: &Ctx) -> bool {
-    let tko = children
-        .iter()
-        .filter(|c| matches!(***c, Route::Destination { dest, .. } if ctx.is_tko(dest)))
-        .count();
-    tko * 2 > children.len()
+    let dests = children.iter().filter_map(|c| match **c {
+        Route::Destination { dest, .. } => Some(dest),
+        _ => None,
+    });
+    ctx.count_tko(dests) * 2 > children.len()
 }
 
 /// Runs `request` along `route` in the background; its answer is dropped.
