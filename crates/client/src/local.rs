@@ -43,9 +43,12 @@ pub struct Local {
     cookie: u64,
     generation: u64,
     clock: u32,
-    clock_moved: Instant,
-    /// When the connection was last seen open.
-    connection_checked: Instant,
+    /// When the region's clock, unmoved since, makes the server presumed dead: [`STALE_CLOCK`]
+    /// after it last moved. Deadlines rather than the times they count from: a batch compares
+    /// two instants per server, not two durations computed (#29's local multiget, third round).
+    stale_at: Instant,
+    /// When the connection is next checked: [`CONNECTION_CHECK`] after it was last seen open.
+    connection_check_due: Instant,
     /// Where a read copies its value: apart from [`Lookups`], so that a read borrows both at
     /// once (no buffer taken out of the struct and put back for every key).
     value: Vec<u8>,
@@ -114,8 +117,8 @@ impl Local {
             cookie: answer.cookie,
             generation,
             clock,
-            clock_moved: Instant::now(),
-            connection_checked: Instant::now(),
+            stale_at: Instant::now() + STALE_CLOCK,
+            connection_check_due: Instant::now() + CONNECTION_CHECK,
             value: Vec::new(),
         }))
     }
@@ -138,18 +141,18 @@ impl Local {
         if r.cookie() != self.cookie || r.generation() != self.generation || !r.writer_attached() {
             return false;
         }
-        if now.duration_since(self.connection_checked) >= CONNECTION_CHECK {
+        if now >= self.connection_check_due {
             if !conn.is_open() {
                 return false;
             }
-            self.connection_checked = now;
+            self.connection_check_due = now + CONNECTION_CHECK;
         }
         let clock = r.clock();
         if clock != self.clock {
-            (self.clock, self.clock_moved) = (clock, now);
+            (self.clock, self.stale_at) = (clock, now + STALE_CLOCK);
             return true;
         }
-        now.duration_since(self.clock_moved) < STALE_CLOCK
+        now < self.stale_at
     }
 
     /// Looks `key` up in the region, counting the read in the hints area; `None` when the

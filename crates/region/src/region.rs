@@ -169,6 +169,14 @@ impl ValueSink for Vec<u8> {
     }
 }
 
+/// [`Region::bucket`]'s or [`Region::meta`]'s failure, out of line: the check inlined into
+/// every lookup is a compare and a branch, without a store of the message's argument.
+#[cold]
+#[inline(never)]
+fn outside(what: &str, i: usize, count: usize) -> ! {
+    panic!("{what} {i} outside the region's {count}")
+}
+
 /// A mapped region with its validated layout.
 pub(crate) struct Region {
     pub map: Mapping,
@@ -213,7 +221,9 @@ impl Region {
     /// [`Mapping::atomics_at`]'s alignment and bounds checks: a lookup takes two or more.
     #[inline]
     pub fn bucket(&self, b: usize) -> &Bucket {
-        assert!(b < self.layout.bucket_count, "bucket {b} outside the index");
+        if b >= self.layout.bucket_count {
+            outside("bucket", b, self.layout.bucket_count);
+        }
         // SAFETY: the validated layout puts bucket_count 64-byte buckets inside the mapping at
         // index_offset (HEADER_BYTES, so 64-aligned from the page-aligned base), and b is
         // below bucket_count; Bucket is repr(C) and made only of atomics.
@@ -223,7 +233,9 @@ impl Region {
     /// Segment `s`'s table entry; panics unless `s < segment_count`.
     #[inline]
     pub fn meta(&self, s: usize) -> &SegmentMeta {
-        assert!(s < self.layout.segment_count, "segment {s} outside the table");
+        if s >= self.layout.segment_count {
+            outside("segment", s, self.layout.segment_count);
+        }
         // SAFETY: the validated layout puts segment_count 64-byte entries inside the mapping
         // at table_offset (a multiple of 64), and s is below segment_count; SegmentMeta is
         // repr(C) and made only of atomics.
