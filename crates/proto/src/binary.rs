@@ -405,17 +405,20 @@ pub struct ResponseHeader {
 }
 
 impl ResponseHeader {
-    /// Appends the header's 24 bytes, big-endian.
+    /// Appends the header's 24 bytes, big-endian: put together in place, then appended at
+    /// once (field by field, each append checked the vector's room again).
     pub fn write(&self, out: &mut Vec<u8>) {
-        out.push(RESPONSE_MAGIC);
-        out.push(self.opcode);
-        out.extend_from_slice(&self.key_len.to_be_bytes());
-        out.push(self.extras_len);
-        out.push(0); // data type: raw bytes
-        out.extend_from_slice(&(self.status as u16).to_be_bytes());
-        out.extend_from_slice(&self.body_len.to_be_bytes());
-        out.extend_from_slice(&self.opaque.to_be_bytes());
-        out.extend_from_slice(&self.cas.to_be_bytes());
+        let mut header = [0u8; 24];
+        header[0] = RESPONSE_MAGIC;
+        header[1] = self.opcode;
+        header[2..4].copy_from_slice(&self.key_len.to_be_bytes());
+        header[4] = self.extras_len;
+        // Byte 5, the data type, stays 0: raw bytes.
+        header[6..8].copy_from_slice(&(self.status as u16).to_be_bytes());
+        header[8..12].copy_from_slice(&self.body_len.to_be_bytes());
+        header[12..16].copy_from_slice(&self.opaque.to_be_bytes());
+        header[16..24].copy_from_slice(&self.cas.to_be_bytes());
+        out.extend_from_slice(&header);
     }
 }
 

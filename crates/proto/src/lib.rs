@@ -65,7 +65,7 @@ pub use binary::{BinaryParse, BinaryParser, BinaryRequest};
 pub use crawler::{Classes, LruCrawler};
 pub use encode::{encode_request, encode_retrieval, push_u64, Body, Op, StoreMode};
 pub use hotkeys::{encode_hotkeys, hotkeys_limits, parse_hotkeys, HotKey, HotKeysError, MAX_HOTKEYS};
-pub use key::{key_fault, valid_key, KEY_MAX};
+pub use key::{key_fault, key_run, valid_key, KEY_MAX};
 pub use meta::{flag_set, Meta, MetaCmd, MetaFlags};
 pub use text::{Get, ShutdownMode, Slabs, Store, StoreCmd};
 pub use token::{digits, Tokens};

@@ -9,8 +9,10 @@ use crate::auth::Session;
 use crate::config::{Protocol, Settings};
 use crate::counters::Counters;
 use crate::exec::crawler::{dump_slice, Dump};
+use crate::exec::ops::Placed;
 use crate::exec::{binary, Context, Flow};
 use crate::state::{conn_state, ConnInfo};
+use crate::syscalls;
 use crate::tls::TlsStream;
 use crate::trace;
 use crate::watch::{CloseReason, Watcher, WATCHER_BUFFER};
@@ -18,8 +20,9 @@ use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use shoal_proto::binary::REQUEST_MAGIC;
 use shoal_proto::{parse_ascii_auth, AsciiAuth, BinaryParse, BinaryParser, Parse, Parser, ShutdownMode};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,12 +42,13 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Reads (plaintext); returns the bytes read and whether nothing more is waiting.
+    /// Reads (plaintext); returns the bytes read and whether nothing more is waiting. A plain
+    /// socket is read with the system call itself ([`syscalls`]).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
         let n = match self {
-            Stream::Tcp(s) => s.read(buf)?,
+            Stream::Tcp(s) => syscalls::recv(&*s, buf)?,
             Stream::Tls(s) => return s.read(buf),
-            Stream::Unix(s) => s.read(buf)?,
+            Stream::Unix(s) => syscalls::recv(&*s, buf)?,
         };
         Ok((n, n < buf.len()))
     }
@@ -52,9 +56,9 @@ impl Stream {
     /// Writes (plaintext; TLS encrypts it).
     pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.write(buf),
+            Stream::Tcp(s) => syscalls::send(&*s, buf),
             Stream::Tls(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
+            Stream::Unix(s) => syscalls::send(&*s, buf),
         }
     }
 
@@ -84,7 +88,6 @@ impl Stream {
 
     /// The socket's descriptor.
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Tls(s) => s.tcp.as_raw_fd(),
@@ -177,6 +180,10 @@ pub struct Conn {
     /// The poll said the client closed its side: a short read no longer means "nothing more",
     /// since the end of the stream raises no new event (see [`Conn::hung_up`]).
     hung_up: bool,
+    /// The placement of the key of the `get` at the head of the buffer, made by
+    /// [`Conn::read_ahead`] as it started loading the key's index: handed to that request
+    /// ([`Context::placed_ahead`]), which then does not hash the key again.
+    placed_ahead: Option<Placed>,
 }
 
 impl Conn {
@@ -214,6 +221,7 @@ impl Conn {
             heard: false,
             drained_ahead: false,
             hung_up: false,
+            placed_ahead: None,
         }
     }
 
@@ -288,8 +296,7 @@ impl Conn {
         }
         if let Some(key) = self.key_ahead() {
             cx.bound = self.session.tenant;
-            let placed = cx.place(key);
-            cx.writer_at(&placed).prefetch_index(&placed.hash);
+            self.placed_ahead = Some(cx.place_ahead(key));
         }
     }
 
@@ -470,6 +477,14 @@ impl Conn {
     /// executes or refuses it.
     fn step(&mut self, cx: &mut Context<'_>) -> Outcome {
         cx.bound = self.session.tenant;
+        // What `read_ahead` placed is the first key of the request at the head of the buffer,
+        // the one about to be parsed: that request uses it or drops it (a stale placement
+        // would look another key up in the wrong buckets). Only a whole text `get` line takes
+        // it; one still incomplete keeps it.
+        cx.placed_ahead = None;
+        if self.placed_ahead.is_some() {
+            cx.placed_ahead = self.placed_ahead.take();
+        }
         let input = &self.buf[self.start..self.end];
         if self.protocol == Protocol::Auto {
             // memcached's negotiation: a first byte of 0x80 is the binary protocol.
@@ -508,7 +523,10 @@ impl Conn {
             };
         }
         match self.parser.parse(input) {
-            Parse::Incomplete => Outcome::Incomplete,
+            Parse::Incomplete => {
+                self.placed_ahead = cx.placed_ahead.take();
+                Outcome::Incomplete
+            }
             // Borrowed in place: moved out, the request was copied first.
             Parse::Done { ref request, consumed } => {
                 Outcome::Handled { consume: consumed, flow: cx.execute(request, out) }
@@ -644,11 +662,13 @@ impl Conn {
     }
 }
 
-/// The first key of a text `get`/`gets` whose line is complete at the start of `input`.
+/// The first key of a text `get`/`gets` at the start of `input`, if it is there whole and
+/// valid (it ends at a space or the line's end).
 fn get_key(input: &[u8]) -> Option<&[u8]> {
     let rest = input.strip_prefix(b"get ").or_else(|| input.strip_prefix(b"gets "))?;
-    let end = rest.iter().position(|&b| b == b' ' || b == b'\r' || b == b'\n')?;
-    (end > 0 && end <= shoal_proto::KEY_MAX).then(|| &rest[..end])
+    let end = shoal_proto::key_run(rest);
+    let ends_key = matches!(rest.get(end), Some(b' ' | b'\r' | b'\n'));
+    (end > 0 && end <= shoal_proto::KEY_MAX && ends_key).then(|| &rest[..end])
 }
 
 #[cfg(test)]
@@ -661,7 +681,10 @@ mod tests {
         assert_eq!(get_key(b"gets k1 k2\r\n"), Some(&b"k1"[..]));
         assert_eq!(get_key(b"get k1\n"), Some(&b"k1"[..]));
         let long = [b"get ".as_slice(), &[b'k'; 251], b"\r\n"].concat();
-        for none in [&b"get k1"[..], b"get  k\r\n", b"set k 0 0 1\r\n", b"gat 0 k\r\n", b"", &long] {
+        // Cut short, no key, not a get, too long, or a byte no key may hold.
+        for none in
+            [&b"get k1"[..], b"get  k\r\n", b"set k 0 0 1\r\n", b"gat 0 k\r\n", b"", &long, b"get a\tb\r\n"]
+        {
             assert_eq!(get_key(none), None, "{:?}", String::from_utf8_lossy(none));
         }
     }

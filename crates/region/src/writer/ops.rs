@@ -201,11 +201,11 @@ impl Writer {
     /// placed ahead), so the lookup does not start it again. Inline, so that a caller in
     /// another crate (the server's read path) calls the lookup itself, not a wrapper.
     #[inline]
-    pub fn read_hashed(
+    pub fn read_hashed<S: ValueSink + ?Sized>(
         &self,
         key: &[u8],
         hash: &KeyHash,
-        value: &mut dyn ValueSink,
+        value: &mut S,
         bump: bool,
         prefetched: bool,
     ) -> Result<Lookup, OpError> {
@@ -215,11 +215,11 @@ impl Writer {
     /// The read itself, under a hash known to be this region's; `prefetched`: its index and
     /// access times are already on their way.
     #[inline]
-    fn read_under(
+    fn read_under<S: ValueSink + ?Sized>(
         &self,
         key: &[u8],
         hash: KeyHash,
-        value: &mut dyn ValueSink,
+        value: &mut S,
         bump: bool,
         prefetched: bool,
     ) -> Result<Lookup, OpError> {

@@ -5,15 +5,16 @@
 //! `getq` hit.
 
 use super::ops::{arith_op, delete_op, flush_all, store_op, ArithOp, ArithResult, DeleteOp, DeleteResult};
-use super::ops::{SetResult, StoreOp};
+use super::ops::{read_counted, SetResult, StoreOp};
 use super::{store_error, Context, Flow};
 use crate::auth::Session;
+use crate::config::Settings;
 use crate::counters::Counters;
 use crate::stats;
 use shoal_proto::binary::{opcode, ArithRequest, Command, ResponseHeader, Status, StoreMode, StoreRequest};
-use shoal_proto::binary::{MAX_MECHANISM, NO_CREATE};
+use shoal_proto::binary::{HEADER_LEN, MAX_MECHANISM, NO_CREATE};
 use shoal_proto::{parse_plain, BinaryRequest, Tokens};
-use shoal_region::{absolute_expiry, touch_expiry, Marks, NewItem, OpError, Value};
+use shoal_region::{absolute_expiry, touch_expiry, ItemInfo, Marks, NewItem, OpError, Value, ValueSink};
 
 /// The mechanisms `-S` offers.
 const MECHANISMS: &[u8] = b"PLAIN";
@@ -88,6 +89,37 @@ pub fn execute(cx: &mut Context<'_>, r: BinaryRequest<'_>, session: &mut Session
     Flow::Continue
 }
 
+/// A get's answer to a hit, written straight into the output as the lookup copies the value
+/// (not copied in through a buffer of its own): the header, the flags, the key if asked, then
+/// the value. The lookup may ask for it more than once (it retries when the item changes
+/// under it): each time the packet starts over.
+struct HitPacket<'a> {
+    out: &'a mut Vec<u8>,
+    /// Where the packet begins in `out`.
+    start: usize,
+    r: &'a BinaryRequest<'a>,
+    shown_key: &'a [u8],
+    settings: &'a Settings,
+}
+
+impl ValueSink for HitPacket<'_> {
+    fn append_to(&mut self, item: &ItemInfo) -> &mut Vec<u8> {
+        let out = &mut *self.out;
+        out.truncate(self.start);
+        let body_len = 4 + self.shown_key.len() + item.value_len;
+        out.reserve(HEADER_LEN + body_len);
+        let h = ResponseHeader {
+            extras_len: 4,
+            key_len: self.shown_key.len() as u16,
+            ..header(self.r, Status::Success, body_len, self.settings.visible_cas(item.cas))
+        };
+        h.write(out);
+        out.extend_from_slice(&item.flags.to_be_bytes());
+        out.extend_from_slice(self.shown_key);
+        out
+    }
+}
+
 /// `get getk getq getkq gat gatk gatq gatkq touch`: flags in the extras, the key for the `k`
 /// forms, the value (not for `touch`), the CAS.
 fn get(
@@ -101,6 +133,7 @@ fn get(
     let c = cx.counters;
     cx.shared.hotkeys.record(key);
     let placed = cx.place(key);
+    let shown_key = if with_key { key } else { &[] };
     let found = match touch {
         Some(exptime) => {
             Counters::bump(&c.cmd_touch);
@@ -110,12 +143,17 @@ fn get(
         }
         None => {
             Counters::bump(&c.cmd_get);
-            let found = cx.lookup(key, &placed, true);
+            let start = out.len();
+            let mut packet = HitPacket { out, start, r, shown_key, settings: &cx.shared.settings };
+            let found = read_counted(cx, key, &placed, true, &mut packet);
             Counters::bump(if found.is_some() { &c.get_hits } else { &c.get_misses });
-            found
+            if found.is_some() {
+                return; // answered as the value was copied
+            }
+            out.truncate(start); // what a lookup that then judged the item a miss wrote
+            None
         }
     };
-    let shown_key = if with_key { key } else { &[] };
     let Some(info) = found else {
         if r.quiet {
             return;

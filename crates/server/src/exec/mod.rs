@@ -54,6 +54,10 @@ pub struct Context<'a> {
     pub value: Vec<u8>,
     /// The connection whose requests are executed ([`NO_CONNECTION`] for UDP).
     pub conn: u64,
+    /// The placement of the first key of the request being executed, if it was made before
+    /// the request was parsed (`Conn::read_ahead`, which starts loading a get's index while
+    /// other connections are read): a get takes it instead of hashing the key again.
+    pub placed_ahead: Option<ops::Placed>,
     /// Answers the connection `held_by` holds unsent, counted only under
     /// `-o read_buf_mem_limit` ([`Context::hold_answers`]).
     held: usize,
@@ -73,6 +77,7 @@ impl<'a> Context<'a> {
             bound: None,
             value: Vec::new(),
             conn: NO_CONNECTION,
+            placed_ahead: None,
             held: 0,
             held_by: NO_CONNECTION,
         }

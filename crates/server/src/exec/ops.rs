@@ -90,13 +90,14 @@ impl<'a> Context<'a> {
 
 /// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count) and,
 /// for a read that counts as an access (`bump`), the tenant's get and its hit or miss and the
-/// key prefix's (`stats detail`).
-pub(crate) fn read_counted(
+/// key prefix's (`stats detail`). Generic over the sink, as the region's lookup is: each
+/// answer's writer is compiled into its own lookup, not called through a vtable.
+pub(crate) fn read_counted<S: ValueSink>(
     cx: &Context<'_>,
     key: &[u8],
     placed: &Placed,
     bump: bool,
-    sink: &mut dyn ValueSink,
+    sink: &mut S,
 ) -> Option<ItemInfo> {
     let i = placed.tenant;
     let tenant = cx.shared.tenants.get(i);

@@ -98,8 +98,9 @@ pub fn get(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
     if get.count > 1 {
         multiget(cx, get, &mut hot, out);
     } else if let Some(key) = get.keys.clone().next() {
-        // A single key has nothing to overlap its memory misses with: no prefetching ahead.
-        let placed = cx.place(key);
+        // A single key has nothing to overlap its memory misses with: no prefetching ahead
+        // (unless the connection's read ahead started it).
+        let placed = cx.placed_ahead.take().unwrap_or_else(|| cx.place(key));
         get_one(cx, get, &mut hot, (key, &placed), out);
     }
     drop(hot);
@@ -115,7 +116,7 @@ fn multiget(cx: &mut Context<'_>, get: &Get<'_>, hot: &mut Sampler<'_>, out: &mu
     let mut ahead: Ahead<'_> = [None; AHEAD];
     let mut upcoming = get.keys.clone().enumerate();
     if let Some((_, first)) = upcoming.next() {
-        ahead[0] = Some((first, cx.place(first)));
+        ahead[0] = Some((first, cx.placed_ahead.take().unwrap_or_else(|| cx.place(first))));
     }
     upcoming.by_ref().take(INDEX_AHEAD).for_each(|key| place_ahead(cx, &mut ahead, key));
     (1..=ITEMS_AHEAD).for_each(|n| prefetch_item(cx, &ahead, n));
