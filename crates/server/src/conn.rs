@@ -481,10 +481,7 @@ impl Conn {
         // the one about to be parsed: that request uses it or drops it (a stale placement
         // would look another key up in the wrong buckets). Only a whole text `get` line takes
         // it; one still incomplete keeps it.
-        cx.placed_ahead = None;
-        if self.placed_ahead.is_some() {
-            cx.placed_ahead = self.placed_ahead.take();
-        }
+        cx.placed_ahead = self.placed_ahead.take();
         let input = &self.buf[self.start..self.end];
         if self.protocol == Protocol::Auto {
             // memcached's negotiation: a first byte of 0x80 is the binary protocol.
