@@ -76,6 +76,8 @@ pub struct DestinationStats {
     pub behind_since: Mutex<Option<Instant>>,
     /// Times it fell behind.
     pub fell_behind: AtomicU64,
+    /// When it last acknowledged a late delete (`crate::late`).
+    pub late: crate::late::Throttle,
 }
 
 /// How far behind a near cache's second delivery is.
@@ -147,6 +149,10 @@ fn observer(stats: Arc<HashMap<String, DestinationStats>>, progress: Arc<Progres
         stats.delivered.fetch_add(u64::from(delivered.answers), Ordering::Relaxed);
         if delivered.stamp > 0 {
             let lag = now_micros().saturating_sub(delivered.stamp).max(1);
+            let age = Duration::from_micros(lag);
+            if age > crate::late::LATE && stats.late.ready() {
+                eprintln!("{}", crate::late::acknowledged(address, age));
+            }
             let mut histogram = stats.lag.lock().unwrap_or_else(|p| p.into_inner());
             let histogram = histogram.get_or_insert_with(|| {
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
@@ -392,14 +398,17 @@ impl Delivery {
                      deletes wait in its spool (sent again until it takes them: what it refused every 250 ms, what it did not answer \
                      with the next connection, tried every 100 ms); \
                      a server it invalidates must not serve reads meanwhile (--rejoin-hold, or reads through \
-                     a router that spools for it too)"
+                     a router that spools for it too); unix time {:.3}",
+                    crate::late::unix_now()
                 );
             }
             (Some(from), false) => {
                 *since = None;
                 eprintln!(
-                    "shoal invalidator: {destination} caught up: its spool is delivered (it was behind for {:.1} s)",
-                    from.elapsed().as_secs_f64()
+                    "shoal invalidator: {destination} caught up: its spool is delivered (it was behind for {:.1} s); \
+                     unix time {:.3}",
+                    from.elapsed().as_secs_f64(),
+                    crate::late::unix_now()
                 );
             }
             _ => {}

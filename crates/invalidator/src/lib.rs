@@ -34,6 +34,7 @@
 
 mod decoding;
 mod delivery;
+mod late;
 mod metrics;
 mod postgres;
 mod replica;
@@ -56,7 +57,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `shoal invalidator`.
 #[derive(Debug, Parser)]
@@ -349,6 +350,9 @@ struct Handing<'a> {
     stop: &'a AtomicBool,
     progress: &'a watch::Progress,
     unconfirmed: &'a mut Unconfirmed,
+    /// When the commit log gave the batch being handed on.
+    read_at: Instant,
+    late: &'a late::Throttle,
 }
 
 impl Handing<'_> {
@@ -368,6 +372,12 @@ impl Handing<'_> {
             *self.counters.position.lock().unwrap_or_else(|p| p.into_inner()) = upto.to_string();
         }
         let Ok((deletes, marks)) = self.delivery.spool(commits, self.stop) else { return Ok(false) };
+        if let Some(oldest) = commits.iter().filter_map(|c| c.micros).min() {
+            let age = Duration::from_micros(delivery::now_micros().saturating_sub(oldest));
+            if age > late::LATE && self.late.ready() {
+                eprintln!("{}", late::spooled(age, self.read_at.elapsed(), commits.len()));
+            }
+        }
         if self.ack_rule {
             self.unconfirmed.push_back((upto.clone(), marks));
             self.counters.unconfirmed.store(self.unconfirmed.len() as u64, Ordering::Relaxed);
@@ -413,12 +423,14 @@ fn follow(
     let mut failures = 0;
     let mut cap = REREAD_CAP;
     let mut unconfirmed = Unconfirmed::new();
+    let late = late::Throttle::default();
     while !stop.load(Ordering::Relaxed) {
         // The source waits for changes itself (up to `idle`), so the loop never sleeps.
         let step = (|| -> Result<(), Fault> {
             confirm_safe(&mut *source, counters, progress, &mut unconfirmed)?;
             progress.enter(watch::Stage::Reading, 0);
             let batch = source.read(args.read_changes, idle)?;
+            let read_at = Instant::now();
             let in_hand = batch.commits.iter().map(|c| c.keys.len()).sum();
             for problem in &batch.problems {
                 counters.problem(problem);
@@ -433,6 +445,8 @@ fn follow(
                 stop,
                 progress,
                 unconfirmed: &mut unconfirmed,
+                read_at,
+                late: &late,
             };
             let (Some(gate), source::Position::Lsn(..)) = (replica.as_mut(), &upto) else {
                 hand.on(&batch.commits, &upto, in_hand)?;
