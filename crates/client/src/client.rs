@@ -376,6 +376,7 @@ impl Client {
                 None => rest.push(i),
             }
         }
+        local.publish_counts();
         rest
     }
 
@@ -406,6 +407,7 @@ impl Client {
                 }
             }
         }
+        local.publish_counts();
         rest
     }
 

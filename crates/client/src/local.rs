@@ -159,11 +159,14 @@ impl Local {
     /// region could not answer (a writer held the key's bucket too long): ask the server.
     #[inline]
     pub fn get(&mut self, key: &[u8]) -> Option<Option<Item>> {
-        self.get_ref(key).map(|found| found.map(|item| item.to_item()))
+        let found = self.get_ref(key).map(|found| found.map(|item| item.to_item()));
+        self.publish_counts();
+        found
     }
 
     /// [`Local::get`] without copying: the hit's value stays in this reader's buffer, which
-    /// the next read reuses (so a batch of reads allocates nothing per key).
+    /// the next read reuses (so a batch of reads allocates nothing per key). The read is
+    /// counted at the next [`Local::publish_counts`], which the batch calls once at its end.
     #[inline]
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
         let found = self.lookups.get_with(key, &mut self.value);
@@ -175,6 +178,7 @@ impl Local {
     /// CAS, `Some(None)` for a miss, `None` when the region could not answer (ask the server).
     /// Generic over the sink, so that a plain vector's copy is inlined into the lookup rather
     /// than called through a vtable (Python's gatherer comes as a trait object, and stays one).
+    /// Counted at the next [`Local::publish_counts`], as [`Local::get_ref`].
     #[inline]
     pub fn get_with<S: ValueSink + ?Sized>(
         &mut self,
@@ -182,6 +186,13 @@ impl Local {
         sink: &mut S,
     ) -> Option<Option<(u32, u64)>> {
         self.lookups.get_with(key, sink)
+    }
+
+    /// Stores the counts of the reads made so far in the hints area, where the server reads
+    /// them: after a read, or a batch of them (the counters once a batch, not two a key).
+    #[inline]
+    pub fn publish_counts(&mut self) {
+        self.lookups.hints.publish();
     }
 
     /// Whether the server is a near cache, whose misses are asked of it (it fetches them).

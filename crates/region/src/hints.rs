@@ -10,13 +10,15 @@
 //! ```text
 //!  client: HintsWriter::record(lookup, now)     server: HintsReader::drain, every 100 ms
 //!    counters   gets hits misses expired flushed ──► deltas added to cmd_get, get_hits, …
+//!      (stored by HintsWriter::publish, after a lookup or a batch of them)
 //!    a hit not marked yet this second (filter):  ──► Writer::mark_read(location): the slot's
 //!    ring[head % 65536] = (bucket, slot, word)       accessed bit, as a network get sets it
 //!    head += 1 (release)
 //! ```
 //!
-//! Recording costs the client two plain stores per counter or ring entry (it is the only
-//! writer, so no atomic read-modify-write). A mark's effects are idempotent or kept to the
+//! Recording costs the client plain stores (it is the only writer, so no atomic
+//! read-modify-write): the counters are kept in its memory and stored in the area once for a
+//! batch of lookups, a ring entry is two stores. A mark's effects are idempotent or kept to the
 //! second (the accessed bit; the segment's use stamp and the access time, both in the region
 //! clock's seconds), so the client queues each item at most once per region-clock second: a
 //! small filter of recent marks, emptied when the clock moves, drops the repeats — a hot key
@@ -266,33 +268,19 @@ impl HintsWriter {
 
     /// Counts a local lookup, and queues a hit's location for the server to mark as read,
     /// unless it was queued already in this second of the region's clock (`now`,
-    /// [`Reader::clock`](crate::Reader::clock)).
+    /// [`Reader::clock`](crate::Reader::clock)). The counts reach the area at the next
+    /// [`HintsWriter::publish`]: once for a batch of lookups, not two stores a key.
     #[inline(always)]
     pub fn record(&mut self, lookup: &Lookup, location: Option<Location>, now: u32) {
-        // Only the counters this read moves (two or three of them) are stored, each as it
-        // moves (indexes as in `HintCounts::to_array`).
         let c = &mut self.counts;
         c.gets += 1;
-        let map = &self.map;
-        let store = |i: usize, n: u64| map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
-        store(0, c.gets);
         match lookup {
-            Lookup::Hit(_) => {
-                c.hits += 1;
-                store(1, c.hits);
-            }
+            Lookup::Hit(_) => c.hits += 1,
             miss => {
                 c.misses += 1;
-                store(2, c.misses);
                 match miss {
-                    Lookup::Expired => {
-                        c.expired += 1;
-                        store(3, c.expired);
-                    }
-                    Lookup::Flushed => {
-                        c.flushed += 1;
-                        store(4, c.flushed);
-                    }
+                    Lookup::Expired => c.expired += 1,
+                    Lookup::Flushed => c.flushed += 1,
                     _ => {}
                 }
             }
@@ -302,6 +290,15 @@ impl HintsWriter {
             if !self.marked_this_second(place, at.word & !SLOT_ACCESSED, now) {
                 self.queue(place, at.word);
             }
+        }
+    }
+
+    /// Stores what [`HintsWriter::record`] counted so far in the area, where the server reads
+    /// it: after a lookup, or after a batch of them.
+    #[inline]
+    pub fn publish(&self) {
+        for (i, n) in self.counts.to_array().into_iter().enumerate() {
+            self.map.u64_at(OFF_COUNTERS + i * 8).store(n, Ordering::Relaxed);
         }
     }
 
@@ -323,6 +320,9 @@ impl HintsWriter {
     /// below the region's published threshold, [`crate::Reader::curve_threshold`]).
     #[inline]
     pub fn record_sampled(&mut self, hash: u64, read: SampledRead) {
+        // The server relies on a read being counted before it is queued (`HintsReader::drain`):
+        // the counts go out first (a sampled read is rare, so this costs a batch little).
+        self.publish();
         let entry = CURRENT.off_sample(self.samples_head);
         self.map.u64_at(entry).store(hash, Ordering::Relaxed);
         self.map.u64_at(entry + 8).store(read.encode(), Ordering::Relaxed);
@@ -610,6 +610,7 @@ mod tests {
         w.record(&hit(), Some(at), 1);
         w.record(&Lookup::Expired, None, 1);
         w.record(&Lookup::Flushed, None, 1);
+        w.publish();
         let mut marked = Vec::new();
         let delta = r.drain(|l| marked.push(l)).counts;
         assert_eq!(delta, HintCounts { gets: 4, hits: 1, misses: 3, expired: 1, flushed: 1 });
@@ -625,6 +626,7 @@ mod tests {
         for i in 0..3 * RING_ENTRIES {
             w.record(&hit(), Some(Location { bucket: i, slot: 0, word: i as u64 }), 1);
         }
+        w.publish();
         let mut seen = Vec::new();
         assert_eq!(r.drain(|l| seen.push(l.bucket)).counts.hits, 3 * RING_ENTRIES as u64);
         assert_eq!(seen, (2 * RING_ENTRIES..3 * RING_ENTRIES).collect::<Vec<_>>());
@@ -654,6 +656,8 @@ mod tests {
         let handed = std::fs::File::from(w.fd().try_clone_to_owned().unwrap());
         let mut r = HintsReader::from_file(handed).unwrap();
         w.record(&hit(), None, 1);
+        assert_eq!(r.drain(|_| {}).counts.hits, 0, "not published yet");
+        w.publish();
         assert_eq!(r.drain(|_| {}).counts.hits, 1);
         let null = std::fs::File::open("/dev/null").unwrap();
         assert!(HintsReader::from_file(null)
@@ -686,6 +690,7 @@ mod tests {
         }
         // The server's mark sets the accessed bit: the client then sees the same item so.
         w.record(&hit(), Some(Location { word: hot.word | SLOT_ACCESSED, ..hot }), 5);
+        w.publish();
         let mut marks = 0;
         assert_eq!(r.drain(|_| marks += 1).counts.hits, 1_000_001, "every hit is counted");
         assert_eq!(marks, 1, "one mark for a million hits in one second");
@@ -763,6 +768,7 @@ mod tests {
         for _ in 0..5 {
             w.record(&Lookup::Missing, None, 1); // not in the sample
         }
+        w.publish();
         let drained = r.drain(|_| {});
         assert_eq!((drained.counts.gets, drained.unsampled), (8, 5));
         let mut seen = Vec::new();

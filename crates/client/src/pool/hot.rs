@@ -31,6 +31,7 @@
 //! Copies live at most `ttl` seconds, which bounds how long a copy can outlive a write made by
 //! a client that did not count the key hot yet (the consistency rule's only exception).
 
+use super::batch::DynHit;
 use super::Pool;
 use crate::client::{Client, Item, ItemRef, MetaReply, Stored};
 use crate::error::{Error, Result};
@@ -328,7 +329,7 @@ impl Pool {
         keys: &[&[u8]],
         missed: &[usize],
         copy_of: &[Option<usize>],
-        hit: &mut dyn FnMut(usize, crate::client::ItemRef<'_>),
+        hit: &mut DynHit<'_>,
     ) -> Result<()> {
         if missed.is_empty() {
             return Ok(());
@@ -336,7 +337,8 @@ impl Pool {
         let asked: Vec<&[u8]> = missed.iter().map(|&i| keys[i]).collect();
         let mut found = Vec::new();
         let (read, from_owner) = self.read_from_owner(|pool| {
-            pool.get_many_routed(&asked, false, &mut |j, item| found.push((missed[j], item.to_item())))
+            let push: &mut DynHit<'_> = &mut |j, item| found.push((missed[j], item.to_item()));
+            pool.get_many_routed(&asked, false, push)
         });
         read?;
         let ttl = self.hot.as_ref().map_or(0, |h| i64::from(h.options.ttl));
