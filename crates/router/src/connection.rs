@@ -44,7 +44,7 @@
 use crate::deadline::{self, Alarm};
 use crate::health::{probe, Health};
 use crate::request::{ErrorKind, Shape};
-use crate::stream::{connect, Stream};
+use crate::stream::{connect, Socket, Stream};
 use shoal_proto::{Framer, Limits};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -66,9 +66,37 @@ const MAX_IN_FLIGHT: usize = 65_536;
 const SPARE_SLOTS: usize = 64;
 /// How much the input buffer grows by when an answer does not fit.
 const READ_CHUNK: usize = 16 << 10;
+/// Answer buffers a worker keeps for its connections' next answers, and the largest it keeps.
+const SPARE_BUFFERS: usize = 64;
+const SPARE_CAPACITY: usize = 4 << 10;
 
 /// A request's answer, or why there is none.
 pub type Answer = Result<Vec<u8>, (ErrorKind, String)>;
+
+/// Answer buffers that clients gave back once written, for the next answers of a worker's
+/// connections (a worker is one thread: no lock). A get's answer is its client's whole answer:
+/// without them every request allocated one and freed it once written.
+#[derive(Default)]
+pub struct Spares(RefCell<Vec<Vec<u8>>>);
+
+impl Spares {
+    /// An empty buffer with room for `len` bytes.
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut buf = self.0.borrow_mut().pop().unwrap_or_default();
+        buf.reserve(len);
+        buf
+    }
+
+    /// Takes back a buffer once its bytes are written: kept for an answer to come if it is
+    /// small and fewer than [`SPARE_BUFFERS`] are, else freed.
+    pub fn give(&self, mut buf: Vec<u8>) {
+        let mut spares = self.0.borrow_mut();
+        if buf.capacity() <= SPARE_CAPACITY && spares.len() < SPARE_BUFFERS {
+            buf.clear();
+            spares.push(buf);
+        }
+    }
+}
 
 /// One connection to a destination, shared by the clients of one worker thread.
 pub struct Connection {
@@ -76,6 +104,7 @@ pub struct Connection {
     connect_timeout: Duration,
     health: Arc<Health>,
     max_value: usize,
+    spares: Rc<Spares>,
     state: RefCell<State>,
 }
 
@@ -199,12 +228,14 @@ impl Connection {
         connect_timeout: Duration,
         health: Arc<Health>,
         max_value: usize,
+        spares: Rc<Spares>,
     ) -> Rc<Connection> {
         let connection = Rc::new(Connection {
             address: address.to_string(),
             connect_timeout,
             health,
             max_value,
+            spares,
             state: RefCell::new(State {
                 out: Vec::with_capacity(READ_CHUNK),
                 written: 0,
@@ -338,7 +369,7 @@ impl Connection {
     /// One turn of the loop, run by the task `cx` wakes: write, read and answer, time out.
     /// Ready when the connection failed, with why.
     fn turn(&self, state: &mut State, cx: &mut Context<'_>) -> Poll<(ErrorKind, String)> {
-        let State { out, written, queue, io, task, closed, retired, .. } = state;
+        let State { out, written, queue, io, task, task_drives, closed, retired } = state;
         if *closed {
             let why = format!("{} requests in flight, the oldest timed out", queue.waiting.len());
             return Poll::Ready((ErrorKind::Timeout, why));
@@ -368,6 +399,12 @@ impl Connection {
                     input.end += n;
                     if let Err(why) = self.answer(queue, input, cx.waker()) {
                         return Poll::Ready((ErrorKind::Remote, why));
+                    }
+                    if !*task_drives && queue.waiting.is_empty() {
+                        // A lone request answered: nothing is left to read for, and a waker
+                        // left with the stream now would only wake its client's task. The
+                        // next request's turn waits on the stream again.
+                        break;
                     }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready((ErrorKind::Connect, e.to_string())),
@@ -406,8 +443,8 @@ impl Connection {
                 self.health.pending.fetch_sub(1, Ordering::Relaxed);
                 self.health.success();
                 // With room for the `END` that closes a client's get: the client's answer is
-                // then this very buffer (`proxy::append`).
-                let mut answer = Vec::with_capacity(frame.answer + b"END\r\n".len());
+                // then this very buffer (`proxy::append`), given back once written.
+                let mut answer = self.spares.take(frame.answer + b"END\r\n".len());
                 answer.extend_from_slice(&bytes[..frame.answer]);
                 slot.answer(Ok(answer), running);
             }

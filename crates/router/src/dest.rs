@@ -12,7 +12,7 @@
 //!                    Connection (per worker and address) ──► answer, or why there is none
 //! ```
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Spares};
 use crate::health::Health;
 use crate::request::{ErrorKind, Reply, Shape};
 use std::cell::RefCell;
@@ -83,12 +83,19 @@ pub struct Worker {
     transport: Arc<Transport>,
     connections: RefCell<HashMap<String, Rc<Connection>>>,
     links: RefCell<Links>,
+    /// Its connections' answer buffers, given back by the clients that wrote them.
+    pub spares: Rc<Spares>,
 }
 
 impl Worker {
     /// A worker's transport, on the state every worker shares.
     pub fn new(transport: Arc<Transport>) -> Worker {
-        Worker { transport, connections: RefCell::default(), links: RefCell::default() }
+        Worker {
+            transport,
+            connections: RefCell::default(),
+            links: RefCell::default(),
+            spares: Rc::default(),
+        }
     }
 }
 
@@ -179,8 +186,10 @@ impl Sender {
             return connection.clone();
         }
         let transport = &self.worker.transport;
+        let health = transport.health(address);
+        let spares = self.worker.spares.clone();
         let connection =
-            Connection::open(address, connect_timeout, transport.health(address), transport.max_value_bytes);
+            Connection::open(address, connect_timeout, health, transport.max_value_bytes, spares);
         connections.insert(address.to_string(), connection.clone());
         connection
     }

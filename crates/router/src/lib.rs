@@ -21,7 +21,8 @@
 //!             (connection.rs): an event loop that pipelines, answers in order (a request
 //!             alone on it runs the loop in its own task); deadline.rs: one thread that wakes
 //!             a connection whose oldest request's deadline passed; health.rs: TKO, probes;
-//!             stream.rs: TCP or unix
+//!             stream.rs: sockets, TCP or unix (clients' too), tokio's readiness around
+//!             rustix's recv and send
 //! ```
 //!
 //! The modules, each importing only modules below it (`scripts/module-cycles.py` checks):
@@ -30,7 +31,8 @@
 //!  lib.rs: run, reload, worker threads
 //!    ├─► metrics ─► state (Router: configuration in service, counters, `stats`) ─► config
 //!    └─► proxy (a client connection) ─► multiget ─► dispatch (a key's route(s)) ─► config
-//!              └─► near (deletes for the near caches) ─► ctx
+//!              ├─► near (deletes for the near caches) ─► ctx
+//!              └─► stream (its socket)
 //!  config (the file, parsed) ─► route (handles) ─► provisioned (power-proportional pools)
 //!                                     └─► ctx (Ctx: how a handle sends; spools) ─► dest
 //!  transport, knowing destinations (addresses, timeouts) and nothing of routes:
@@ -260,47 +262,60 @@ fn serve_worker(
     unix: Option<std::os::unix::net::UnixListener>,
     router: Arc<Router>,
 ) {
-    // No time driver (its work at every park is a request's cost): whatever waits for a time
-    // waits on the deadline thread (deadline.rs).
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
+    // A local runtime (its tasks need not be `Send`) rather than a `LocalSet` on a
+    // current-thread one: a `LocalSet`'s tasks are a second scheduler inside the runtime's,
+    // entered, ticked and woken through on every wake-up (about 500 instructions a request,
+    // issue #29). No time driver (its work at every park is a request's cost): whatever waits
+    // for a time waits on the deadline thread (deadline.rs).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build_local(tokio::runtime::LocalOptions::default())
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("shoal router: a worker could not start: {e}");
             return;
         }
     };
-    let local = tokio::task::LocalSet::new();
-    // The accept loop is a task of its own, polled when a listener is ready: the future the
-    // runtime itself runs is polled each time any task wakes (twice a request), and listeners
-    // polled there cost every request their readiness checks.
-    local.spawn_local(async move {
-        let worker = Rc::new(Worker::new(router.transport.clone()));
-        let buffers = Rc::new(proxy::Buffers::new(router.clone()));
-        let tcp = tcp.and_then(|l| tokio::net::TcpListener::from_std(l).ok());
-        let unix = unix.and_then(|l| tokio::net::UnixListener::from_std(l).ok());
-        loop {
-            tokio::select! {
-                accepted = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
-                    match accepted {
-                        Ok((stream, _)) => {
-                            let _ = stream.set_nodelay(true);
-                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
-                        }
-                        Err(e) => router.connections.accept_failed(e).await,
+    // The accept loop is a task of its own, polled when a listener is ready, not the future
+    // the runtime blocks on.
+    runtime.block_on(async move {
+        tokio::task::spawn_local(accept(tcp, unix, router));
+        std::future::pending::<()>().await
+    });
+}
+
+/// A worker's accept loop: each client connection a task of the worker's.
+async fn accept(
+    tcp: Option<std::net::TcpListener>,
+    unix: Option<std::os::unix::net::UnixListener>,
+    router: Arc<Router>,
+) {
+    let worker = Rc::new(Worker::new(router.transport.clone()));
+    let buffers = Rc::new(proxy::Buffers::new(router.clone()));
+    let tcp = tcp.and_then(|l| tokio::net::TcpListener::from_std(l).ok());
+    let unix = unix.and_then(|l| tokio::net::UnixListener::from_std(l).ok());
+    loop {
+        tokio::select! {
+            accepted = async { tcp.as_ref().expect("guarded").accept().await }, if tcp.is_some() => {
+                match accepted {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
                     }
+                    Err(e) => router.connections.accept_failed(e).await,
                 }
-                accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
-                    match accepted {
-                        Ok((stream, _)) => {
-                            tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
-                        }
-                        Err(e) => router.connections.accept_failed(e).await,
+            }
+            accepted = async { unix.as_ref().expect("guarded").accept().await }, if unix.is_some() => {
+                match accepted {
+                    Ok((stream, _)) => {
+                        tokio::task::spawn_local(proxy::serve(stream, router.clone(), worker.clone(), buffers.clone()));
                     }
+                    Err(e) => router.connections.accept_failed(e).await,
                 }
             }
         }
-    });
-    local.block_on(&runtime, std::future::pending::<()>());
+    }
 }
 
 /// `t` in RFC 3339, UTC, to the second (`2026-11-28T00:04:24Z`): log lines' times.

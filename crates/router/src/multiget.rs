@@ -54,40 +54,31 @@ pub async fn get_many(keys: &[Request], dispatch: &Dispatch<'_>, out: &mut Vec<u
     }));
     let alone = futures::future::join_all(in_batch(ALONE).map(|i| dispatch.route_one(&keys[i])));
     let (answers, alone) = futures::future::join(sent, alone).await;
-    // Each key's hit: (the answer it is in, where in it).
-    let mut hits: Vec<Option<(usize, usize, usize)>> = vec![None; keys.len()];
+    // Each key's hit: its `VALUE` block in its batch's answer, or its own answer.
+    let mut hits: Vec<Option<&[u8]>> = vec![None; keys.len()];
     let mut errors = 0;
     for (n, (&to, answer)) in batches.iter().zip(&answers).enumerate() {
         match answer {
-            Reply::Answer(bytes) if !answer.is_error() => split(bytes, to, in_batch(n), keys, n, &mut hits),
+            Reply::Answer(bytes) if !answer.is_error() => split(bytes, to, in_batch(n), keys, &mut hits),
             _ => errors += in_batch(n).count() as u64,
         }
     }
-    let mut alone_answers: Vec<Option<&[u8]>> = vec![None; keys.len()];
     for (i, reply) in in_batch(ALONE).zip(&alone) {
         match reply {
-            Reply::Answer(a) if !reply.is_error() => alone_answers[i] = Some(a),
+            Reply::Answer(a) if !reply.is_error() => hits[i] = Some(a),
             _ => errors += 1,
         }
     }
     dispatch.errors.fetch_add(errors, Ordering::Relaxed);
-    out.reserve(answers.iter().map(answer_len).sum::<usize>() + 5);
-    for i in 0..keys.len() {
-        if let Some((n, start, end)) = hits[i] {
-            if let Reply::Answer(bytes) = &answers[n] {
-                out.extend_from_slice(&bytes[start..end]);
-            }
-        } else if let Some(a) = alone_answers[i] {
-            out.extend_from_slice(a);
-        }
+    out.reserve(hits.iter().flatten().map(|hit| hit.len()).sum::<usize>() + b"END\r\n".len());
+    for hit in hits.iter().flatten() {
+        out.extend_from_slice(hit);
     }
     out.extend_from_slice(b"END\r\n");
-}
-
-fn answer_len(reply: &Reply) -> usize {
-    match reply {
-        Reply::Answer(a) => a.len(),
-        Reply::Error(..) => 0,
+    for answer in answers {
+        if let Reply::Answer(bytes) = answer {
+            ctx.sender.worker.spares.give(bytes);
+        }
     }
 }
 
@@ -103,19 +94,18 @@ fn sent_key(request: &Request, to: Direct) -> &[u8] {
 /// Finds each `VALUE` block of a batch's answer (already checked whole by
 /// `shoal_proto::frame`) and gives it to the batch's next key `asked` of that name: a server
 /// answers hits in the order asked, so a key asked twice gets its two blocks in turn.
-fn split(
-    bytes: &[u8],
+fn split<'a>(
+    bytes: &'a [u8],
     to: Direct,
     mut asked: impl Iterator<Item = usize>,
     keys: &[Request],
-    n: usize,
-    hits: &mut [Option<(usize, usize, usize)>],
+    hits: &mut [Option<&'a [u8]>],
 ) {
     for (span, block) in blocks_at(bytes) {
         let Some(key) = value_key(block.line) else { return };
         // The keys before it that the server skipped were misses.
         if let Some(i) = asked.find(|&i| sent_key(&keys[i], to) == key) {
-            hits[i] = Some((n, span.start, span.end));
+            hits[i] = Some(&bytes[span]);
         }
     }
 }

@@ -9,8 +9,9 @@
 //! A connection holds no buffer while it waits for its client: it waits until the socket is
 //! readable, then reads into a buffer lent by its worker ([`Buffers`]), and gives it back as
 //! soon as every request in it is parsed; only a request cut short by the end of a read keeps
-//! its buffer until the rest comes. Answers are gathered in a buffer of their own size, freed
-//! once written. So 10 000 idle clients cost their tasks and sockets, not 10 000 pairs of
+//! its buffer until the rest comes. Answers are gathered in a buffer of their own size, given
+//! back to the worker once written (`connection::Spares`: a few small ones kept for the next
+//! answers, the rest freed). So 10 000 idle clients cost their tasks and sockets, not 10 000 pairs of
 //! 16 KiB buffers (which, freed and reallocated round after round, left the router's resident
 //! memory growing towards their whole extent: docs/BENCHMARKS.md, issue #26).
 
@@ -20,13 +21,12 @@ use crate::dest::{Sender, Worker};
 use crate::dispatch::Dispatch;
 use crate::request::{is_error_answer, split, Keys, Op, Reply, Request, Shape};
 use crate::state::Router;
+use crate::stream::Socket;
 use shoal_proto::{Parse, Parser, Request as Parsed};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// What a buffer lent for a read has room for at least.
 const READ_CHUNK: usize = 16 << 10;
@@ -36,39 +36,6 @@ const KEEP_BUFFERS: usize = 64;
 const KEEP_CAPACITY: usize = 4 * READ_CHUNK;
 /// The most answers a connection keeps room for between reads.
 const KEEP_PENDING: usize = 16;
-
-/// A client's stream, TCP or a unix socket: waited on until readable, then read without
-/// blocking into whatever buffer is lent for the read; answers written at once while the
-/// socket takes them.
-pub trait ClientStream: AsyncWrite + Unpin {
-    /// Ready once the stream is readable (the task's waker kept in the stream's one reader
-    /// slot: no list of waiters to join and leave, as `readable()` has, on every read).
-    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
-    /// Reads what is there into `buf`'s spare room. The readiness stays set after a read that
-    /// did not fill it: the next request is often there by the time this one is answered, and
-    /// is then read without waiting for the event loop (a read that finds nothing clears it).
-    fn try_read_buf(&self, buf: &mut Vec<u8>) -> std::io::Result<usize>;
-    /// Writes what the socket takes now, without waiting.
-    fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize>;
-}
-
-macro_rules! client_stream {
-    ($t:ty) => {
-        impl ClientStream for $t {
-            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-                <$t>::poll_read_ready(self, cx)
-            }
-            fn try_read_buf(&self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-                <$t>::try_read_buf(self, buf)
-            }
-            fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
-                <$t>::try_write(self, bytes)
-            }
-        }
-    };
-}
-client_stream!(tokio::net::TcpStream);
-client_stream!(tokio::net::UnixStream);
 
 /// A worker's read buffers, lent to its connections for one read at a time (a worker is one
 /// thread: no lock). Counted router-wide in `stats` (`client_buffers`, `client_buffer_bytes`:
@@ -118,12 +85,7 @@ enum Answer {
 }
 
 /// Serves one client until it leaves.
-pub async fn serve<S: ClientStream>(
-    mut stream: S,
-    router: Arc<Router>,
-    worker: Rc<Worker>,
-    buffers: Rc<Buffers>,
-) {
+pub async fn serve<S: Socket>(stream: S, router: Arc<Router>, worker: Rc<Worker>, buffers: Rc<Buffers>) {
     let _open = router.connections.open();
     let mut parser = Parser::new(router.max_item_bytes);
     // A request cut short at the end of a read, in the buffer it was read into; otherwise the
@@ -213,7 +175,7 @@ pub async fn serve<S: ClientStream>(
         buf.drain(..consumed);
         if buf.len() > limit {
             buffers.give(buf);
-            let _ = stream.write_all(b"SERVER_ERROR request too large\r\n").await;
+            let _ = write_answer(&stream, b"SERVER_ERROR request too large\r\n").await;
             return;
         }
         hold(buf, &mut held, &buffers);
@@ -223,22 +185,24 @@ pub async fn serve<S: ClientStream>(
         }
         // After the pool answered, before the client is: spooled (a kill -9 keeps them).
         router.near.deliver(&dispatch.config.near_caches, &near_deletes, near_count);
-        if (!out.is_empty() && write_answer(&mut stream, &out).await.is_err()) || close {
+        let written = out.is_empty() || write_answer(&stream, &out).await.is_ok();
+        // Most often a destination's answer buffer (`append`): its connections' next answer's.
+        worker.spares.give(out);
+        if !written || close {
             return give_back(held);
         }
     }
 }
 
 /// Writes `bytes` to the client: at once while the socket takes them (the usual whole
-/// answer needs no write future), the rest once it is writable again.
-async fn write_answer<S: ClientStream>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()> {
-    let written = match stream.try_write(bytes) {
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Err(e),
-    };
-    if written < bytes.len() {
-        stream.write_all(&bytes[written..]).await?;
+/// answer), the rest once it is writable again.
+async fn write_answer<S: Socket>(stream: &S, bytes: &[u8]) -> std::io::Result<()> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match std::future::poll_fn(|cx| stream.poll_write(cx, &bytes[written..])).await? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => written += n,
+        }
     }
     Ok(())
 }

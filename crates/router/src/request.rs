@@ -16,7 +16,7 @@ pub struct Request {
     /// The operation.
     pub op: Op,
     /// The key as the client sent it, routing prefix included.
-    pub key: Vec<u8>,
+    pub key: Key,
     /// Bytes of `key` that are its routing prefix (`/region/cluster/`), 0 without one.
     pub prefix_len: usize,
     /// The expiry, for operations that carry one.
@@ -104,7 +104,7 @@ impl Request {
     pub fn flush_all(delay: Option<i64>, quiet: bool) -> Request {
         Request {
             op: Op::FlushAll,
-            key: Vec::new(),
+            key: Key::new(b""),
             prefix_len: 0,
             exptime: 0,
             quiet,
@@ -117,7 +117,7 @@ impl Request {
     pub fn delete(key: &[u8], prefix_len: usize) -> Request {
         Request {
             op: Op::Delete,
-            key: key.to_vec(),
+            key: Key::new(key),
             prefix_len,
             exptime: 0,
             quiet: false,
@@ -142,6 +142,54 @@ impl Request {
     /// What the server's answer looks like.
     pub fn shape(&self) -> Shape {
         self.op.shape()
+    }
+}
+
+/// A request's key: kept in the request itself when it is as short as most keys are, so that
+/// a request (a multiget, one per key) allocates nothing for it; a longer one on the heap.
+#[derive(Clone)]
+pub enum Key {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<[u8]>),
+}
+
+/// The longest key kept inline: a `Key` is then 48 bytes, twice a `Vec`'s 24.
+const INLINE_KEY: usize = 46;
+
+impl Key {
+    /// `key`, inline or on the heap as its length says.
+    pub fn new(key: &[u8]) -> Key {
+        if key.len() > INLINE_KEY {
+            return Key::Heap(key.into());
+        }
+        let mut bytes = [0; INLINE_KEY];
+        bytes[..key.len()].copy_from_slice(key);
+        Key::Inline { len: key.len() as u8, bytes }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Key::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Key {}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self))
     }
 }
 
@@ -239,7 +287,7 @@ impl std::ops::Deref for Keys {
 pub fn split(parsed: &Parsed<'_>) -> Option<Keys> {
     let request = |op, key: &[u8], exptime, quiet, body| Request {
         op,
-        key: key.to_vec(),
+        key: Key::new(key),
         prefix_len: prefix_len(key),
         exptime,
         quiet,
@@ -311,7 +359,7 @@ fn meta_request(meta: &Meta<'_>) -> Option<Request> {
     }
     let data = (op == Op::MetaSet).then(|| meta.data.to_vec());
     let mut scratch = [0; shoal_proto::KEY_MAX];
-    let key = meta.key(&mut scratch).to_vec();
+    let key = Key::new(meta.key(&mut scratch));
     let prefix_len = prefix_len(&key);
     let base64 = meta.flags.has(b'b');
     Some(Request { op, key, prefix_len, exptime, quiet, body: Body::Meta { flags, data, base64 } })
@@ -348,6 +396,19 @@ mod tests {
         let mut out = b"get x\r\n".to_vec();
         r[1].encode_into(false, &mut out);
         assert_eq!(out, b"get x\r\ngets b\r\n");
+    }
+
+    #[test]
+    fn a_key_is_the_same_bytes_inline_or_on_the_heap() {
+        let long = [b'k'; 300];
+        for len in [0, 1, 16, INLINE_KEY - 1, INLINE_KEY, INLINE_KEY + 1, 250, 300] {
+            let key = Key::new(&long[..len]);
+            assert_eq!(&*key, &long[..len]);
+            assert_eq!(matches!(key, Key::Inline { .. }), len <= INLINE_KEY, "{len}");
+            assert_eq!(key.clone(), key);
+        }
+        assert_ne!(Key::new(b"ab"), Key::new(b"abc"));
+        assert_eq!(std::mem::size_of::<Key>(), 48);
     }
 
     #[test]

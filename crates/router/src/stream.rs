@@ -1,10 +1,102 @@
-//! A connected stream to a destination, TCP or unix, and connecting within a timeout: the
-//! bottom of the transport (`connection.rs` runs its loop on one, `health.rs` probes with one).
+//! Sockets, TCP or unix, clients' and destinations': waited on with tokio's readiness, read and
+//! written with rustix's `recv` and `send`; and connecting to a destination within a timeout.
+//! The bottom of the transport (`connection.rs` runs its loop on a [`Stream`], `health.rs`
+//! probes with one) and of a client's connection (`proxy.rs`).
+//!
+//! Why not tokio's `AsyncRead`/`AsyncWrite`: under them a read or a write goes through mio's,
+//! std's and glibc's wrappers, and glibc's `recv` and `send` are thread cancellation points
+//! (cancellation enabled and disabled around each call); rustix makes the system call itself
+//! (its `linux_raw` backend). With tokio's readiness kept as it keeps it, that was about a
+//! hundred instructions per call, four calls a proxied get (issue #29, as the server's own
+//! `syscalls.rs` found).
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use rustix::net::{RecvFlags, SendFlags};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::Interest;
+
+/// A socket registered with its worker's event loop: tokio's readiness (what the loop last
+/// reported, and the task to wake when it reports more) around rustix's system calls.
+pub trait Socket: AsFd {
+    /// Ready once the socket is readable (the task's waker kept in the socket's one reader slot).
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// Ready once the socket is writable (the task's waker kept in its one writer slot).
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// `io` if the socket is ready for `interest`; a `WouldBlock` from it clears the readiness.
+    fn try_io<R>(&self, interest: Interest, io: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+
+    /// Reads what is there into `buf`'s spare room, without waiting. The readiness stays set
+    /// after a read that did not fill it: a client's next request is often there by the time
+    /// this one is answered, and is then read without waiting for the event loop (a read that
+    /// finds nothing clears it).
+    fn try_read_buf(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        let fd = self.as_fd();
+        let spare = rustix::buffer::spare_capacity(buf);
+        self.try_io(Interest::READABLE, || Ok(rustix::net::recv(fd, spare, RecvFlags::empty())?.0))
+    }
+
+    /// Reads into `buf` once readable. A read that does not fill `buf` took all there was: the
+    /// readiness is cleared then (as tokio's `poll_read` clears it), so that the next poll
+    /// waits for the event loop instead of finding nothing with a system call.
+    fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let fd = self.as_fd();
+        loop {
+            ready!(self.poll_read_ready(cx))?;
+            match self
+                .try_io(Interest::READABLE, || Ok(rustix::net::recv(fd, &mut *buf, RecvFlags::empty())?.0))
+            {
+                Ok(n) => {
+                    if n > 0 && n < buf.len() {
+                        // Readiness changes only when the worker's event loop runs, on this
+                        // thread between task polls: none reported since the read is cleared.
+                        let _ = self
+                            .try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+                    }
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Writes what the socket takes now, without waiting. A peer that is gone is `EPIPE`, not
+    /// `SIGPIPE` (`MSG_NOSIGNAL`, as std sends on a TCP stream).
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        let fd = self.as_fd();
+        self.try_io(Interest::WRITABLE, || Ok(rustix::net::send(fd, bytes, SendFlags::NOSIGNAL)?))
+    }
+
+    /// Writes what the socket takes: at once while it takes bytes, else once writable.
+    fn poll_write(&self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            match self.try_write(bytes) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(self.poll_write_ready(cx))?,
+                written => return Poll::Ready(written),
+            }
+        }
+    }
+}
+
+macro_rules! tokio_socket {
+    ($t:ty) => {
+        impl Socket for $t {
+            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_read_ready(self, cx)
+            }
+            fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_write_ready(self, cx)
+            }
+            fn try_io<R>(&self, interest: Interest, io: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+                <$t>::try_io(self, interest, io)
+            }
+        }
+    };
+}
+tokio_socket!(tokio::net::TcpStream);
+tokio_socket!(tokio::net::UnixStream);
 
 /// A connected stream to a destination, TCP or unix.
 pub enum Stream {
@@ -15,26 +107,39 @@ pub enum Stream {
 /// The two halves of a stream, whichever kind it is.
 pub type Halves = (Box<dyn tokio::io::AsyncRead + Unpin>, Box<dyn tokio::io::AsyncWrite + Unpin>);
 
-impl Stream {
-    /// Reads into `buf` (as `AsyncRead::poll_read`, which also notes a short read drained the
-    /// socket, saving the read that would find it empty).
-    pub fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
-        let mut buf = ReadBuf::new(buf);
-        let polled = match self {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, &mut buf),
-            Stream::Unix(s) => Pin::new(s).poll_read(cx, &mut buf),
-        };
-        polled.map_ok(|()| buf.filled().len())
-    }
-
-    /// Writes from `bytes`.
-    pub fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<std::io::Result<usize>> {
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, bytes),
-            Stream::Unix(s) => Pin::new(s).poll_write(cx, bytes),
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl Socket for Stream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Unix(s) => s.poll_read_ready(cx),
         }
     }
 
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_write_ready(cx),
+            Stream::Unix(s) => s.poll_write_ready(cx),
+        }
+    }
+
+    fn try_io<R>(&self, interest: Interest, io: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        match self {
+            Stream::Tcp(s) => s.try_io(interest, io),
+            Stream::Unix(s) => s.try_io(interest, io),
+        }
+    }
+}
+
+impl Stream {
     /// Its read and write halves (the probe's line exchange).
     pub fn halves(self) -> Halves {
         match self {
@@ -64,4 +169,86 @@ pub async fn connect(address: &str, timeout: Duration) -> std::io::Result<Stream
     crate::deadline::timeout(timeout, attempt)
         .await
         .unwrap_or_else(|| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::{poll_fn, Future};
+
+    /// Runs `test` on a current-thread runtime, failing it if it takes over a minute.
+    fn within_a_minute(test: impl Future<Output = ()>) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let finished = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(60), test).await });
+        finished.expect("the test's reads and writes finished within a minute");
+    }
+
+    /// Whether a poll with a waker that does nothing is pending.
+    fn pending<T>(poll: impl FnOnce(&mut Context<'_>) -> Poll<T>) -> bool {
+        let waker = futures::task::noop_waker();
+        poll(&mut Context::from_waker(&waker)).is_pending()
+    }
+
+    #[test]
+    fn reads_and_writes_move_bytes_wait_for_readiness_and_report_errors() {
+        within_a_minute(async {
+            let (a, b) = tokio::net::UnixStream::pair().expect("a socket pair");
+            let mut buf = Vec::with_capacity(64);
+            // Nothing sent yet: nothing read, without waiting.
+            let nothing = Socket::try_read_buf(&a, &mut buf).map_err(|e| e.kind());
+            assert_eq!(nothing, Err(io::ErrorKind::WouldBlock));
+            poll_fn(|cx| b.poll_write_ready(cx)).await.expect("writable");
+            assert_eq!(Socket::try_write(&b, b"hello").expect("written"), 5);
+            let mut got = [0u8; 16];
+            let n = poll_fn(|cx| a.poll_read(cx, &mut got)).await.expect("read");
+            assert_eq!(&got[..n], b"hello");
+            // That short read cleared the readiness: the next read waits (pending, not an
+            // empty read) until more comes.
+            assert!(pending(|cx| a.poll_read(cx, &mut got)));
+            assert_eq!(poll_fn(|cx| b.poll_write(cx, b"world")).await.expect("written"), 5);
+            let n = poll_fn(|cx| a.poll_read(cx, &mut got)).await.expect("read");
+            assert_eq!(&got[..n], b"world");
+            // Into a vector's spare room, after what it holds.
+            buf.extend_from_slice(b">");
+            assert_eq!(poll_fn(|cx| b.poll_write(cx, b"more")).await.expect("written"), 4);
+            poll_fn(|cx| a.poll_read_ready(cx)).await.expect("readable");
+            assert_eq!(Socket::try_read_buf(&a, &mut buf).expect("read"), 4);
+            assert_eq!(buf, b">more");
+            // The peer gone: the end of the stream, then EPIPE (no SIGPIPE to kill the test).
+            drop(b);
+            assert_eq!(poll_fn(|cx| a.poll_read(cx, &mut got)).await.expect("the end"), 0);
+            let broken = poll_fn(|cx| a.poll_write(cx, b"x")).await.map_err(|e| e.kind());
+            assert_eq!(broken, Err(io::ErrorKind::BrokenPipe));
+        });
+    }
+
+    #[test]
+    fn a_write_the_socket_cannot_take_waits_until_it_can() {
+        within_a_minute(async {
+            let (a, b) = tokio::net::UnixStream::pair().expect("a socket pair");
+            // Fill the socket's buffers until it takes no more.
+            let chunk = vec![7u8; 64 << 10];
+            let mut sent = 0;
+            poll_fn(|cx| a.poll_write_ready(cx)).await.expect("writable");
+            loop {
+                match Socket::try_write(&a, &chunk) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            assert!(pending(|cx| a.poll_write(cx, b"x")));
+            // A reader drains it all, and the byte still to come, in a task of its own; the
+            // write waiting meanwhile is then taken.
+            let reader = tokio::spawn(async move {
+                let (mut got, mut buf) = (0, vec![0u8; 64 << 10]);
+                while got < sent + 1 {
+                    got += poll_fn(|cx| b.poll_read(cx, &mut buf)).await.expect("read");
+                }
+                got
+            });
+            assert_eq!(poll_fn(|cx| a.poll_write(cx, b"x")).await.expect("written"), 1);
+            assert_eq!(reader.await.expect("the reader"), sent + 1);
+        });
+    }
 }
