@@ -20,6 +20,9 @@ pub struct Get<'a> {
     pub keys: Tokens<'a>,
     /// How many keys there are (counted as they were checked).
     pub count: usize,
+    /// The key, when there is exactly one (the commonest get): found as the line was checked,
+    /// so the server does not split the line again to take it.
+    pub only_key: Option<&'a [u8]>,
     /// `gets`/`gats`: answer with CAS uniques.
     pub cas: bool,
     /// `gat`/`gats`: the new exptime of every key found.
@@ -335,9 +338,15 @@ fn is_noreply(tokens: &[&[u8]], n: usize) -> bool {
 #[inline]
 pub(crate) fn get_keys<'a>(at: &Line<'a>, keys: &'a [u8]) -> Parse<'a> {
     // A short line is most likely one key: judged in two words, without counting.
-    let count = if keys.len() <= 16 && valid_key(keys) { Some(1) } else { count_keys(keys) };
+    let (count, only_key) = if keys.len() <= 16 && valid_key(keys) {
+        (Some(1), Some(keys))
+    } else {
+        let count = count_keys(keys);
+        // One key with spaces around it, or longer: split off here rather than in the server.
+        (count, count.filter(|&n| n == 1).and_then(|_| Tokens::new(keys).next()))
+    };
     if let Some(count) = count {
-        let get = Get { keys: Tokens::new(keys), count, cas: false, touch: None };
+        let get = Get { keys: Tokens::new(keys), count, only_key, cas: false, touch: None };
         return Parse::Done { request: Request::Get(get), consumed: at.end };
     }
     get(at, Tokens::new(keys), false, false)
@@ -357,13 +366,15 @@ fn get<'a>(at: &Line<'a>, args: Tokens<'a>, cas: bool, touch: bool) -> Parse<'a>
     } else {
         return Parse::error(BAD_FORMAT, at.end);
     };
+    let mut only_key = (count == 1).then_some(first);
     for key in rest {
         if !valid_key(key) {
             return Parse::error(BAD_FORMAT, at.end);
         }
+        only_key = (count == 0).then_some(key);
         count += 1;
     }
-    Parse::Done { request: Request::Get(Get { keys, count, cas, touch }), consumed: at.end }
+    Parse::Done { request: Request::Get(Get { keys, count, only_key, cas, touch }), consumed: at.end }
 }
 
 fn store<'a>(at: &Line<'a>, cmd: StoreCmd, args: Tokens<'a>) -> Parse<'a> {
@@ -441,11 +452,12 @@ mod tests {
         }
     }
 
-    /// The keys of a get, checked against its count.
+    /// The keys of a get, checked against its count and its only key.
     fn keys<'a>(r: &Request<'a>) -> Vec<&'a [u8]> {
         let Request::Get(g) = r else { panic!("{r:?}") };
         let keys: Vec<&[u8]> = g.keys.clone().collect();
         assert_eq!(keys.len(), g.count, "{r:?}");
+        assert_eq!(g.only_key, (keys.len() == 1).then(|| keys[0]), "{r:?}");
         keys
     }
 
@@ -495,6 +507,13 @@ mod tests {
         assert_eq!((g.cas, g.touch), (true, None));
         // memcached answers a gat without keys with END.
         assert_eq!(keys(&request(b"gat 10\r\n")), Vec::<&[u8]>::new());
+        // One key, however the line was read (`keys` checks `only_key`).
+        let long = [&b"get "[..], &[b'k'; 20], b"\r\n"].concat();
+        for (line, n) in
+            [(&b"get  a \r\n"[..], 1), (b"gets a\r\n", 1), (b"gat 0 a\r\n", 1), (b"gat 0\r\n", 0), (&long, 1)]
+        {
+            assert_eq!(keys(&request(line)).len(), n, "{line:?}");
+        }
         assert_eq!(err(b"get\r\n"), (Some("ERROR"), 5));
         assert_eq!(err(b"get \r\n"), (Some("ERROR"), 6));
         assert_eq!(err(b"gat\r\n"), (Some("ERROR"), 5));

@@ -1,7 +1,7 @@
 //! Starting and stopping: the region, the listeners, the threads, signals.
 //!
 //! ```text
-//!  main thread: accept ──► round-robin ──► worker 1..t (mio poll, connections, execute)
+//!  main thread: accept ──► round-robin ──► worker 1..t (epoll, connections, execute)
 //!  clock thread: every 100 ms ──► Writer::tick(now + debugtime offset), fold clients' hints
 //!  handoff thread: clients' hints memfds (SCM_RIGHTS) ──► Hints::redeem
 //!  udp thread:   datagrams ──► execute ──► framed replies
@@ -245,7 +245,7 @@ fn hold_after_restart(tenants: &Tenants, seconds: u32) {
     }
 }
 
-fn spawn_signal_thread(shared: Arc<Shared>, waker: Arc<mio::Waker>) -> Result<(), String> {
+fn spawn_signal_thread(shared: Arc<Shared>, waker: Arc<crate::epoll::Waker>) -> Result<(), String> {
     use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1])
         .map_err(|e| format!("could not install signal handlers: {e}"))?;

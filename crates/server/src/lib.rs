@@ -23,8 +23,9 @@
 //!   memcached.conf-style file's flags before the command line's), [`counters`] (per-worker request counters),
 //!   [`curve`] (hit-ratio curves), [`detail`] (`stats detail`'s per-prefix counts), [`hotkeys`] (the keys read most, `stats hotkeys`), [`tenants`] (partitions of memory, `--tenants`), [`auth`]
 //!   (users, what a connection proved), [`hints`] (clients' local reads folded in), [`digest`]
-//!   (`--digest-keys`), [`syscalls`] (the epoll path's receive, send and wait, made as system
-//!   calls without glibc's wrappers), [`tls`] (`-Z`), [`trace`], [`uring_options`] (`-o io_uring`, the data path's counts), [`watch`] (`watch`'s log streams, told of
+//!   (`--digest-keys`), [`syscalls`] (the epoll path's receive and send, made as system calls
+//!   without glibc's wrappers), [`epoll`] (the epoll instance a worker waits on, and its
+//!   waker), [`tls`] (`-Z`), [`trace`], [`uring_options`] (`-o io_uring`, the data path's counts), [`watch`] (`watch`'s log streams, told of
 //!   events as plain data);
 //! - [`state`]: what every thread shares ([`state::Shared`], the clock, the connections, how
 //!   to stop), holding those parts and calling up into nothing;
@@ -44,6 +45,7 @@ pub mod counters;
 pub mod curve;
 pub mod detail;
 pub mod digest;
+pub mod epoll;
 pub mod exec;
 pub mod handoff;
 pub mod hints;

@@ -8,19 +8,20 @@
 
 use crate::conn::{Conn, Status, Stream};
 use crate::counters::Counters;
+use crate::epoll::{Events, Interest, Poll, Waker};
 use crate::exec::Context;
 use crate::state::{stop, ConnInfo, Shared};
 use crate::tenants::file::{Listen, TenantSpec};
 use crate::trace;
 use crate::watch::{CloseReason, ConnEvent};
-use mio::net::{TcpListener, UnixListener};
-use mio::{Events, Interest, Poll, Token, Waker};
+use rustix::net::SocketFlags;
 use shoal_proto::ShutdownMode;
 use socket2::{Domain, Socket, Type};
 use std::collections::VecDeque;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use std::thread;
 
 /// The token of a poll's waker.
-const WAKE: Token = Token(usize::MAX);
+const WAKE: usize = usize::MAX;
 
 /// The sockets a server listens on, and the acceptor's poll.
 pub struct Listeners {
@@ -53,7 +54,7 @@ fn tcp_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
-    Ok(TcpListener::from_std(socket.into()))
+    Ok(socket.into())
 }
 
 /// A unix socket listener at `path` with mode `mask` (one a dead server left is replaced).
@@ -63,6 +64,7 @@ fn unix_listener(path: &std::path::Path, mask: u32) -> Result<UnixListener, Stri
         let _ = std::fs::remove_file(path); // left by a server that died
     }
     let listener = UnixListener::bind(path)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
         .map_err(|e| format!("failed to listen on unix socket {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mask & 0o777))
         .map_err(|e| format!("could not set the mode of {}: {e}", path.display()))?;
@@ -135,9 +137,7 @@ impl Listeners {
         tcp.extend(tenant_tcp.into_iter().map(|(listener, _)| listener));
         unix.append(&mut tenant_unix);
         let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
-        let waker = Arc::new(
-            Waker::new(poll.registry(), WAKE).map_err(|e| format!("could not create a waker: {e}"))?,
-        );
+        let waker = Arc::new(Waker::new(&poll, WAKE).map_err(|e| format!("could not create a waker: {e}"))?);
         Ok(Listeners { poll, tcp, tcp_tls, tcp_tenant, unix, udp, waker })
     }
 
@@ -253,13 +253,13 @@ pub(crate) fn join_workers(workers: Vec<WorkerHandle>) {
 /// Accepts connections and runs the epoll workers until the server is asked to stop (the
 /// io_uring path's acceptor is `crate::uring::serve`; `launch` chooses).
 pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String> {
-    let registry = listeners.poll.registry();
-    for (i, l) in listeners.tcp.iter_mut().enumerate() {
-        registry.register(l, Token(i), Interest::READABLE).map_err(|e| e.to_string())?;
+    let poll = &listeners.poll;
+    for (i, l) in listeners.tcp.iter().enumerate() {
+        poll.add(l, i, Interest::Read).map_err(|e| e.to_string())?;
     }
     let unix_tokens = listeners.tcp.len()..listeners.tcp.len() + listeners.unix.len();
-    for (i, (l, _, _)) in listeners.unix.iter_mut().enumerate() {
-        registry.register(l, Token(unix_tokens.start + i), Interest::READABLE).map_err(|e| e.to_string())?;
+    for (i, (l, _, _)) in listeners.unix.iter().enumerate() {
+        poll.add(l, unix_tokens.start + i, Interest::Read).map_err(|e| e.to_string())?;
     }
     let workers = spawn_workers(&shared, &listeners.waker, |shared, index, poll, arrivals, acceptor| {
         Worker::new(shared, index, poll, arrivals, acceptor).run()
@@ -277,16 +277,17 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
         for event in events.iter() {
             let token = event.token();
             loop {
-                let accepted = if token.0 < listeners.tcp.len() {
-                    let (tls, tenant) = (listeners.tcp_tls[token.0], listeners.tcp_tenant[token.0]);
-                    listeners.tcp[token.0].accept().map(|(s, addr)| {
+                let accepted = if token < listeners.tcp.len() {
+                    let (tls, tenant) = (listeners.tcp_tls[token], listeners.tcp_tenant[token]);
+                    accept_tcp(&listeners.tcp[token]).map(|(s, addr)| {
                         let _ = s.set_nodelay(true);
                         Accepted { stream: Stream::Tcp(s), addr: format!("tcp:{addr}"), tls, tenant }
                     })
-                } else if unix_tokens.contains(&token.0) {
-                    let (l, path, tenant) = &listeners.unix[token.0 - unix_tokens.start];
-                    l.accept().map(|(s, _)| Accepted {
-                        stream: Stream::Unix(s),
+                } else if unix_tokens.contains(&token) {
+                    let (l, path, tenant) = &listeners.unix[token - unix_tokens.start];
+                    let accepted = rustix::net::accept_with(l, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC);
+                    accepted.map_err(io::Error::from).map(|s| Accepted {
+                        stream: Stream::Unix(UnixStream::from(s)),
                         addr: format!("unix:{}", path.display()),
                         tls: false,
                         tenant: *tenant,
@@ -324,6 +325,20 @@ pub fn serve(shared: Arc<Shared>, mut listeners: Listeners) -> Result<(), String
     Ok(())
 }
 
+/// Accepts a TCP connection as a non-blocking socket (closed on exec), with its client's
+/// address: one `accept4`, as mio's listener did.
+fn accept_tcp(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
+    let (socket, peer) =
+        rustix::net::acceptfrom_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
+    let stream = TcpStream::from(socket);
+    let peer = match peer.map(SocketAddr::try_from) {
+        Some(Ok(peer)) => peer,
+        // Not an IP address, which a TCP listener's client always has: ask the socket.
+        _ => stream.peer_addr()?,
+    };
+    Ok((stream, peer))
+}
+
 /// Counts a new connection in, or turns it away with memcached's message if `-c` is reached.
 pub(crate) fn admit(shared: &Shared, mut conn: Accepted) -> Option<Accepted> {
     let open = shared.curr_connections.load(Ordering::Relaxed);
@@ -346,7 +361,7 @@ fn spawn_worker(
     run: fn(&Shared, usize, Poll, Receiver<Accepted>, Arc<Waker>),
 ) -> Result<WorkerHandle, String> {
     let poll = Poll::new().map_err(|e| format!("could not create a poll: {e}"))?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(|e| e.to_string())?);
+    let waker = Arc::new(Waker::new(&poll, WAKE).map_err(|e| e.to_string())?);
     let (inbox, arrivals) = channel();
     let thread = thread::Builder::new()
         .name(format!("worker-{index}"))
@@ -416,15 +431,15 @@ impl<'a> Worker<'a> {
             }
             for event in events.iter() {
                 if event.is_read_closed() || event.is_error() {
-                    if let Some(conn) = self.conns.get_mut(event.token().0).and_then(Option::as_mut) {
+                    if let Some(conn) = self.conns.get_mut(event.token()).and_then(Option::as_mut) {
                         conn.hung_up();
                     }
                 }
             }
-            if events.iter().nth(1).is_some() {
+            if events.len() > 1 {
                 // Several connections ready: read them all before serving any (`read_ahead`).
                 for event in events.iter() {
-                    if let Some(conn) = self.conns.get_mut(event.token().0).and_then(Option::as_mut) {
+                    if let Some(conn) = self.conns.get_mut(event.token()).and_then(Option::as_mut) {
                         conn.read_ahead(&mut self.cx);
                     }
                 }
@@ -433,7 +448,7 @@ impl<'a> Worker<'a> {
                 if event.token() == WAKE {
                     self.take_arrivals();
                 } else {
-                    self.drive(event.token().0);
+                    self.drive(event.token());
                 }
             }
             for _ in 0..self.ready.len() {
@@ -462,10 +477,9 @@ impl<'a> Worker<'a> {
                 self.conns.push(None);
                 self.conns.len() - 1
             });
-            let registry = self.poll.registry();
-            let interest = Interest::READABLE | Interest::WRITABLE;
+            let poll = &self.poll;
             let conn = open_conn(self.shared, accepted, |stream| {
-                registry.register(stream.source(), Token(i), interest).is_ok()
+                poll.add(stream.fd(), i, Interest::ReadWrite).is_ok()
             });
             let Some(conn) = conn else {
                 self.free.push(i);
@@ -520,7 +534,7 @@ impl<'a> Worker<'a> {
 
     fn close_for(&mut self, i: usize, reason: CloseReason) {
         let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else { return };
-        let _ = self.poll.registry().deregister(conn.stream().source());
+        let _ = self.poll.delete(conn.stream().fd());
         if conn.watcher().is_some() {
             self.watchers.retain(|&w| w != i);
         }

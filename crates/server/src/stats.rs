@@ -164,7 +164,7 @@ pub fn general(shared: &Shared, out: &mut Vec<u8>) {
     line(out, "uptime", now.saturating_sub(shared.clock.started()));
     line(out, "time", now);
     line(out, "version", crate::VERSION);
-    line(out, "libevent", "none (mio)");
+    line(out, "libevent", "none (epoll)");
     line(out, "pointer_size", usize::BITS);
     line(out, "rusage_user", format_args!("{user:.6}"));
     line(out, "rusage_system", format_args!("{system:.6}"));

@@ -27,12 +27,13 @@ pub fn send(fd: impl AsFd, buf: &[u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mio::net::UnixStream;
     use std::io::{ErrorKind, Read, Write};
+    use std::os::unix::net::UnixStream;
 
     #[test]
     fn recv_and_send_move_bytes_and_report_errors_as_std_does() {
         let (a, mut b) = UnixStream::pair().expect("a socket pair");
+        a.set_nonblocking(true).expect("a non-blocking socket");
         let mut buf = [0u8; 16];
         // Nothing sent yet, and the sockets do not block.
         assert_eq!(recv(&a, &mut buf).map_err(|e| e.kind()), Err(ErrorKind::WouldBlock));

@@ -7,7 +7,6 @@
 //! the socket takes it again. Handshake messages travel the same way, so a client that stalls
 //! mid-handshake holds nothing but its connection.
 
-use mio::net::TcpStream;
 use rustls::crypto::ring::{cipher_suite, default_provider};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -15,6 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
 use rustls::{RootCertStore, ServerConfig, ServerConnection, SupportedCipherSuite};
 use std::io::{self, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

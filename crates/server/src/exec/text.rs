@@ -97,7 +97,7 @@ pub fn get(cx: &mut Context<'_>, get: &Get<'_>, out: &mut Vec<u8>) {
     let mut hot = cx.shared.hotkeys.sampler();
     if get.count > 1 {
         multiget(cx, get, &mut hot, out);
-    } else if let Some(key) = get.keys.clone().next() {
+    } else if let Some(key) = get.only_key {
         // A single key has nothing to overlap its memory misses with: no prefetching ahead
         // (unless the connection's read ahead started it).
         let placed = cx.placed_ahead.take().unwrap_or_else(|| cx.place(key));

@@ -104,8 +104,7 @@ pub fn serve(shared: Arc<Shared>, listeners: Listeners) -> Result<(), String> {
     push(&mut ring, &wake());
     let workers = net::spawn_workers(&shared, &waker, worker::run)?;
     shared.io.uring.store(true, Ordering::Relaxed);
-    let mut events = mio::Events::with_capacity(8);
-    let mut poll = poll;
+    let mut events = crate::epoll::Events::with_capacity(8);
     let mut next = 0;
     let mut completions = Vec::new();
     while !shared.stopping() {
@@ -136,7 +135,7 @@ pub fn serve(shared: Arc<Shared>, listeners: Listeners) -> Result<(), String> {
                     // SAFETY: the kernel just returned this descriptor, which nothing else owns.
                     let socket = unsafe { std::os::unix::net::UnixStream::from_raw_fd(result) };
                     Some(Accepted {
-                        stream: Stream::Unix(mio::net::UnixStream::from_std(socket)),
+                        stream: Stream::Unix(socket),
                         addr: format!("unix:{}", path.display()),
                         tls: false,
                         tenant: *tenant,
@@ -178,18 +177,13 @@ fn tcp_accepted(fd: i32, tenant: Option<usize>) -> Option<Accepted> {
     let _ = socket.set_nodelay(true);
     // A client already gone has no address: it is dropped (closed) uncounted.
     let peer = socket.peer_addr().ok()?;
-    Some(Accepted {
-        stream: Stream::Tcp(mio::net::TcpStream::from_std(socket)),
-        addr: format!("tcp:{peer}"),
-        tls: false,
-        tenant,
-    })
+    Some(Accepted { stream: Stream::Tcp(socket), addr: format!("tcp:{peer}"), tls: false, tenant })
 }
 
 /// `poll(2)`'s readable event.
 const POLLIN: u32 = 0x001;
 
-/// Accepted sockets are non-blocking (as mio's streams expect) and closed on exec.
+/// Accepted sockets are non-blocking (as the epoll path's are) and closed on exec.
 fn libc_flags() -> i32 {
     (nix::sys::socket::SockFlag::SOCK_NONBLOCK | nix::sys::socket::SockFlag::SOCK_CLOEXEC).bits()
 }
