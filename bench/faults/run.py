@@ -45,6 +45,8 @@ def main():
     parser.add_argument("--invalidator-arg", action="append", default=[], metavar="ARG",
                         help="added to both invalidators' command lines (repeatable; e.g. "
                         "--invalidator-arg=--snapshot-every-ms=0)")
+    parser.add_argument("--replica-hold", type=int, default=scenario.REPLICA_HOLD, metavar="SECONDS",
+                        help="invalidator B's --hold-replica (0: the replica is not held)")
     parser.add_argument("--json", help="write the whole verdict here")
     parser.add_argument("--dir", default="/tmp/shoal-faults", help="logs and the operations' histories")
     args = parser.parse_args()
@@ -58,6 +60,7 @@ def main():
                            rejoin_hold=args.rejoin_hold, kinds=tuple(k for k in args.kinds.split(",") if k),
                            bound=args.bound, max_seconds=args.max_seconds, near=args.near,
                            near_deletes=not args.near_without_deletes, invalidator_args=args.invalidator_arg,
+                           replica_hold=args.replica_hold,
                            progress=lambda line: print(line, file=sys.stderr))
     if args.json:
         Path(args.json).write_text(json.dumps(verdict, indent=1))

@@ -40,6 +40,11 @@ NEAR_WORKER = Path(__file__).resolve().parent / "near_worker.py"
 
 SERVER_PORT, ROUTER_PORT, METRICS_PORT = 11211, 5000, 9100
 REPLICA_DELAY_MS = 500
+# Invalidator B holds the replica's replay while it could replay what the commit log has not
+# given, at most this many seconds at a time (`--hold-replica`; 0: not held, the A/B in
+# docs/BENCHMARKS.md). Long: a train of WAN cuts keeps the log behind for tens of seconds, and
+# a release at the bound lets the replica replay all it holds at once, ahead of its deletes.
+REPLICA_HOLD = 120
 # Gutter's copies live this long (Scaling Memcache at Facebook, section 3.3; examples/router/gutter.json).
 GUTTER_TTL = 10
 # The Gutter hosts, one per region: they run no workload (a Gutter machine serves only what
@@ -51,8 +56,9 @@ FAULT_WEIGHTS = (3, 2, 2, 2, 1)
 
 class Cluster:
     def __init__(self, work: Path, keys=2000, rejoin_hold=3, control=False, near=False, near_deletes=True,
-                 invalidator_args=()):
+                 invalidator_args=(), replica_hold=REPLICA_HOLD):
         self.work, self.keys, self.control = work, keys, control
+        self.replica_hold = 0 if control else replica_hold
         self.invalidator_args = list(invalidator_args)
         self.rejoin_hold = 0 if control else rejoin_hold
         self.near, self.near_deletes = near, near_deletes
@@ -124,7 +130,8 @@ class Cluster:
             "--metrics-listen", f"{h['a0'].ip}:{METRICS_PORT}", *ack, *self.invalidator_args], METRICS_PORT))
         self.invalidators.append(self.proc("invalidator b0", h["b0"], [
             str(SHOAL), "invalidator", "--postgres", f"host={h['wan'].ip} port={wan} user=postgres dbname=postgres",
-            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo, *b_routers, *near_b,
+            "--slot", "shoal_b", "--wait-for-replica", self.replica.conninfo,
+            *(("--hold-replica", str(self.replica_hold)) if self.replica_hold else ()), *b_routers, *near_b,
             "--state-dir", str(self.work / "invalidator-b"), "--metrics-listen", f"{h['b0'].ip}:{METRICS_PORT}",
             *ack, *self.invalidator_args], METRICS_PORT))
         for p in self.procs:
@@ -294,18 +301,19 @@ def router_config(servers, gutter):
 
 def run(work: Path, seed=1, seconds=60.0, writes=0, faults=0, keys=2000, control=False, progress=None,
         rejoin_hold=3, gap=(2.0, 4.0), kinds=FAULT_KINDS, bound=1.0, max_seconds=None, near=False,
-        near_deletes=True, invalidator_args=()):
+        near_deletes=True, invalidator_args=(), replica_hold=REPLICA_HOLD):
     """Builds the cluster, runs the workload under a seeded fault schedule until `seconds` have
     passed and at least `writes` writes and `faults` faults were made (each kind at least once
     first, in a shuffled order) — or `max_seconds` have passed — tears everything down and returns the checker's verdict.
     `near`: near caches on the client hosts (the module's doc), sent the invalidators' deletes
     unless `near_deletes` is off; the verdict's `near` says what they served. `invalidator_args`
-    are added to both invalidators' command lines."""
+    are added to both invalidators' command lines; `replica_hold` is invalidator B's `--hold-replica`
+    (0: none)."""
     cleanup()  # what a crashed run left
     work.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     cluster = Cluster(work, keys=keys, rejoin_hold=rejoin_hold, control=control, near=near,
-                      near_deletes=near_deletes, invalidator_args=invalidator_args)
+                      near_deletes=near_deletes, invalidator_args=invalidator_args, replica_hold=replica_hold)
     fault_log = []
     began = time.time()
     try:

@@ -26,6 +26,10 @@
 //! `/metrics`. A destination a delivery failed to is *behind* until its spool drains (said in
 //! the log, `/metrics` and `/status`; docs/design/faults.md).
 //!
+//! **A replica region** (`--wait-for-replica`, `replica.rs`) hands a commit's deletes on only
+//! once its region's replica has replayed the commit, and (`--hold-replica`, `hold.rs`) pauses
+//! that replica's replay while it could replay what the commit log has not given yet.
+//!
 //! **Near caches** (`--near`, issue #28) get each delete twice: at once, and again from a
 //! second spool once every destination has acknowledged it (delivery.rs), so a near cache
 //! that refetched the old value from the pool before the pool's delete is cleaned again; the
@@ -34,6 +38,7 @@
 
 mod decoding;
 mod delivery;
+mod hold;
 mod late;
 mod metrics;
 mod postgres;
@@ -148,6 +153,15 @@ pub struct InvalidatorArgs {
     /// region's database) has replayed its commits (PostgreSQL only).
     #[arg(long, value_name = "CONNINFO")]
     pub wait_for_replica: Option<String>,
+    /// With --wait-for-replica: pause that replica's replay (`pg_wal_replay_pause()`) while it
+    /// could replay what the commit log has not given (the log has not given what the master
+    /// wrote the replica's `recovery_min_apply_delay` ago, or the master cannot be asked), at
+    /// most SECONDS at a time, so that the region's reads never find rows newer than their
+    /// deletes (after a cut of the WAN the replica catches up faster than the master decodes).
+    /// Needs a superuser, or EXECUTE on pg_wal_replay_pause() and pg_wal_replay_resume().
+    #[arg(long, value_name = "SECONDS", requires = "wait_for_replica",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub hold_replica: Option<u64>,
     /// Also delete each key's remote marker (`shoal_client::invalidation::remote_marker_key`).
     #[arg(long)]
     pub remote_markers: bool,
@@ -171,6 +185,13 @@ pub struct Counters {
     /// Batches read and spooled whose position waits to be confirmed until their deletes are
     /// flushed or acknowledged in every spool.
     pub unconfirmed: AtomicU64,
+    /// `--hold-replica`: times the replica's replay was paused, for how long in all
+    /// (microseconds), and how many holds were released at the bound.
+    pub replica_holds: AtomicU64,
+    pub replica_held_micros: AtomicU64,
+    pub replica_releases: AtomicU64,
+    /// How far the log has given, which `--hold-replica` keeps the replica behind.
+    pub replica_front: hold::Front,
 }
 
 impl Counters {
@@ -254,6 +275,13 @@ pub fn run(args: InvalidatorArgs) -> Result<(), String> {
             .map_err(|e| format!("could not start a thread: {e}"))?;
     }
     let counters = Arc::new(Counters::default());
+    // Held from the start: until the commit log gives its first position, the replica may not
+    // run ahead of it (at most the bound, as always).
+    if let (Some(replica), Some(master), Some(seconds)) =
+        (&args.wait_for_replica, &args.postgres, args.hold_replica)
+    {
+        hold::spawn(replica, master, Duration::from_secs(seconds), counters.clone())?;
+    }
     let mut source = open_source(&args, rules, &state_dir)?;
     source.set_progress(progress.clone());
     // Served once the source is open (the slot exists), so a script that waits for /status
@@ -430,6 +458,7 @@ fn follow(
             confirm_safe(&mut *source, counters, progress, &mut unconfirmed)?;
             progress.enter(watch::Stage::Reading, 0);
             let batch = source.read(args.read_changes, idle)?;
+            counters.replica_front.advance(source.given());
             let read_at = Instant::now();
             let in_hand = batch.commits.iter().map(|c| c.keys.len()).sum();
             for problem in &batch.problems {
@@ -459,7 +488,11 @@ fn follow(
             let mut from = 0;
             while from < batch.commits.len() {
                 hand.progress.enter(watch::Stage::Replica, in_hand);
-                let replayed = gate.wait_for(batch.commits[from].lsn, stop, &mut || hand.source.tend())?;
+                let replayed = gate.wait_for(batch.commits[from].lsn, stop, &mut || {
+                    hand.source.tend()?;
+                    counters.replica_front.advance(hand.source.given());
+                    Ok(())
+                })?;
                 let n = batch.commits[from..].iter().take_while(|c| c.lsn <= replayed).count().max(1);
                 let last = &batch.commits[from + n - 1];
                 let done = if from + n == batch.commits.len() {

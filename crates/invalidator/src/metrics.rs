@@ -59,6 +59,19 @@ pub fn render(delivery: &Delivery, counters: &Counters) -> String {
         "spool files flushed to the disk by the group syncer (off the delivery path)",
         counter(delivery.syncs()),
     );
+    registry.register(
+        "replica_holds",
+        "times --hold-replica paused the replica's replay (it had replayed past what the commit log had given)",
+        counter(counters.replica_holds.load(Ordering::Relaxed)),
+    );
+    let held = Counter::<f64, AtomicU64>::default();
+    held.inc_by(counters.replica_held_micros.load(Ordering::Relaxed) as f64 / 1e6);
+    registry.register("replica_held_seconds", "time the replica's replay was paused by --hold-replica", held);
+    registry.register(
+        "replica_releases",
+        "holds of the replica released at --hold-replica's bound, the commit log still behind",
+        counter(counters.replica_releases.load(Ordering::Relaxed)),
+    );
     let unconfirmed = Gauge::<i64>::default();
     unconfirmed.set(counters.unconfirmed.load(Ordering::Relaxed) as i64);
     registry.register(

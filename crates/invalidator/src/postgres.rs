@@ -306,7 +306,7 @@ impl Postgres {
             return Ok(());
         };
         let xmax = snapshot.split(':').nth(1).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-        let sent = self.stream.as_ref().map_or(0, Stream::sent);
+        let sent = self.stream.as_ref().map_or(0, Stream::received);
         let stalled = last.is_some_and(|(before, _)| xmax > before);
         if stalled {
             eprintln!(
@@ -416,6 +416,10 @@ impl Source for Postgres {
         let stream =
             self.stream.as_mut().ok_or_else(|| Fault::Transient("PostgreSQL: not connected".into()))?;
         stream.confirm(lsn + u64::from(*past)).map_err(Fault::Transient)
+    }
+
+    fn given(&self) -> u64 {
+        self.stream.as_ref().map_or(0, Stream::received)
     }
 
     fn tend(&mut self) -> Result<(), Fault> {

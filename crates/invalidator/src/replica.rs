@@ -9,12 +9,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// How long a replica that did not answer is left before it is asked again.
-const RETRY_REPLICA: Duration = Duration::from_millis(100);
+pub const RETRY_REPLICA: Duration = Duration::from_millis(100);
+
+/// What one look at the replica found.
+#[derive(Debug, Clone, Copy)]
+pub struct Look {
+    /// How far it has replayed (`pg_last_wal_replay_lsn()`).
+    pub replayed: u64,
+    /// How far it has received (`pg_last_wal_receive_lsn()`).
+    pub received: u64,
+    /// Whether its replay is paused or asked to pause.
+    pub paused: bool,
+    /// Its `recovery_min_apply_delay`.
+    pub apply_delay: Duration,
+}
+
+/// A connection to the replica, made on first use and again after it failed.
+pub struct Replica {
+    conninfo: String,
+    client: Option<Client>,
+}
 
 /// A replica whose replay position gates delivery.
 pub struct ReplicaGate {
-    conninfo: String,
-    client: Option<Client>,
+    replica: Replica,
 }
 
 /// `X/Y` as a number.
@@ -23,10 +41,73 @@ pub fn parse_lsn(text: &str) -> Option<u64> {
     Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
 }
 
+impl Replica {
+    /// The replica at `conninfo` (connected on first use).
+    pub fn new(conninfo: &str) -> Replica {
+        Replica { conninfo: conninfo.to_string(), client: None }
+    }
+
+    /// Runs `sql` (one row expected), connecting first if need be; a failure drops the
+    /// connection, so that the next call makes a new one.
+    fn query_one(&mut self, sql: &str) -> Result<postgres::Row, Fault> {
+        if self.client.is_none() {
+            let config = crate::postgres::config_of(&self.conninfo).map_err(Fault::Fatal)?;
+            let client = config
+                .connect(NoTls)
+                .map_err(|e| Fault::Transient(format!("--wait-for-replica: connect: {e}")))?;
+            self.client = Some(client);
+        }
+        let client = self.client.as_mut().expect("connected above");
+        client.query_one(sql, &[]).map_err(|e| {
+            self.client = None;
+            Fault::Transient(format!("--wait-for-replica: {e}"))
+        })
+    }
+
+    /// How far the replica has replayed and received, whether its replay is paused (or asked
+    /// to be), and its apply delay.
+    pub fn look(&mut self) -> Result<Look, Fault> {
+        let row = self.query_one(
+            "SELECT pg_last_wal_replay_lsn()::text, pg_last_wal_receive_lsn()::text, \
+             CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END, \
+             (SELECT setting::bigint FROM pg_settings WHERE name = 'recovery_min_apply_delay')",
+        )?;
+        let replayed: Option<String> = row.get(0);
+        let Some(replayed) = replayed.as_deref().and_then(parse_lsn) else {
+            return Err(Fault::Fatal(
+                "--wait-for-replica names a server that is not a standby (pg_last_wal_replay_lsn() is NULL); \
+                 give the replica region's streaming replica"
+                    .into(),
+            ));
+        };
+        // Nothing received by streaming (a replica replaying from its archive): what it replayed.
+        let received = row.get::<_, Option<String>>(1).as_deref().and_then(parse_lsn).unwrap_or(replayed);
+        let delay_ms: Option<i64> = row.get(3);
+        Ok(Look {
+            replayed,
+            received: received.max(replayed),
+            paused: row.get(2),
+            apply_delay: Duration::from_millis(delay_ms.unwrap_or(0).max(0) as u64),
+        })
+    }
+
+    /// Pauses or resumes the replica's replay (`pg_wal_replay_pause()` / `_resume()`).
+    pub fn set_paused(&mut self, paused: bool) -> Result<(), Fault> {
+        let call = if paused { "pg_wal_replay_pause" } else { "pg_wal_replay_resume" };
+        self.query_one(&format!("SELECT {call}()")).map(drop).map_err(|fault| match fault {
+            Fault::Transient(why) => Fault::Transient(format!(
+                "{why} (--hold-replica: {call}() needs a superuser, \
+                 or GRANT EXECUTE ON FUNCTION {call}() TO this user)"
+            )),
+            fatal => fatal,
+        })
+    }
+}
+
 impl ReplicaGate {
     /// A gate on the replica at `conninfo` (connected on first use).
     pub fn new(conninfo: &str) -> ReplicaGate {
-        ReplicaGate { conninfo: conninfo.to_string(), client: None }
+        ReplicaGate { replica: Replica::new(conninfo) }
     }
 
     /// Waits until the replica has replayed everything before `lsn` and returns how far it has
@@ -44,12 +125,12 @@ impl ReplicaGate {
         let mut failing: Option<String> = None;
         while !stop.load(Ordering::Relaxed) {
             tend()?;
-            match self.replayed() {
-                Ok(replayed) if replayed >= lsn => {
+            match self.replica.look() {
+                Ok(look) if look.replayed >= lsn => {
                     if failing.is_some() {
                         eprintln!("shoal invalidator: --wait-for-replica: the replica answers again");
                     }
-                    return Ok(replayed);
+                    return Ok(look.replayed);
                 }
                 Ok(_) => std::thread::sleep(Duration::from_millis(5)),
                 Err(Fault::Transient(why)) => {
@@ -63,33 +144,6 @@ impl ReplicaGate {
             }
         }
         Ok(u64::MAX)
-    }
-
-    /// The replica's replay position, connecting first if need be.
-    fn replayed(&mut self) -> Result<u64, Fault> {
-        if self.client.is_none() {
-            let config = crate::postgres::config_of(&self.conninfo).map_err(Fault::Fatal)?;
-            let client = config
-                .connect(NoTls)
-                .map_err(|e| Fault::Transient(format!("--wait-for-replica: connect: {e}")))?;
-            self.client = Some(client);
-        }
-        let client = self.client.as_mut().expect("connected above");
-        let replayed: Option<String> = match client.query_one("SELECT pg_last_wal_replay_lsn()::text", &[]) {
-            Ok(row) => row.get(0),
-            Err(e) => {
-                self.client = None;
-                return Err(Fault::Transient(format!("--wait-for-replica: {e}")));
-            }
-        };
-        let Some(replayed) = replayed else {
-            return Err(Fault::Fatal(
-                "--wait-for-replica names a server that is not a standby (pg_last_wal_replay_lsn() is NULL); \
-                 give the replica region's streaming replica"
-                    .into(),
-            ));
-        };
-        Ok(parse_lsn(&replayed).unwrap_or(0))
     }
 }
 

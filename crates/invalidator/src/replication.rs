@@ -108,7 +108,13 @@ fn connect_within(host: &str, port: u16, within: Duration) -> Result<TcpStream, 
 /// A replication connection streaming a logical slot.
 pub struct Stream {
     socket: Socket,
+    /// What arrived: whole messages from `start` (what lies before was taken), then a part.
     buffer: Vec<u8>,
+    start: usize,
+    /// How far the buffer's whole messages were looked through for their positions.
+    scanned: usize,
+    /// The furthest WAL position of a message in the buffer or taken from it.
+    received: u64,
     flushed: u64,
     last_status: Instant,
     /// The furthest WAL position the server said it has sent (its `walEnd`).
@@ -159,6 +165,9 @@ impl Stream {
         let mut stream = Stream {
             socket,
             buffer: Vec::new(),
+            start: 0,
+            scanned: 0,
+            received: 0,
             flushed: 0,
             last_status: Instant::now(),
             sent: 0,
@@ -231,23 +240,28 @@ impl Stream {
     /// A whole message already in the buffer, if there is one. An `ErrorResponse` becomes
     /// the failure.
     fn buffered_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, Failure> {
-        if self.buffer.len() < 5 {
-            return Ok(None);
-        }
-        let length = u32::from_be_bytes(self.buffer[1..5].try_into().expect("4 bytes")) as usize;
-        if !(4..=1 << 30).contains(&length) {
-            return Err(format!("PostgreSQL sent a message of length {length}"));
-        }
-        if self.buffer.len() <= length {
-            return Ok(None);
-        }
-        let tag = self.buffer[0];
-        let body = self.buffer[5..1 + length].to_vec();
-        self.buffer.drain(..1 + length);
+        let Some(length) = whole_message(&self.buffer[self.start..])? else { return Ok(None) };
+        let message = &self.buffer[self.start..self.start + 1 + length];
+        let (tag, body) = (message[0], message[5..].to_vec());
+        // Taken by moving the start (the bytes are dropped when the next read needs the room):
+        // draining each message from the front moved the whole buffer, a backlog's megabytes,
+        // once per row.
+        self.start += 1 + length;
         if tag == b'E' {
             return Err(format!("PostgreSQL: {}", error_text(&body)));
         }
         Ok(Some((tag, body)))
+    }
+
+    /// Looks through the whole messages that arrived since the last look for their WAL
+    /// positions (XLogData's and keep-alives' `walEnd`), without taking them.
+    fn scan_received(&mut self) {
+        let mut at = self.scanned.max(self.start);
+        while let Ok(Some(length)) = whole_message(&self.buffer[at..]) {
+            self.received = self.received.max(position_of(&self.buffer[at..at + 1 + length]));
+            at += 1 + length;
+        }
+        self.scanned = at;
     }
 
     /// Reads what arrives within `wait` (`None`: only what is already there); whether
@@ -264,11 +278,17 @@ impl Stream {
                 .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
                 .map_err(io_failure("set a timeout"))?;
         }
+        if self.start > 0 && self.start * 2 >= self.buffer.len() {
+            self.buffer.drain(..self.start);
+            self.scanned = self.scanned.saturating_sub(self.start);
+            self.start = 0;
+        }
         let mut chunk = [0u8; 64 << 10];
         match self.socket.io().read(&mut chunk) {
             Ok(0) => Err("PostgreSQL closed the replication connection".into()),
             Ok(n) => {
                 self.buffer.extend_from_slice(&chunk[..n]);
+                self.scan_received();
                 self.heard_now();
                 Ok(true)
             }
@@ -347,10 +367,7 @@ impl Stream {
                 if tag != b'd' || body.is_empty() {
                     continue;
                 }
-                if matches!(body[0], b'w' | b'k') && body.len() >= 17 {
-                    let end = if body[0] == b'w' { &body[9..17] } else { &body[1..9] };
-                    self.sent = self.sent.max(u64::from_be_bytes(end.try_into().expect("8 bytes")));
-                }
+                self.sent = self.sent.max(wal_end(&body));
                 match body[0] {
                     b'w' if body.len() >= 25 => {
                         let lsn = u64::from_be_bytes(body[1..9].try_into().expect("8 bytes"));
@@ -419,7 +436,7 @@ impl Stream {
     /// [`Stream::rows`] does when none comes: a link cut meanwhile is noticed while the batch
     /// waits, not after it (issue #26).
     pub fn tend(&mut self) -> Result<(), Failure> {
-        if self.buffer.len() < HOLD_MAX {
+        if self.buffer.len() - self.start < HOLD_MAX {
             self.read_more(None)?;
         } else {
             // A full buffer is a stream that talks: nothing to ask.
@@ -432,9 +449,11 @@ impl Stream {
         Ok(())
     }
 
-    /// The furthest WAL position the server has said it sent (rows and keepalives).
-    pub fn sent(&self) -> u64 {
-        self.sent
+    /// The furthest WAL position of what has arrived, read or not (rows and keep-alives held
+    /// in the buffer while a batch waits for the replica count): this process has those rows
+    /// and hands them on as soon as the batch before them is done (`hold.rs`).
+    pub fn received(&self) -> u64 {
+        self.received.max(self.sent)
     }
 
     /// Confirms everything before `lsn`: PostgreSQL may forget it and never sends it again.
@@ -457,6 +476,37 @@ impl Stream {
         frame.extend_from_slice(&body);
         self.last_status = Instant::now();
         self.send(&frame)
+    }
+}
+
+/// The length field of the whole message at the start of `bytes` (the message is `1 + length`
+/// bytes), or `None` while it has not all arrived.
+fn whole_message(bytes: &[u8]) -> Result<Option<usize>, Failure> {
+    if bytes.len() < 5 {
+        return Ok(None);
+    }
+    let length = u32::from_be_bytes(bytes[1..5].try_into().expect("4 bytes")) as usize;
+    if !(4..=1 << 30).contains(&length) {
+        return Err(format!("PostgreSQL sent a message of length {length}"));
+    }
+    Ok((bytes.len() > length).then_some(length))
+}
+
+/// The `walEnd` of a CopyData body: an XLogData's (`w`) or a keep-alive's (`k`); 0 for others.
+fn wal_end(body: &[u8]) -> u64 {
+    let end = match body {
+        [b'w', _, _, _, _, _, _, _, _, end @ ..] | [b'k', end @ ..] if end.len() >= 8 => &end[..8],
+        _ => return 0,
+    };
+    u64::from_be_bytes(end.try_into().expect("8 bytes"))
+}
+
+/// The WAL position a whole message carries (a CopyData's `walEnd`; 0 for others).
+fn position_of(message: &[u8]) -> u64 {
+    if message[0] == b'd' {
+        wal_end(&message[5..])
+    } else {
+        0
     }
 }
 
@@ -483,4 +533,43 @@ fn error_text(body: &[u8]) -> String {
 /// `X/Y` as PostgreSQL writes an LSN.
 pub fn lsn_text(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CopyData message with `body`.
+    fn copy_data(body: &[u8]) -> Vec<u8> {
+        let mut message = vec![b'd'];
+        message.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        message.extend_from_slice(body);
+        message
+    }
+
+    #[test]
+    fn whole_messages_are_told_from_parts_and_bad_lengths_refused() {
+        let message = copy_data(b"k12345678");
+        assert_eq!(whole_message(&message), Ok(Some(13)));
+        assert_eq!(whole_message(&message[..8]), Ok(None), "a part");
+        assert_eq!(whole_message(&message[..3]), Ok(None), "not even the length");
+        assert!(whole_message(&[b'd', 0, 0, 0, 2]).is_err(), "shorter than its own length field");
+        assert!(whole_message(&[b'd', 0x7f, 0xff, 0xff, 0xff]).is_err(), "over 1 GiB");
+    }
+
+    #[test]
+    fn positions_come_from_xlogdata_and_keepalives_only() {
+        let mut xlogdata = vec![b'w'];
+        xlogdata.extend_from_slice(&7u64.to_be_bytes()); // start
+        xlogdata.extend_from_slice(&9u64.to_be_bytes()); // walEnd
+        xlogdata.extend_from_slice(&[0; 8]); // send time
+        assert_eq!(position_of(&copy_data(&xlogdata)), 9);
+        let mut keepalive = vec![b'k'];
+        keepalive.extend_from_slice(&11u64.to_be_bytes());
+        assert_eq!(position_of(&copy_data(&keepalive)), 11);
+        assert_eq!(wal_end(&xlogdata[..12]), 0, "cut short");
+        assert_eq!(wal_end(b"k1234"), 0, "cut short");
+        assert_eq!(wal_end(b""), 0);
+        assert_eq!(position_of(&[b'Z', 0, 0, 0, 5, b'I']), 0, "not CopyData");
+    }
 }

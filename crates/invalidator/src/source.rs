@@ -118,6 +118,11 @@ pub trait Source: Send {
     fn tend(&mut self) -> Result<(), Fault> {
         Ok(())
     }
+    /// The furthest position the log has given, read or not (rows and keep-alives; 0 for a
+    /// source without positions), for `--hold-replica`.
+    fn given(&self) -> u64 {
+        0
+    }
     /// Where to say what a read is waiting for (a source that waits inside `read` says so).
     fn set_progress(&mut self, _progress: std::sync::Arc<crate::watch::Progress>) {}
 }
