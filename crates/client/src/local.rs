@@ -167,7 +167,9 @@ impl Local {
     /// [`Local::get`] without copying: the hit's value stays in this reader's buffer, which
     /// the next read reuses (so a batch of reads allocates nothing per key). The read is
     /// counted at the next [`Local::publish_counts`], which the batch calls once at its end.
-    #[inline]
+    /// Always inlined into the batch's loop, which then calls `Lookups::get_with` once a key
+    /// rather than this (the compiler keeps one of the two a call; #29's lookup round).
+    #[inline(always)]
     pub fn get_ref(&mut self, key: &[u8]) -> Option<Option<ItemRef<'_>>> {
         let found = self.lookups.get_with(key, &mut self.value);
         Some(found?.map(|(flags, cas)| ItemRef { value: &self.value, flags, cas }))

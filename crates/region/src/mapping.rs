@@ -5,7 +5,10 @@
 //!
 //! Item bytes are copied with word-sized relaxed atomic loads and stores rather than plain
 //! `memcpy`: readers copy bytes that a writer in another process may be changing (the copy is
-//! then discarded by validation), and atomic accesses keep that race defined behaviour.
+//! then discarded by validation), and atomic accesses keep that race defined behaviour. On
+//! x86-64 the reads are loads in inline assembly instead (8-byte `mov`, 16-byte `movdqu`,
+//! `rep movsb`), outside the Rust memory model: x86 never tears a byte, so each is the
+//! per-byte atomic read a seqlock reader needs (`Mapping::copy_vector` says why in full).
 
 use std::fs::File;
 use std::io;
@@ -172,10 +175,38 @@ impl Mapping {
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
     }
 
-    /// The 8 bytes at `off` (any alignment; `off + 8` in bounds), little-endian: one aligned
-    /// word, or the two that hold them, shifted together. Reads of item bytes, which start
-    /// anywhere, go through here, so that they stay aligned atomic loads without a byte-wise
-    /// copy into a buffer.
+    /// The 8 bytes at `off` (any alignment; `off + 8` in bounds), little-endian. Reads of item
+    /// bytes, which start anywhere (a key 4 bytes past its 8-aligned item), go through here,
+    /// so that they are word loads without a byte-wise copy into a buffer.
+    ///
+    /// On x86-64 one unaligned load in inline assembly, a sound seqlock read for the reason
+    /// [`Mapping::copy_vector`]'s loads are: x86 never tears a byte, so it is a per-byte
+    /// atomic read, ordered with the loads after it, not a Rust memory access that a racing
+    /// writer could make undefined. It is not `pure`, so the compiler neither drops it nor
+    /// hoists it out of a retry loop. It replaced two aligned atomic loads shifted together
+    /// (about 8 instructions a word; #29's lookup round).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn bytes8(&self, off: usize) -> u64 {
+        debug_assert!(off + 8 <= self.len);
+        let word: u64;
+        // SAFETY: `off + 8 <= len` (the caller's promise), so all 8 bytes at `base + off` are
+        // mapped for as long as `self` lives; the load writes nothing (`readonly`) and needs
+        // no alignment on x86-64.
+        unsafe {
+            std::arch::asm!(
+                "mov {word}, qword ptr [{at}]",
+                word = lateout(reg) word,
+                at = in(reg) self.base.add(off),
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        word
+    }
+
+    /// [`Mapping::bytes8`] from aligned atomic words: the one that holds the 8 bytes at `off`,
+    /// or the two, shifted together.
+    #[cfg(not(target_arch = "x86_64"))]
     #[inline(always)]
     fn bytes8(&self, off: usize) -> u64 {
         debug_assert!(off + 8 <= self.len);
@@ -251,7 +282,8 @@ impl Mapping {
 
     /// [`Mapping::equals`] for a range its caller has proven to lie in the mapping: eight
     /// bytes a step, and a key of eight bytes or more ends with the eight that end it (which
-    /// may overlap the step before), so no byte is gathered one by one.
+    /// may overlap the step before), so no byte is gathered one by one. A key of 8 to 16
+    /// bytes is its first and last eight, without the loop.
     ///
     /// # Safety
     /// `off + expected.len() <= self.size()`.
@@ -264,14 +296,19 @@ impl Mapping {
             let wanted = expected.iter().rev().fold(0u64, |word, &byte| (word << 8) | u64::from(byte));
             return self.bytes_short(off, n) == wanted;
         }
-        let mut i = 0;
+        let last = (self.bytes8(off + n - 8) ^ word(n - 8)) | (self.bytes8(off) ^ word(0));
+        if n <= 16 {
+            // The commonest keys: two words, the second overlapping the first, no loop.
+            return last == 0;
+        }
+        let mut i = 8;
         while i + 8 < n {
             if self.bytes8(off + i) != word(i) {
                 return false;
             }
             i += 8;
         }
-        self.bytes8(off + n - 8) == word(n - 8)
+        last == 0
     }
 
     /// Appends the `len` bytes at `off` to `dst`, as [`Mapping::read`] would copy them (a
@@ -404,25 +441,51 @@ impl Mapping {
             }
             return;
         }
-        // Sixteen bytes a step from the start, then the last sixteen (which may overlap the
-        // step before): every load and store lies within the `len` bytes at each end.
-        // SAFETY: as for `rep movsb`; every access is at `i < len - 16` or at `len - 16`,
-        // 16 bytes long, so inside both ranges (`len >= 16`).
+        if len < 32 {
+            // The first sixteen bytes and the last sixteen (which may overlap them).
+            // SAFETY: as for `rep movsb`; both accesses are 16 bytes at 0 and `len - 16`, so
+            // inside both ranges (`16 <= len < 32`).
+            unsafe {
+                std::arch::asm!(
+                    "movdqu {a}, xmmword ptr [{from}]",
+                    "movdqu {b}, xmmword ptr [{from} + {last}]",
+                    "movdqu xmmword ptr [{to}], {a}",
+                    "movdqu xmmword ptr [{to} + {last}], {b}",
+                    from = in(reg) from,
+                    to = in(reg) to,
+                    last = in(reg) len - 16,
+                    a = out(xmm_reg) _,
+                    b = out(xmm_reg) _,
+                    options(nostack, preserves_flags)
+                );
+            }
+            return;
+        }
+        // Thirty-two bytes a step from the start, then the last thirty-two (which may overlap
+        // the step before): half the loop's turns of a 16-byte step (a 100-byte value: 3
+        // turns and the end, about 25 instructions instead of 32).
+        // SAFETY: as for `rep movsb`; every access is 32 bytes at `i < len - 32` or at
+        // `len - 32`, so inside both ranges (`len >= 32`).
         unsafe {
             std::arch::asm!(
                 "2:",
-                "movdqu {v}, xmmword ptr [{from} + {i}]",
-                "movdqu xmmword ptr [{to} + {i}], {v}",
-                "add {i}, 16",
+                "movdqu {a}, xmmword ptr [{from} + {i}]",
+                "movdqu {b}, xmmword ptr [{from} + {i} + 16]",
+                "movdqu xmmword ptr [{to} + {i}], {a}",
+                "movdqu xmmword ptr [{to} + {i} + 16], {b}",
+                "add {i}, 32",
                 "cmp {i}, {last}",
                 "jb 2b",
-                "movdqu {v}, xmmword ptr [{from} + {last}]",
-                "movdqu xmmword ptr [{to} + {last}], {v}",
+                "movdqu {a}, xmmword ptr [{from} + {last}]",
+                "movdqu {b}, xmmword ptr [{from} + {last} + 16]",
+                "movdqu xmmword ptr [{to} + {last}], {a}",
+                "movdqu xmmword ptr [{to} + {last} + 16], {b}",
                 from = in(reg) from,
                 to = in(reg) to,
                 i = inout(reg) 0usize => _,
-                last = in(reg) len - 16,
-                v = out(xmm_reg) _,
+                last = in(reg) len - 32,
+                a = out(xmm_reg) _,
+                b = out(xmm_reg) _,
                 options(nostack)
             );
         }

@@ -308,9 +308,9 @@ impl Region {
     #[inline(always)]
     pub fn read_item(&self, slot: Slot, key: &[u8]) -> Option<(ItemHeader, u64, u64)> {
         let header = self.item_header(slot).filter(|h| h.key_len == key.len())?;
-        // SAFETY: `item_header` accepted the item only if all of it (`header.size()` bytes,
-        // the key included) lies inside its segment, and the validated layout puts every
-        // segment inside the mapping.
+        // SAFETY: `item_header` accepted the item only if all of it (header, key and value)
+        // lies inside its segment, and the validated layout puts every segment inside the
+        // mapping.
         if !unsafe { self.map.equals_unchecked(self.item_offset(slot) + header.key_offset(), key) } {
             return None;
         }
@@ -378,7 +378,11 @@ impl Region {
         raw[..8].copy_from_slice(&low.to_le_bytes());
         raw[8..].copy_from_slice(&high.to_le_bytes());
         let h = self.extended(ItemHeader::decode(&raw), slot.offset, at)?;
-        (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && slot.offset + h.size() <= l.segment_bytes).then_some(h)
+        // The item's end before its padding: the padded end (`h.size()`) fits the segment
+        // exactly when this does, both the offset and `segment_bytes` being multiples of 8,
+        // and this costs no rounding.
+        let end = slot.offset + h.key_offset() + h.key_len + h.value_len;
+        (h.key_len > 0 && h.key_len <= MAX_KEY_LEN && end <= l.segment_bytes).then_some(h)
     }
 
     /// `h`, decoded from the item at region offset `at` (`offset` into its segment), with the
