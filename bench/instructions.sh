@@ -124,6 +124,24 @@ listening() {
   say "nothing listens on port $1 after 60 s"; exit 1
 }
 
+# answering PORT PID: waits until the server on PORT answers `version`: under valgrind on a
+# loaded machine a server accepts connections (its listener is open) minutes before it serves
+# them (it is still formatting its memory), and the warm fill's 10-second stall limit would fire.
+answering() {
+  local deadline=$((SECONDS + 600)) line
+  while [ $SECONDS -lt $deadline ]; do
+    if exec 3<>"/dev/tcp/127.0.0.1/$1" 2>/dev/null; then
+      line=
+      printf 'version\r\n' >&3 && read -r -t 30 line <&3 || true
+      exec 3>&-
+      [[ $line == VERSION* ]] && return
+    fi
+    kill -0 "$2" 2>/dev/null || { say "process $2 exited at start (logs in $out)"; exit 1; }
+    sleep 0.5
+  done
+  say "the server on port $1 did not answer version within 600 s"; exit 1
+}
+
 # launch NAME PORT LOG WRAPPER...: starts server NAME (memcached, shoal, twemproxy, router) on
 # PORT under the wrapper command (valgrind's, or none); sets `launched` to its pid.
 launch() {
@@ -145,6 +163,7 @@ launch() {
   launched=$!
   pids+=("$launched")
   listening "$port" "$launched"
+  case $name in memcached | shoal) answering "$port" "$launched" ;; esac
 }
 
 finish() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
@@ -207,7 +226,7 @@ strace_row() {
   local worker; worker=$(cat "$dir/worker-thread")
   strace -c -p "$worker" -o "$dir/$slug.strace" 2>"$dir/$slug.strace-log" &
   local tracer=$!
-  for _ in $(seq 300); do grep -q attached "$dir/$slug.strace-log" && break; sleep 0.1; done
+  for _ in $(seq 300); do grep -qs attached "$dir/$slug.strace-log" && break; sleep 0.1; done
   grep -q attached "$dir/$slug.strace-log" || { say "strace did not attach to $server"; exit 1; }
   local start; start=$(now)
   if [ $# -gt 0 ]; then load "$port" "$dir/$slug.json" "$@"; else sleep "$idle_secs"; fi

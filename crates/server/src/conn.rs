@@ -42,7 +42,9 @@ pub enum Stream {
 
 impl Stream {
     /// Reads (plaintext); returns the bytes read and whether nothing more is waiting. A plain
-    /// socket is read with the system call itself ([`syscalls`]).
+    /// socket is read with the system call itself ([`syscalls`]). Inlined into
+    /// [`Conn::read`], as [`Stream::write`] is into [`Conn::flush`] (#29's tenth round).
+    #[inline(always)]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
         let n = match self {
             Stream::Tcp(s) => syscalls::recv(&*s, buf)?,
@@ -53,6 +55,7 @@ impl Stream {
     }
 
     /// Writes (plaintext; TLS encrypts it).
+    #[inline]
     pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => syscalls::send(&*s, buf),
@@ -248,6 +251,9 @@ impl Conn {
 
     /// Reads, executes and answers until the socket has nothing more, the output cannot be
     /// written, or `budget` requests were executed. A watcher's waiting lines are sent.
+    /// Inlined into its one caller, the worker's (a call's entry and exit cost a request some
+    /// 20 instructions, #29's tenth round).
+    #[inline(always)]
     pub fn drive(&mut self, cx: &mut Context<'_>, budget: usize) -> Status {
         self.info.state.store(conn_state::PARSE_CMD, Ordering::Relaxed);
         let status = self.run(cx, budget);
@@ -307,24 +313,28 @@ impl Conn {
 
     fn run(&mut self, cx: &mut Context<'_>, mut budget: usize) -> Status {
         let mut drained = std::mem::take(&mut self.drained_ahead);
+        // Nothing buffered, nothing to send, nothing TLS may hold: straight to the read (a
+        // connection woken by its data alone starts there, with an empty buffer). After a
+        // read that brought data there is always something to serve: asked once, not again.
+        let mut serve = !self.waits_for_input();
+        if !serve && drained {
+            return Status::Open;
+        }
         loop {
-            // Nothing buffered, nothing to send, nothing TLS may hold: straight to the read
-            // (a connection woken by its data alone starts here, with an empty buffer).
-            if self.waits_for_input() {
-                if drained {
-                    return Status::Open;
+            if serve {
+                if let Some(status) = self.serve_buffered(cx, &mut budget, drained) {
+                    return status;
                 }
-            } else if let Some(status) = self.serve_buffered(cx, &mut budget, drained) {
-                return status;
             }
             match self.read(cx.counters) {
                 Ok((0, _)) => {
                     self.close_reason = CloseReason::Normal; // the client closed
                     return Status::Close;
                 }
-                Ok((_, short)) => drained = short && !self.hung_up,
+                Ok((_, short)) => (serve, drained) = (true, short && !self.hung_up),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Status::Open,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // What is buffered was served before this read: read again.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => serve = false,
                 Err(_) => return Status::Close,
             }
         }
@@ -477,7 +487,10 @@ impl Conn {
     }
 
     /// Parses the request at the start of the buffer in the connection's protocol, and
-    /// executes or refuses it.
+    /// executes or refuses it. The text protocol's, signed in, is inlined into the loop
+    /// ([`Conn::process`]); the others are a call ([`Conn::step_other`]). As a call, the step
+    /// cost a request some 25 instructions (#29's tenth round).
+    #[inline(always)]
     fn step(&mut self, cx: &mut Context<'_>) -> Outcome {
         cx.bound = self.session.tenant;
         // What `read_ahead` placed is the first key of the request at the head of the buffer,
@@ -485,10 +498,45 @@ impl Conn {
         // would look another key up in the wrong buckets). Only a whole text `get` line takes
         // it; one still incomplete keeps it.
         cx.placed_ahead = self.placed_ahead.take();
+        if self.protocol == Protocol::Ascii && self.session.authenticated {
+            self.step_text(cx)
+        } else {
+            self.step_other(cx)
+        }
+    }
+
+    /// [`Conn::step`] in the text protocol, signed in.
+    #[inline(always)]
+    fn step_text(&mut self, cx: &mut Context<'_>) -> Outcome {
+        let (input, out) = (&self.buf[self.start..self.end], &mut self.out);
+        match self.parser.parse(input) {
+            Parse::Incomplete => {
+                self.placed_ahead = cx.placed_ahead.take();
+                Outcome::Incomplete
+            }
+            // Borrowed in place: moved out, the request was copied first.
+            Parse::Done { ref request, consumed } => {
+                Outcome::Handled { consume: consumed, flow: cx.execute(request, out) }
+            }
+            Parse::Error { reply, consume, forget } => {
+                cx.refuse(reply, forget, out);
+                Outcome::Handled { consume, flow: Flow::Continue }
+            }
+            Parse::Close => Outcome::Close,
+        }
+    }
+
+    /// [`Conn::step`] for a connection whose protocol is still to be negotiated, the binary
+    /// protocol's, or a text connection that has yet to sign in (`-Y`).
+    #[inline(never)]
+    fn step_other(&mut self, cx: &mut Context<'_>) -> Outcome {
         let input = &self.buf[self.start..self.end];
         if self.protocol == Protocol::Auto {
             // memcached's negotiation: a first byte of 0x80 is the binary protocol.
             self.protocol = if input[0] == REQUEST_MAGIC { Protocol::Binary } else { Protocol::Ascii };
+            if self.protocol == Protocol::Ascii && self.session.authenticated {
+                return self.step_text(cx);
+            }
         }
         let out = &mut self.out;
         if self.protocol == Protocol::Binary {
@@ -506,36 +554,19 @@ impl Conn {
                 BinaryParse::Close => Outcome::Close,
             };
         }
-        if !self.session.authenticated {
-            return match parse_ascii_auth(input, self.max_request) {
-                AsciiAuth::Incomplete => Outcome::Incomplete,
-                AsciiAuth::Credentials { user, password, consumed } => {
-                    if cx.ascii_auth(user, password, out) {
-                        self.session.sign_in(user, &cx.shared.tenants);
-                    }
-                    Outcome::Handled { consume: consumed, flow: Flow::Continue }
+        match parse_ascii_auth(input, self.max_request) {
+            AsciiAuth::Incomplete => Outcome::Incomplete,
+            AsciiAuth::Credentials { user, password, consumed } => {
+                if cx.ascii_auth(user, password, out) {
+                    self.session.sign_in(user, &cx.shared.tenants);
                 }
-                AsciiAuth::Refused { reply, consume } => {
-                    crate::exec::reply(out, reply.as_bytes());
-                    Outcome::Handled { consume, flow: Flow::Continue }
-                }
-                AsciiAuth::Close => Outcome::Close,
-            };
-        }
-        match self.parser.parse(input) {
-            Parse::Incomplete => {
-                self.placed_ahead = cx.placed_ahead.take();
-                Outcome::Incomplete
+                Outcome::Handled { consume: consumed, flow: Flow::Continue }
             }
-            // Borrowed in place: moved out, the request was copied first.
-            Parse::Done { ref request, consumed } => {
-                Outcome::Handled { consume: consumed, flow: cx.execute(request, out) }
-            }
-            Parse::Error { reply, consume, forget } => {
-                cx.refuse(reply, forget, out);
+            AsciiAuth::Refused { reply, consume } => {
+                crate::exec::reply(out, reply.as_bytes());
                 Outcome::Handled { consume, flow: Flow::Continue }
             }
-            Parse::Close => Outcome::Close,
+            AsciiAuth::Close => Outcome::Close,
         }
     }
 

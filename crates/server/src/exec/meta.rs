@@ -513,17 +513,9 @@ fn debug(cx: &mut Context<'_>, key: &[u8], out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::item;
+    use super::super::tests::{default_settings, item};
     use super::*;
-    use crate::config::ServerArgs;
-    use clap::{Args, FromArgMatches};
     use shoal_proto::{Parse, Parser, Request};
-
-    /// The settings of a server started without flags.
-    fn default_settings() -> Settings {
-        let matches = ServerArgs::augment_args(clap::Command::new("server")).get_matches_from(["server"]);
-        ServerArgs::from_arg_matches(&matches).unwrap().settings().unwrap()
-    }
 
     fn parse(line: &[u8]) -> Meta<'_> {
         match Parser::new(1 << 20).parse(line) {

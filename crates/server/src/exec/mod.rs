@@ -110,6 +110,9 @@ impl<'a> Context<'a> {
 
     /// Executes one request, appending its answer (if any) to `out`. The request is borrowed
     /// where the parser left it: passed by value (over 200 bytes) it was copied into each call.
+    /// Inlined into the connection's loop: the dispatch is short, and as a call its entry and
+    /// exit were a fifth of it (#29's tenth round).
+    #[inline(always)]
     pub fn execute(&mut self, request: &Request<'_>, out: &mut Vec<u8>) -> Flow {
         // Every request takes an answer, as every memcached request takes a response object.
         if !self.hold_answers(1, out) {
@@ -235,6 +238,14 @@ pub fn store_error(counters: &Counters, e: &OpError) -> &'static [u8] {
 mod tests {
     use super::*;
     use shoal_region::{ItemInfo, Marks};
+
+    /// The settings of a server started without flags.
+    pub(crate) fn default_settings() -> crate::config::Settings {
+        use crate::config::ServerArgs;
+        use clap::{Args, FromArgMatches};
+        let matches = ServerArgs::augment_args(clap::Command::new("server")).get_matches_from(["server"]);
+        ServerArgs::from_arg_matches(&matches).unwrap().settings().unwrap()
+    }
 
     /// An item as a lookup hands it to a sink: never read, no marks.
     pub(crate) fn item(flags: u32, cas: u64, value_len: usize) -> ItemInfo {

@@ -91,7 +91,10 @@ impl<'a> Context<'a> {
 /// Reads a key into `sink`, counting the kind of miss (a hit is the caller's to count) and,
 /// for a read that counts as an access (`bump`), the tenant's get and its hit or miss and the
 /// key prefix's (`stats detail`). Generic over the sink, as the region's lookup is: each
-/// answer's writer is compiled into its own lookup, not called through a vtable.
+/// answer's writer is compiled into its own lookup, not called through a vtable. Inlined into
+/// each caller (one per sink): left to the compiler, whether it was inlined into the get's
+/// writer changed with unrelated code elsewhere in the crate, by some 35 instructions a read.
+#[inline(always)]
 pub(crate) fn read_counted<S: ValueSink>(
     cx: &Context<'_>,
     key: &[u8],

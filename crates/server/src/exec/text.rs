@@ -309,7 +309,7 @@ pub fn touch(cx: &mut Context<'_>, key: &[u8], exptime: i64, noreply: bool, out:
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::item;
+    use super::super::tests::{default_settings, item};
     use super::*;
 
     #[test]
@@ -326,5 +326,22 @@ mod tests {
         block.append_to(&item(1, 7, 3)).extend_from_slice(b"old");
         block.finish(false); // found, then judged expired: nothing of it stays
         assert_eq!(out, b"VALUE a 0 1\r\nx\r\n");
+    }
+
+    #[test]
+    fn a_value_line_reads_as_formatted_whatever_its_numbers() {
+        let settings = default_settings();
+        // The block reserves room for its value, so lengths stay within what an item can hold.
+        let lengths = [0, 1, 9, 10, 99, 100, 12_345, 999_999, 1_000_000];
+        for (flags, len) in [0, 1, 9, 10, 4_294_967_295].into_iter().flat_map(|f| lengths.map(|l| (f, l))) {
+            for cas in [None, Some(&settings)] {
+                let mut out = b"END\r\n".to_vec();
+                let mut block = ValueBlock { out: &mut out, start: 5, key: b"key", cas };
+                block.append_to(&item(flags, 7, len));
+                let unique = cas.map(|s| format!(" {}", s.visible_cas(7))).unwrap_or_default();
+                let want = format!("END\r\nVALUE key {flags} {len}{unique}\r\n");
+                assert_eq!(String::from_utf8_lossy(&out), want);
+            }
+        }
     }
 }
