@@ -80,23 +80,37 @@ pub fn is_error_line(line: &[u8]) -> bool {
     line == b"ERROR" || line.starts_with(b"SERVER_ERROR") || line.starts_with(b"CLIENT_ERROR")
 }
 
-/// The number word at `index` of a line, as a length.
-/// Bytes, not text: a key need not be UTF-8 (and this runs for every `VALUE` line a router
-/// frames).
-fn length(line: &[u8], index: usize) -> Option<usize> {
-    number(line.strip_suffix(b"\r\n")?.split(|&b| b == b' ').nth(index)?)
+/// The word after the first `index` spaces of a line (without its `\r\n`), as `split(' ')`
+/// would give it, found a byte at a time: the words it is asked for are a few digits (a
+/// `VALUE` line's flags and length, a `VA` line's length), too short for [`find_byte`]'s eight
+/// bytes at a time, and splitting the whole line into words was half of a get's framing in a
+/// router (issue #29).
+fn nth_word(mut line: &[u8], index: usize) -> Option<&[u8]> {
+    let word_end = |line: &[u8]| line.iter().position(|&b| b == b' ');
+    for _ in 0..index {
+        line = &line[word_end(line)? + 1..];
+    }
+    Some(&line[..word_end(line).unwrap_or(line.len())])
 }
 
-/// The length of the data block a `VALUE <key> <flags> <bytes> [<cas>]` or `LVALUE <key>
-/// <token> <flags> <bytes>` line announces; `None` for any other line.
-fn value_block(line: &[u8]) -> Option<usize> {
-    if line.starts_with(b"VALUE ") {
-        length(line, 3)
-    } else if line.starts_with(b"LVALUE ") {
-        length(line, 4)
-    } else {
-        None
-    }
+/// The number word at `index` of a line (with its `\r\n`), as a length.
+fn length(line: &[u8], index: usize) -> Option<usize> {
+    number(nth_word(line.strip_suffix(b"\r\n")?, index)?)
+}
+
+/// The key and the length of the data block a `VALUE <key> <flags> <bytes> [<cas>]` or
+/// `LVALUE <key> <token> <flags> <bytes>` line (with its `\r\n`) announces; `None` for any
+/// other line. Bytes, not text: a key need not be UTF-8, and its end (up to 250 bytes on) is
+/// found [`find_byte`]'s way.
+fn value_block(line: &[u8]) -> Option<(&[u8], usize)> {
+    let line = line.strip_suffix(b"\r\n")?;
+    // Where the length is among the words after the key.
+    let (rest, index) = match line.strip_prefix(b"VALUE ") {
+        Some(rest) => (rest, 1),
+        None => (line.strip_prefix(b"LVALUE ")?, 2),
+    };
+    let key_end = find_byte(rest, b' ')?;
+    Some((&rest[..key_end], number(nth_word(&rest[key_end + 1..], index)?)?))
 }
 
 /// The answer of `shape` at the start of `bytes`, with lines of at most [`MAX_ANSWER_LINE`]
@@ -163,7 +177,7 @@ impl Framer {
                     if line == b"END\r\n" {
                         return Ok(Some(Frame { len: end, answer: at }));
                     }
-                    let n = value_block(line).ok_or_else(|| {
+                    let (_, n) = value_block(line).ok_or_else(|| {
                         garbage(format!("unexpected answer {:?}", String::from_utf8_lossy(line)))
                     })?;
                     let Some(data) = self.data_end(bytes, end, n, limits.value)? else { return Ok(None) };
@@ -284,11 +298,12 @@ impl<'a> LeaseHeader<'a> {
     }
 }
 
-/// One block of a framed [`Shape::Values`] answer: its header line (without `\r\n`) and its
-/// data.
+/// One block of a framed [`Shape::Values`] answer: its header line (without `\r\n`), the key
+/// it names and its data.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Block<'a> {
     pub line: &'a [u8],
+    pub key: &'a [u8],
     pub data: &'a [u8],
 }
 
@@ -305,11 +320,11 @@ pub fn blocks_at(answer: &[u8]) -> impl Iterator<Item = (Range<usize>, Block<'_>
     std::iter::from_fn(move || {
         let rest = &answer[at..];
         let nl = find_byte(rest, b'\n')?;
-        let n = value_block(&rest[..=nl])?;
+        let (key, n) = value_block(&rest[..=nl])?;
         let data = rest.get(nl + 1..nl + 1 + n)?;
         let end = nl + 3 + n;
         rest.get(..end)?;
-        let found = (at..at + end, Block { line: &rest[..nl - 1], data });
+        let found = (at..at + end, Block { line: &rest[..nl - 1], key, data });
         at += end;
         Some(found)
     })

@@ -322,7 +322,7 @@ impl Connection {
                 return self.fail(ErrorKind::Connect, why, &task);
             }
         };
-        let input = Input { buf: vec![0; READ_CHUNK], start: 0, end: 0, framer: Framer::default() };
+        let input = Input { buf: Vec::with_capacity(READ_CHUNK), start: 0, framer: Framer::default() };
         self.state.borrow_mut().io = Some(Io { stream, input, alarm: None });
         let (kind, why) = std::future::poll_fn(|cx| {
             let mut state = self.state.borrow_mut();
@@ -391,12 +391,11 @@ impl Connection {
         }
         loop {
             input.make_room();
-            match stream.poll_read(cx, &mut input.buf[input.end..]) {
+            match stream.poll_read_buf(cx, &mut input.buf) {
                 Poll::Ready(Ok(0)) => {
                     return Poll::Ready((ErrorKind::Connect, "the destination closed the connection".into()))
                 }
-                Poll::Ready(Ok(n)) => {
-                    input.end += n;
+                Poll::Ready(Ok(_)) => {
                     if let Err(why) = self.answer(queue, input, cx.waker()) {
                         return Poll::Ready((ErrorKind::Remote, why));
                     }
@@ -426,11 +425,11 @@ impl Connection {
     /// Hands every complete answer in `input` to its slot (`running`: the waker of the task
     /// running this turn).
     fn answer(&self, queue: &mut Queue, input: &mut Input, running: &Waker) -> Result<(), String> {
-        while input.start < input.end {
+        while input.start < input.buf.len() {
             let Some(slot) = queue.waiting.front() else {
                 return Err("answered a request it was not sent".into());
             };
-            let bytes = &input.buf[input.start..input.end];
+            let bytes = &input.buf[input.start..];
             let limits = Limits::values(self.max_value);
             let Some(frame) = input.framer.frame(bytes, slot.shape, &limits).map_err(|e| e.to_string())?
             else {
@@ -504,31 +503,31 @@ impl Connection {
     }
 }
 
-/// Answers read from the destination: `buf[start..end]` not handed on yet. The buffer is
-/// always initialised (it only grows), so a read needs no unsafe code.
+/// Answers read from the destination: `buf[start..]` not handed on yet (reads go into its
+/// spare room).
 struct Input {
     buf: Vec<u8>,
     start: usize,
-    end: usize,
     /// How far the answer at `start` is framed, across reads.
     framer: Framer,
 }
 
 impl Input {
-    /// Room for a read after `end`: moves what is left to the front, or grows.
+    /// Room for a read after what `buf` holds: moves what is left to the front, or grows.
     fn make_room(&mut self) {
-        if self.start == self.end {
-            (self.start, self.end) = (0, 0);
+        if self.start == self.buf.len() {
+            self.start = 0;
+            self.buf.clear();
         }
-        if self.buf.len() - self.end >= READ_CHUNK / 4 {
+        if self.buf.capacity() - self.buf.len() >= READ_CHUNK / 4 {
             return;
         }
         if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            (self.start, self.end) = (0, self.end - self.start);
+            self.buf.drain(..self.start);
+            self.start = 0;
         }
-        if self.buf.len() - self.end < READ_CHUNK / 4 {
-            self.buf.resize(self.buf.len() + READ_CHUNK.max(self.buf.len() / 2), 0);
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK.max(self.buf.capacity() / 2));
         }
     }
 }

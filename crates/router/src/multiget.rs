@@ -102,29 +102,12 @@ fn split<'a>(
     hits: &mut [Option<&'a [u8]>],
 ) {
     for (span, block) in blocks_at(bytes) {
-        let Some(key) = value_key(block.line) else { return };
+        if !block.line.starts_with(b"VALUE ") {
+            return; // a get is answered with VALUE blocks only
+        }
         // The keys before it that the server skipped were misses.
-        if let Some(i) = asked.find(|&i| sent_key(&keys[i], to) == key) {
+        if let Some(i) = asked.find(|&i| sent_key(&keys[i], to) == block.key) {
             hits[i] = Some(&bytes[span]);
         }
-    }
-}
-
-/// The key of a `VALUE <key> <flags> <bytes> [<cas>]` line that `blocks_at` found whole: all a
-/// block is matched by (its numbers were read when the answer was framed).
-fn value_key(line: &[u8]) -> Option<&[u8]> {
-    let rest = line.strip_prefix(b"VALUE ")?;
-    rest.split(|&b| b == b' ').next()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_value_line_gives_its_key() {
-        assert_eq!(value_key(b"VALUE user:1 0 5"), Some(&b"user:1"[..]));
-        assert_eq!(value_key(b"VALUE k 3 2 77"), Some(&b"k"[..]));
-        assert_eq!(value_key(b"LVALUE k 9 0 2"), None);
     }
 }

@@ -27,37 +27,32 @@ pub trait Socket: AsFd {
     /// `io` if the socket is ready for `interest`; a `WouldBlock` from it clears the readiness.
     fn try_io<R>(&self, interest: Interest, io: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
 
-    /// Reads what is there into `buf`'s spare room, without waiting. The readiness stays set
-    /// after a read that did not fill it: a client's next request is often there by the time
-    /// this one is answered, and is then read without waiting for the event loop (a read that
-    /// finds nothing clears it).
+    /// Reads what is there into `buf`'s spare room (after its bytes), without waiting. A read
+    /// that does not fill the room took all there was: the readiness is cleared then (as
+    /// tokio's `poll_read` clears it), so that the next poll waits for the event loop instead
+    /// of finding nothing with a system call. A client waiting for its answer sends nothing
+    /// more until it has it, so a read after the answer most often finds nothing (after 99.7 %
+    /// of the one-connection gets under callgrind, issue #29).
     fn try_read_buf(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        let fd = self.as_fd();
+        let (fd, room) = (self.as_fd(), buf.capacity() - buf.len());
         let spare = rustix::buffer::spare_capacity(buf);
-        self.try_io(Interest::READABLE, || Ok(rustix::net::recv(fd, spare, RecvFlags::empty())?.0))
+        let n =
+            self.try_io(Interest::READABLE, || Ok(rustix::net::recv(fd, spare, RecvFlags::empty())?.0))?;
+        if n > 0 && n < room {
+            // Readiness changes only when the worker's event loop runs, on this thread between
+            // task polls: none reported since the read is cleared.
+            let _ = self.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+        }
+        Ok(n)
     }
 
-    /// Reads into `buf` once readable. A read that does not fill `buf` took all there was: the
-    /// readiness is cleared then (as tokio's `poll_read` clears it), so that the next poll
-    /// waits for the event loop instead of finding nothing with a system call.
-    fn poll_read(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        let fd = self.as_fd();
+    /// [`Socket::try_read_buf`] once readable.
+    fn poll_read_buf(&self, cx: &mut Context<'_>, buf: &mut Vec<u8>) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.poll_read_ready(cx))?;
-            match self
-                .try_io(Interest::READABLE, || Ok(rustix::net::recv(fd, &mut *buf, RecvFlags::empty())?.0))
-            {
-                Ok(n) => {
-                    if n > 0 && n < buf.len() {
-                        // Readiness changes only when the worker's event loop runs, on this
-                        // thread between task polls: none reported since the read is cleared.
-                        let _ = self
-                            .try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
-                    }
-                    return Poll::Ready(Ok(n));
-                }
+            match self.try_read_buf(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+                read => return Poll::Ready(read),
             }
         }
     }
@@ -199,24 +194,29 @@ mod tests {
             assert_eq!(nothing, Err(io::ErrorKind::WouldBlock));
             poll_fn(|cx| b.poll_write_ready(cx)).await.expect("writable");
             assert_eq!(Socket::try_write(&b, b"hello").expect("written"), 5);
-            let mut got = [0u8; 16];
-            let n = poll_fn(|cx| a.poll_read(cx, &mut got)).await.expect("read");
-            assert_eq!(&got[..n], b"hello");
+            assert_eq!(poll_fn(|cx| a.poll_read_buf(cx, &mut buf)).await.expect("read"), 5);
+            assert_eq!(buf, b"hello");
             // That short read cleared the readiness: the next read waits (pending, not an
             // empty read) until more comes.
-            assert!(pending(|cx| a.poll_read(cx, &mut got)));
+            assert!(pending(|cx| a.poll_read_buf(cx, &mut buf)));
+            // Into the vector's spare room, after what it holds.
             assert_eq!(poll_fn(|cx| b.poll_write(cx, b"world")).await.expect("written"), 5);
-            let n = poll_fn(|cx| a.poll_read(cx, &mut got)).await.expect("read");
-            assert_eq!(&got[..n], b"world");
-            // Into a vector's spare room, after what it holds.
-            buf.extend_from_slice(b">");
-            assert_eq!(poll_fn(|cx| b.poll_write(cx, b"more")).await.expect("written"), 4);
-            poll_fn(|cx| a.poll_read_ready(cx)).await.expect("readable");
-            assert_eq!(Socket::try_read_buf(&a, &mut buf).expect("read"), 4);
-            assert_eq!(buf, b">more");
+            assert_eq!(poll_fn(|cx| a.poll_read_buf(cx, &mut buf)).await.expect("read"), 5);
+            assert_eq!(buf, b"helloworld");
+            // A read that fills the room may have left more: the readiness stays, and the next
+            // read takes the rest at once.
+            buf.clear();
+            buf.shrink_to(4);
+            let room = buf.capacity();
+            let sent = vec![b'x'; room + 3];
+            assert_eq!(poll_fn(|cx| b.poll_write(cx, &sent)).await.expect("written"), sent.len());
+            assert_eq!(poll_fn(|cx| a.poll_read_buf(cx, &mut buf)).await.expect("read"), room);
+            buf.reserve(16);
+            assert_eq!(Socket::try_read_buf(&a, &mut buf).expect("the rest, without waiting"), 3);
+            assert_eq!(buf, sent);
             // The peer gone: the end of the stream, then EPIPE (no SIGPIPE to kill the test).
             drop(b);
-            assert_eq!(poll_fn(|cx| a.poll_read(cx, &mut got)).await.expect("the end"), 0);
+            assert_eq!(poll_fn(|cx| a.poll_read_buf(cx, &mut buf)).await.expect("the end"), 0);
             let broken = poll_fn(|cx| a.poll_write(cx, b"x")).await.map_err(|e| e.kind());
             assert_eq!(broken, Err(io::ErrorKind::BrokenPipe));
         });
@@ -241,9 +241,10 @@ mod tests {
             // A reader drains it all, and the byte still to come, in a task of its own; the
             // write waiting meanwhile is then taken.
             let reader = tokio::spawn(async move {
-                let (mut got, mut buf) = (0, vec![0u8; 64 << 10]);
+                let (mut got, mut buf) = (0, Vec::with_capacity(64 << 10));
                 while got < sent + 1 {
-                    got += poll_fn(|cx| b.poll_read(cx, &mut buf)).await.expect("read");
+                    buf.clear();
+                    got += poll_fn(|cx| b.poll_read_buf(cx, &mut buf)).await.expect("read");
                 }
                 got
             });

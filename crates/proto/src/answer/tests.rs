@@ -143,9 +143,9 @@ fn framed_answers_read_back_as_blocks_lines_and_stats() {
     assert_eq!(
         found,
         [
-            Block { line: b"VALUE a 1 2 7", data: b"hi" },
-            Block { line: b"LVALUE b 9 0 0", data: b"" },
-            Block { line: b"VALUE c 0 4", data: b"\r\n\r\n" },
+            Block { line: b"VALUE a 1 2 7", key: b"a", data: b"hi" },
+            Block { line: b"LVALUE b 9 0 0", key: b"b", data: b"" },
+            Block { line: b"VALUE c 0 4", key: b"c", data: b"\r\n\r\n" },
         ]
     );
     assert_eq!(blocks(b"SERVER_ERROR x\r\n").count(), 0);
@@ -184,7 +184,45 @@ fn blocks_at_gives_each_block_with_its_bytes() {
     assert_eq!(found.len(), 2);
     assert_eq!(&answer[found[0].0.clone()], b"VALUE a 0 1\r\nx\r\n");
     assert_eq!(&answer[found[1].0.clone()], b"VALUE bb 5 3 9\r\nyyy\r\n");
-    assert_eq!(found[1].1, Block { line: b"VALUE bb 5 3 9", data: b"yyy" });
+    assert_eq!(found[1].1, Block { line: b"VALUE bb 5 3 9", key: b"bb", data: b"yyy" });
     // A block cut short is not given.
     assert_eq!(blocks_at(&answer[..answer.len() - 1]).count(), 1);
+}
+
+/// [`value_block`] finds the length where splitting the line into words finds it (as it did,
+/// word by word), on every line built from these words: keys and numbers of each length around
+/// the eight bytes searched at once, empty words (two spaces), too few and too many words, and
+/// words that are no number.
+#[test]
+fn value_lines_give_the_length_their_words_give() {
+    fn by_words(line: &[u8]) -> Option<(&[u8], usize)> {
+        let index = if line.starts_with(b"VALUE ") {
+            3
+        } else if line.starts_with(b"LVALUE ") {
+            4
+        } else {
+            return None;
+        };
+        let word = line.strip_suffix(b"\r\n")?.split(|&b| b == b' ').nth(index)?;
+        Some((line.split(|&b| b == b' ').nth(1)?, number::<usize>(word)?))
+    }
+    let words: [&[u8]; 9] =
+        [b"", b"7", b"42", b"123456789", b"x", b"k\xff", b"key:0000001", b"1a", b"18446744073709551616"];
+    let mut checked = 0;
+    for head in [&b"VALUE"[..], b"LVALUE", b"VALUEX", b"END"] {
+        let mut lines: Vec<Vec<u8>> = vec![head.to_vec()];
+        for _ in 0..5 {
+            let longer =
+                lines.iter().flat_map(|line| words.iter().map(move |w| [line, &b" "[..], w].concat()));
+            lines = longer.collect();
+            for line in &lines {
+                for end in [&b"\r\n"[..], b"\n", b" \r\n"] {
+                    let line = [line, end].concat();
+                    assert_eq!(value_block(&line), by_words(&line), "{:?}", String::from_utf8_lossy(&line));
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100_000, "{checked} lines");
 }
